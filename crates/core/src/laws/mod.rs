@@ -1,0 +1,6 @@
+//! Reusable law checkers: finite-difference gradient checks and the JVP/VJP adjoint check, per op
+//! and per program. Tests and the `tapegrad check` command both call these.
+
+mod gradcheck;
+
+pub use gradcheck::{check_op, op_vjp, CheckReport, Tolerance};

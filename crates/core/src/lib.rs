@@ -1,0 +1,11 @@
+//! The differentiation layers of tapegrad: `ops` (every operation defined once), `tape` (the eager
+//! engine, its three sweeps, the zero-preserving audit and the imperative session), `graph` (the
+//! typed IR, reference backprop, lowering and the saved graph) and `laws` (the reusable checkers).
+
+#![forbid(unsafe_code)]
+
+pub mod laws;
+pub mod ops;
+
+pub use ops::Op;
+pub use tapegrad_tensor::{DType, Error, Result, Scalar, Shape, Tensor};

@@ -1,0 +1,235 @@
+//! The data an op's rules exchange with the engines: arity, what a VJP saves, the forward result
+//! with its auxiliary data, the saved record a node keeps, and the context a VJP reads from.
+
+use std::sync::Arc;
+use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
+
+/// Number of tensor arguments an op takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arity {
+    Exact(usize),
+    AtLeast(usize),
+}
+
+impl Arity {
+    /// The smallest accepted count.
+    pub fn min(self) -> usize {
+        match self {
+            Arity::Exact(n) | Arity::AtLeast(n) => n,
+        }
+    }
+}
+
+/// Which tensors a VJP needs: a bit per argument (bit i = argument i) and the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Saves {
+    pub inputs: u64,
+    pub output: bool,
+}
+
+impl Saves {
+    /// Keeps nothing (linear ops whose VJP needs only shapes).
+    pub const NOTHING: Saves = Saves {
+        inputs: 0,
+        output: false,
+    };
+    /// Keeps only the output (relu, exp, softmax, ...).
+    pub const OUTPUT: Saves = Saves {
+        inputs: 0,
+        output: true,
+    };
+
+    /// Keeps the listed arguments.
+    pub const fn inputs(indices: &[usize]) -> Saves {
+        let mut mask = 0u64;
+        let mut i = 0;
+        while i < indices.len() {
+            mask |= 1 << indices[i];
+            i += 1;
+        }
+        Saves {
+            inputs: mask,
+            output: false,
+        }
+    }
+
+    /// Keeps every argument (for variadic ops).
+    pub const ALL_INPUTS: Saves = Saves {
+        inputs: u64::MAX,
+        output: false,
+    };
+
+    /// Also keeps the output.
+    pub const fn with_output(self) -> Saves {
+        Saves {
+            inputs: self.inputs,
+            output: true,
+        }
+    }
+
+    /// Whether argument `i` is kept.
+    pub fn keeps_input(&self, i: usize) -> bool {
+        i < 64 && self.inputs & (1 << i) != 0
+    }
+}
+
+/// A boolean mask with a shape, for `where` and dropout-like ops (not differentiable).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mask {
+    pub shape: Shape,
+    pub data: Arc<Vec<bool>>,
+}
+
+impl Mask {
+    /// A mask from a shape and row-major booleans.
+    pub fn new(dims: &[usize], data: Vec<bool>) -> Result<Mask> {
+        let shape = Shape::new(dims)?;
+        if data.len() != shape.numel() {
+            return Err(Error::DataLength {
+                op: "mask",
+                len: data.len(),
+                numel: shape.numel(),
+                shape,
+            });
+        }
+        Ok(Mask {
+            shape,
+            data: Arc::new(data),
+        })
+    }
+
+    /// The mask `pred(x)` of a tensor's elements.
+    pub fn from_tensor<S: Scalar>(t: &Tensor<S>, pred: impl Fn(S) -> bool) -> Mask {
+        Mask {
+            shape: t.shape().clone(),
+            data: Arc::new(t.data().iter().map(|&v| pred(v)).collect()),
+        }
+    }
+}
+
+/// Data a forward pass computes for its VJP beyond the output (statistics, argmax positions).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Aux<S> {
+    #[default]
+    None,
+    Tensors(Vec<Tensor<S>>),
+    Indices(Arc<Vec<usize>>),
+}
+
+impl<S: Scalar> Aux<S> {
+    /// Bytes held, for memory accounting.
+    pub fn nbytes(&self) -> usize {
+        match self {
+            Aux::None => 0,
+            Aux::Tensors(ts) => ts.iter().map(|t| t.nbytes()).sum(),
+            Aux::Indices(ix) => ix.len() * std::mem::size_of::<usize>(),
+        }
+    }
+}
+
+/// The result of a forward evaluation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Forward<S> {
+    pub value: Tensor<S>,
+    pub aux: Aux<S>,
+}
+
+impl<S> Forward<S> {
+    /// A forward result with no auxiliary data.
+    pub fn new(value: Tensor<S>) -> Self {
+        Forward {
+            value,
+            aux: Aux::None,
+        }
+    }
+}
+
+/// What a recorded node keeps for its VJP: only what the op's `saves` asked for, plus shapes.
+#[derive(Debug, Clone)]
+pub struct Saved<S> {
+    pub inputs: Vec<Option<Tensor<S>>>,
+    pub input_shapes: Vec<Shape>,
+    pub output: Option<Tensor<S>>,
+    pub output_shape: Shape,
+    pub aux: Aux<S>,
+    pub needs: Vec<bool>,
+}
+
+impl<S: Scalar> Saved<S> {
+    /// Keeps what `saves` asks for from one forward evaluation.
+    pub fn keep(
+        saves: Saves,
+        inputs: &[&Tensor<S>],
+        forward: &Forward<S>,
+        needs: Vec<bool>,
+    ) -> Self {
+        Saved {
+            inputs: inputs
+                .iter()
+                .enumerate()
+                .map(|(i, t)| saves.keeps_input(i).then(|| (*t).clone()))
+                .collect(),
+            input_shapes: inputs.iter().map(|t| t.shape().clone()).collect(),
+            output: saves.output.then(|| forward.value.clone()),
+            output_shape: forward.value.shape().clone(),
+            aux: forward.aux.clone(),
+            needs,
+        }
+    }
+
+    /// The context a VJP reads.
+    pub fn context(&self) -> VjpContext<'_, S> {
+        VjpContext {
+            inputs: &self.inputs,
+            input_shapes: &self.input_shapes,
+            output: self.output.as_ref(),
+            output_shape: &self.output_shape,
+            aux: &self.aux,
+            needs: &self.needs,
+        }
+    }
+
+    /// Bytes of tensor data kept (shared buffers counted once per reference).
+    pub fn nbytes(&self) -> usize {
+        self.inputs
+            .iter()
+            .flatten()
+            .map(|t| t.nbytes())
+            .sum::<usize>()
+            + self.output.as_ref().map_or(0, |t| t.nbytes())
+            + self.aux.nbytes()
+    }
+}
+
+/// What a VJP may read: the saved arguments, all argument shapes, the saved output, auxiliary data,
+/// and which arguments need a gradient.
+#[derive(Debug, Clone, Copy)]
+pub struct VjpContext<'a, S> {
+    pub inputs: &'a [Option<Tensor<S>>],
+    pub input_shapes: &'a [Shape],
+    pub output: Option<&'a Tensor<S>>,
+    pub output_shape: &'a Shape,
+    pub aux: &'a Aux<S>,
+    pub needs: &'a [bool],
+}
+
+impl<'a, S: Scalar> VjpContext<'a, S> {
+    /// Saved argument `i`; an error if the op did not declare it in `saves`.
+    pub fn input(&self, op: &'static str, i: usize) -> Result<&'a Tensor<S>> {
+        self.inputs
+            .get(i)
+            .and_then(|t| t.as_ref())
+            .ok_or_else(|| Error::invalid(op, format!("argument {i} was not saved for the vjp")))
+    }
+
+    /// The saved output; an error if the op did not declare it in `saves`.
+    pub fn output(&self, op: &'static str) -> Result<&'a Tensor<S>> {
+        self.output
+            .ok_or_else(|| Error::invalid(op, "the output was not saved for the vjp"))
+    }
+
+    /// Whether argument `i` needs a gradient.
+    pub fn needs(&self, i: usize) -> bool {
+        self.needs.get(i).copied().unwrap_or(false)
+    }
+}

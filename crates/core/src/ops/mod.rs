@@ -1,0 +1,223 @@
+//! Every differentiable operation, defined once: shape rule, forward, VJP, JVP, the tensors its VJP
+//! keeps ("saves") and its domain check. Ops are grouped in families, one file each; `Op` dispatches
+//! to them with one exhaustive match per rule, so the tape and the graph share a single definition.
+
+pub mod activation;
+mod context;
+pub mod elementwise;
+pub mod linalg;
+pub mod loss;
+pub mod reduce;
+pub mod structure;
+
+pub use activation::{ActivationOp, GeluApproximate};
+pub use context::{Arity, Aux, Forward, Mask, Saved, Saves, VjpContext};
+pub use elementwise::ElementwiseOp;
+pub use linalg::LinalgOp;
+pub use loss::{LossOp, Reduction};
+pub use reduce::ReduceOp;
+pub use structure::StructureOp;
+
+use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
+
+/// The rules every op family implements. Each method sees arguments already checked for arity.
+pub trait OpRules {
+    /// PyTorch's name of the op (`add`, `log_softmax`, `cross_entropy`, ...).
+    fn name(&self) -> &'static str;
+    /// How many tensor arguments the op takes.
+    fn arity(&self) -> Arity;
+    /// The output shape, or an error naming the op and the offending shapes.
+    fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape>;
+    /// Which arguments (and whether the output) the VJP needs.
+    fn saves(&self) -> Saves;
+    /// Forward evaluation. Called only with shapes `output_shape` accepted.
+    fn forward<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<Forward<S>>;
+    /// Vector-Jacobian product: one contribution per argument (`None` only where `ctx.needs` is
+    /// false), each of its argument's shape.
+    fn vjp<S: Scalar>(
+        &self,
+        ctx: &VjpContext<'_, S>,
+        cot: &Tensor<S>,
+    ) -> Result<Vec<Option<Tensor<S>>>>;
+    /// Jacobian-vector product: the output tangent given one tangent per argument.
+    fn jvp<S: Scalar>(
+        &self,
+        inputs: &[&Tensor<S>],
+        out: &Forward<S>,
+        tangents: &[&Tensor<S>],
+    ) -> Result<Tensor<S>>;
+    /// Domain rules that checked evaluation enforces (e.g. `log` of a non-positive value).
+    fn check_domain<S: Scalar>(&self, _inputs: &[&Tensor<S>]) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A differentiable operation with its non-differentiable attributes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    Elementwise(ElementwiseOp),
+    Activation(ActivationOp),
+    Reduce(ReduceOp),
+    Linalg(LinalgOp),
+    Structure(StructureOp),
+    Loss(LossOp),
+}
+
+macro_rules! dispatch {
+    ($self:expr, $op:ident => $body:expr) => {
+        match $self {
+            Op::Elementwise($op) => $body,
+            Op::Activation($op) => $body,
+            Op::Reduce($op) => $body,
+            Op::Linalg($op) => $body,
+            Op::Structure($op) => $body,
+            Op::Loss($op) => $body,
+        }
+    };
+}
+
+impl Op {
+    /// PyTorch's name of the op.
+    pub fn name(&self) -> &'static str {
+        dispatch!(self, op => op.name())
+    }
+
+    /// How many tensor arguments the op takes.
+    pub fn arity(&self) -> Arity {
+        dispatch!(self, op => op.arity())
+    }
+
+    /// Which arguments (and whether the output) the VJP keeps.
+    pub fn saves(&self) -> Saves {
+        dispatch!(self, op => op.saves())
+    }
+
+    fn check_arity(&self, found: usize) -> Result<()> {
+        let ok = match self.arity() {
+            Arity::Exact(n) => found == n,
+            Arity::AtLeast(n) => found >= n,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::Arity {
+                op: self.name(),
+                expected: self.arity().min(),
+                found,
+            })
+        }
+    }
+
+    /// The output shape for arguments of these shapes.
+    pub fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
+        self.check_arity(inputs.len())?;
+        dispatch!(self, op => op.output_shape(inputs))
+    }
+
+    /// Checks shapes, then evaluates.
+    pub fn forward<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<Forward<S>> {
+        let shapes: Vec<&Shape> = inputs.iter().map(|t| t.shape()).collect();
+        let expected = self.output_shape(&shapes)?;
+        let out = dispatch!(self, op => op.forward(inputs))?;
+        if *out.value.shape() != expected {
+            return Err(Error::ShapeMismatch {
+                op: self.name(),
+                expected,
+                found: out.value.shape().clone(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Checks the op's domain rules on these arguments (used by checked evaluation).
+    pub fn check_domain<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<()> {
+        let shapes: Vec<&Shape> = inputs.iter().map(|t| t.shape()).collect();
+        self.output_shape(&shapes)?;
+        dispatch!(self, op => op.check_domain(inputs))
+    }
+
+    /// The VJP, with every contribution's shape checked against its argument.
+    pub fn vjp<S: Scalar>(
+        &self,
+        ctx: &VjpContext<'_, S>,
+        cot: &Tensor<S>,
+    ) -> Result<Vec<Option<Tensor<S>>>> {
+        if cot.shape() != ctx.output_shape {
+            return Err(Error::ShapeMismatch {
+                op: self.name(),
+                expected: ctx.output_shape.clone(),
+                found: cot.shape().clone(),
+            });
+        }
+        let grads = dispatch!(self, op => op.vjp(ctx, cot))?;
+        if grads.len() != ctx.input_shapes.len() {
+            return Err(Error::invalid(
+                self.name(),
+                format!(
+                    "vjp returned {} contributions for {} arguments",
+                    grads.len(),
+                    ctx.input_shapes.len()
+                ),
+            ));
+        }
+        for (i, g) in grads.iter().enumerate() {
+            match g {
+                Some(g) if g.shape() != &ctx.input_shapes[i] => {
+                    return Err(Error::ShapeMismatch {
+                        op: self.name(),
+                        expected: ctx.input_shapes[i].clone(),
+                        found: g.shape().clone(),
+                    })
+                }
+                None if ctx.needs[i] => {
+                    return Err(Error::invalid(
+                        self.name(),
+                        format!("vjp gave no contribution for argument {i}, which needs one"),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(grads)
+    }
+
+    /// The JVP, with arity and tangent shapes checked.
+    pub fn jvp<S: Scalar>(
+        &self,
+        inputs: &[&Tensor<S>],
+        out: &Forward<S>,
+        tangents: &[&Tensor<S>],
+    ) -> Result<Tensor<S>> {
+        self.check_arity(inputs.len())?;
+        if tangents.len() != inputs.len() {
+            return Err(Error::Arity {
+                op: self.name(),
+                expected: inputs.len(),
+                found: tangents.len(),
+            });
+        }
+        for (x, t) in inputs.iter().zip(tangents) {
+            if x.shape() != t.shape() {
+                return Err(Error::ShapeMismatch {
+                    op: self.name(),
+                    expected: x.shape().clone(),
+                    found: t.shape().clone(),
+                });
+            }
+        }
+        dispatch!(self, op => op.jvp(inputs, out, tangents))
+    }
+}
+
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Op::Elementwise(op) => write!(f, "{op}"),
+            Op::Activation(op) => write!(f, "{op}"),
+            Op::Reduce(op) => write!(f, "{op}"),
+            Op::Linalg(op) => write!(f, "{op}"),
+            Op::Structure(op) => write!(f, "{op}"),
+            Op::Loss(op) => write!(f, "{op}"),
+        }
+    }
+}

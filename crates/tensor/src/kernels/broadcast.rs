@@ -1,0 +1,143 @@
+//! Broadcasting under NumPy/PyTorch rules: the output shape of two operands, binary maps over
+//! broadcast operands, materialising a broadcast, and its adjoint `sum_to` (reducing a gradient back
+//! to an operand's shape).
+
+use super::strided_walk;
+use crate::{Error, Result, Scalar, Shape, Tensor};
+
+/// The broadcast of two shapes (right-aligned; a dimension of 1 stretches).
+pub fn broadcast_shape(op: &'static str, a: &Shape, b: &Shape) -> Result<Shape> {
+    let rank = a.rank().max(b.rank());
+    let mut dims = vec![0; rank];
+    for (i, out) in dims.iter_mut().enumerate() {
+        let da = dim_from_right(a, rank - 1 - i);
+        let db = dim_from_right(b, rank - 1 - i);
+        *out = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => {
+                return Err(Error::Broadcast {
+                    op,
+                    lhs: a.clone(),
+                    rhs: b.clone(),
+                })
+            }
+        };
+    }
+    Shape::new(dims)
+}
+
+fn dim_from_right(s: &Shape, from_right: usize) -> usize {
+    if from_right < s.rank() {
+        s.dims()[s.rank() - 1 - from_right]
+    } else {
+        1
+    }
+}
+
+/// Strides of `src` seen from an index of `out`: 0 on axes that `src` broadcasts along.
+pub(crate) fn broadcast_strides(src: &Shape, out: &Shape) -> Vec<usize> {
+    let src_strides = src.strides();
+    let offset = out.rank() - src.rank();
+    (0..out.rank())
+        .map(|i| {
+            if i < offset || src.dims()[i - offset] == 1 {
+                0
+            } else {
+                src_strides[i - offset]
+            }
+        })
+        .collect()
+}
+
+/// `f(a, b)` elementwise over the broadcast of the two shapes.
+pub fn binary_map<S: Scalar>(
+    op: &'static str,
+    a: &Tensor<S>,
+    b: &Tensor<S>,
+    f: impl Fn(S, S) -> S,
+) -> Result<Tensor<S>> {
+    if a.shape() == b.shape() {
+        let data = a
+            .data()
+            .iter()
+            .zip(b.data())
+            .map(|(&x, &y)| f(x, y))
+            .collect();
+        return Tensor::from_shape(a.shape().clone(), data);
+    }
+    let out = broadcast_shape(op, a.shape(), b.shape())?;
+    if b.numel() == 1 && out == *a.shape() {
+        let y = b.data()[0];
+        return Tensor::from_shape(out, a.data().iter().map(|&x| f(x, y)).collect());
+    }
+    if a.numel() == 1 && out == *b.shape() {
+        let x = a.data()[0];
+        return Tensor::from_shape(out, b.data().iter().map(|&y| f(x, y)).collect());
+    }
+    // A trailing-suffix operand (bias rows): repeat it in chunks without a general walk.
+    if out == *a.shape() && is_suffix(b.shape(), a.shape()) && b.numel() > 0 {
+        let mut data = Vec::with_capacity(out.numel());
+        for chunk in a.data().chunks(b.numel()) {
+            data.extend(chunk.iter().zip(b.data()).map(|(&x, &y)| f(x, y)));
+        }
+        return Tensor::from_shape(out, data);
+    }
+    let sa = broadcast_strides(a.shape(), &out);
+    let sb = broadcast_strides(b.shape(), &out);
+    let (da, db) = (a.data(), b.data());
+    let mut data = Vec::with_capacity(out.numel());
+    strided_walk(out.dims(), [&sa, &sb], |_, [ia, ib]| {
+        data.push(f(da[ia], db[ib]))
+    });
+    Tensor::from_shape(out, data)
+}
+
+/// True when `small`'s dims equal the trailing dims of `big` (after dropping leading ones).
+fn is_suffix(small: &Shape, big: &Shape) -> bool {
+    let dims = small.dims();
+    let lead = dims.iter().take_while(|&&d| d == 1).count();
+    let rest = &dims[lead..];
+    rest.len() <= big.rank() && big.dims()[big.rank() - rest.len()..] == *rest
+}
+
+/// Materialises `t` broadcast to `shape`.
+pub fn broadcast_to<S: Scalar>(t: &Tensor<S>, shape: &Shape) -> Result<Tensor<S>> {
+    let out = broadcast_shape("broadcast_to", t.shape(), shape)?;
+    if out != *shape {
+        return Err(Error::Broadcast {
+            op: "broadcast_to",
+            lhs: t.shape().clone(),
+            rhs: shape.clone(),
+        });
+    }
+    if t.shape() == shape {
+        return Ok(t.clone());
+    }
+    let st = broadcast_strides(t.shape(), shape);
+    let src = t.data();
+    let mut data = Vec::with_capacity(shape.numel());
+    strided_walk(shape.dims(), [&st], |_, [i]| data.push(src[i]));
+    Tensor::from_shape(shape.clone(), data)
+}
+
+/// The adjoint of broadcasting: sums `g` (of a broadcast shape) down to `shape`.
+pub fn sum_to<S: Scalar>(g: &Tensor<S>, shape: &Shape) -> Result<Tensor<S>> {
+    if g.shape() == shape {
+        return Ok(g.clone());
+    }
+    let out = broadcast_shape("sum_to", shape, g.shape())?;
+    if out != *g.shape() {
+        return Err(Error::Broadcast {
+            op: "sum_to",
+            lhs: g.shape().clone(),
+            rhs: shape.clone(),
+        });
+    }
+    let st = broadcast_strides(shape, g.shape());
+    let mut acc = vec![S::ZERO; shape.numel()];
+    let src = g.data();
+    strided_walk(g.dims(), [&st], |lin, [i]| acc[i] += src[lin]);
+    Tensor::from_shape(shape.clone(), acc)
+}

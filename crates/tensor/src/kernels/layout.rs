@@ -1,0 +1,137 @@
+//! Layout kernels that move elements without arithmetic: permute/transpose, slice with a step, and
+//! concatenation along an axis. Each checks its arguments and names itself in errors.
+
+use super::strided_walk;
+use crate::{normalize_axis, Error, Result, Scalar, Shape, Tensor};
+
+/// Reorders axes: output axis `i` is input axis `dims[i]`. `dims` must be a permutation.
+pub fn permute<S: Scalar>(t: &Tensor<S>, dims: &[usize]) -> Result<Tensor<S>> {
+    let rank = t.rank();
+    let mut seen = vec![false; rank];
+    if dims.len() != rank {
+        return Err(Error::invalid(
+            "permute",
+            format!(
+                "dims {dims:?} has {} entries for a tensor of shape {}",
+                dims.len(),
+                t.shape()
+            ),
+        ));
+    }
+    for &d in dims {
+        if d >= rank || seen[d] {
+            return Err(Error::invalid(
+                "permute",
+                format!(
+                    "dims {dims:?} is not a permutation of 0..{rank} (shape {})",
+                    t.shape()
+                ),
+            ));
+        }
+        seen[d] = true;
+    }
+    if dims.iter().enumerate().all(|(i, &d)| i == d) {
+        return Ok(t.clone());
+    }
+    let in_strides = t.shape().strides();
+    let out_dims: Vec<usize> = dims.iter().map(|&d| t.dims()[d]).collect();
+    let walk: Vec<usize> = dims.iter().map(|&d| in_strides[d]).collect();
+    let src = t.data();
+    let mut data = Vec::with_capacity(t.numel());
+    strided_walk(&out_dims, [&walk], |_, [i]| data.push(src[i]));
+    Tensor::from_shape(Shape::new(out_dims)?, data)
+}
+
+/// The inverse permutation of `dims`.
+pub fn inverse_permutation(dims: &[usize]) -> Vec<usize> {
+    let mut inv = vec![0; dims.len()];
+    for (i, &d) in dims.iter().enumerate() {
+        inv[d] = i;
+    }
+    inv
+}
+
+/// Swaps two (normalised) axes.
+pub fn transpose<S: Scalar>(t: &Tensor<S>, a: usize, b: usize) -> Result<Tensor<S>> {
+    let mut dims: Vec<usize> = (0..t.rank()).collect();
+    if a >= t.rank() || b >= t.rank() {
+        return Err(Error::Axis {
+            op: "transpose",
+            axis: a.max(b) as isize,
+            rank: t.rank(),
+        });
+    }
+    dims.swap(a, b);
+    permute(t, &dims)
+}
+
+/// Elements `start, start + step, ...` below `end` along `axis` (normalised); `step >= 1`.
+pub fn slice<S: Scalar>(
+    t: &Tensor<S>,
+    axis: usize,
+    start: usize,
+    end: usize,
+    step: usize,
+) -> Result<Tensor<S>> {
+    let len = t.dims()[axis];
+    if step == 0 || start > end || end > len {
+        return Err(Error::invalid(
+            "slice",
+            format!(
+                "range {start}..{end} step {step} is invalid for axis {axis} of length {len} (shape {})",
+                t.shape()
+            ),
+        ));
+    }
+    let count = (end - start).div_ceil(step);
+    let mut out_dims = t.dims().to_vec();
+    out_dims[axis] = count;
+    let strides = t.shape().strides();
+    let mut walk = strides.clone();
+    walk[axis] = strides[axis] * step;
+    let base = start * strides[axis];
+    let src = t.data();
+    let mut data = Vec::with_capacity(out_dims.iter().product());
+    strided_walk(&out_dims, [&walk], |_, [i]| data.push(src[base + i]));
+    Tensor::from_shape(Shape::new(out_dims)?, data)
+}
+
+/// Concatenates tensors along `axis` (may be negative); all other dimensions must agree.
+pub fn concat<S: Scalar>(parts: &[&Tensor<S>], axis: isize) -> Result<Tensor<S>> {
+    let first = parts
+        .first()
+        .ok_or_else(|| Error::invalid("concat", "needs at least one tensor"))?;
+    let ax = normalize_axis("concat", axis, first.rank())?;
+    let mut out_dims = first.dims().to_vec();
+    out_dims[ax] = 0;
+    for p in parts {
+        let compatible = p.rank() == first.rank()
+            && p.dims()
+                .iter()
+                .zip(first.dims())
+                .enumerate()
+                .all(|(i, (a, b))| i == ax || a == b);
+        if !compatible {
+            return Err(Error::ShapeMismatch {
+                op: "concat",
+                expected: first.shape().clone(),
+                found: p.shape().clone(),
+            });
+        }
+        out_dims[ax] = out_dims[ax]
+            .checked_add(p.dims()[ax])
+            .ok_or_else(|| Error::Overflow {
+                dims: out_dims.clone(),
+            })?;
+    }
+    let shape = Shape::new(out_dims)?;
+    let outer: usize = first.dims()[..ax].iter().product();
+    let mut data = Vec::with_capacity(shape.numel());
+    for o in 0..outer {
+        for p in parts {
+            let run = p.numel() / outer.max(1);
+            data.extend_from_slice(&p.data()[o * run..(o + 1) * run]);
+        }
+    }
+    Tensor::from_shape(shape, data)
+}

@@ -1,0 +1,159 @@
+//! Matrix products on the `gemm` crate: PyTorch's `matmul` semantics (1-D promotion, batch
+//! broadcasting) and a batched product with optional transposes, which the VJPs use so that no
+//! transposed copy is ever materialised. Also the process-wide GEMM thread count.
+
+use super::broadcast::{broadcast_shape, broadcast_strides};
+use super::strided_walk;
+use crate::{Error, Result, Scalar, Shape, Tensor};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static THREADS: AtomicUsize = AtomicUsize::new(1);
+
+/// Sets how many threads a large GEMM may use (1 = single-threaded; the default).
+pub fn set_num_threads(n: usize) {
+    THREADS.store(n.max(1), Ordering::Relaxed);
+}
+
+/// The GEMM thread count.
+pub fn num_threads() -> usize {
+    THREADS.load(Ordering::Relaxed)
+}
+
+/// Threads only pay for themselves on products large enough to amortise the hand-off.
+pub(crate) fn parallelism_for(m: usize, n: usize, k: usize) -> gemm::Parallelism {
+    let threads = num_threads();
+    let work = m.saturating_mul(n).saturating_mul(k);
+    if threads > 1 && work >= 48 * 48 * 48 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    }
+}
+
+/// `a @ b` with PyTorch's rules: 1-D operands are promoted (and the added axis removed), batch
+/// dimensions broadcast.
+pub fn matmul<S: Scalar>(a: &Tensor<S>, b: &Tensor<S>) -> Result<Tensor<S>> {
+    if a.rank() == 0 || b.rank() == 0 {
+        return Err(Error::invalid(
+            "matmul",
+            format!(
+                "both operands need at least one dimension, got {} and {}",
+                a.shape(),
+                b.shape()
+            ),
+        ));
+    }
+    let a2 = if a.rank() == 1 {
+        a.reshape(&[1, a.dims()[0]])?
+    } else {
+        a.clone()
+    };
+    let b2 = if b.rank() == 1 {
+        b.reshape(&[b.dims()[0], 1])?
+    } else {
+        b.clone()
+    };
+    let out = batched_matmul(&a2, false, &b2, false).map_err(|e| match e {
+        Error::ShapeMismatch { .. } | Error::Broadcast { .. } => Error::Broadcast {
+            op: "matmul",
+            lhs: a.shape().clone(),
+            rhs: b.shape().clone(),
+        },
+        other => other,
+    })?;
+    let mut dims = out.dims().to_vec();
+    if b.rank() == 1 {
+        dims.pop();
+    }
+    if a.rank() == 1 {
+        let r = dims.len();
+        dims.remove(r - 1);
+    }
+    out.reshape(&dims)
+}
+
+/// Batched `op(a) @ op(b)` for operands of rank >= 2, where `op` transposes the last two axes when
+/// its flag is set. Batch dimensions broadcast.
+pub fn batched_matmul<S: Scalar>(
+    a: &Tensor<S>,
+    trans_a: bool,
+    b: &Tensor<S>,
+    trans_b: bool,
+) -> Result<Tensor<S>> {
+    if a.rank() < 2 || b.rank() < 2 {
+        return Err(Error::invalid(
+            "matmul",
+            format!(
+                "batched operands need rank >= 2, got {} and {}",
+                a.shape(),
+                b.shape()
+            ),
+        ));
+    }
+    let (ra, rb) = (a.rank(), b.rank());
+    let (a_rows, a_cols) = (a.dims()[ra - 2], a.dims()[ra - 1]);
+    let (b_rows, b_cols) = (b.dims()[rb - 2], b.dims()[rb - 1]);
+    let (m, k) = if trans_a {
+        (a_cols, a_rows)
+    } else {
+        (a_rows, a_cols)
+    };
+    let (k2, n) = if trans_b {
+        (b_cols, b_rows)
+    } else {
+        (b_rows, b_cols)
+    };
+    if k != k2 {
+        return Err(Error::Broadcast {
+            op: "matmul",
+            lhs: a.shape().clone(),
+            rhs: b.shape().clone(),
+        });
+    }
+    let a_batch = Shape::new(&a.dims()[..ra - 2])?;
+    let b_batch = Shape::new(&b.dims()[..rb - 2])?;
+    let batch = broadcast_shape("matmul", &a_batch, &b_batch).map_err(|_| Error::Broadcast {
+        op: "matmul",
+        lhs: a.shape().clone(),
+        rhs: b.shape().clone(),
+    })?;
+    let mut out_dims = batch.dims().to_vec();
+    out_dims.extend([m, n]);
+    let out_shape = Shape::new(out_dims)?;
+    let mut out = vec![S::ZERO; out_shape.numel()];
+    if out.is_empty() {
+        return Tensor::from_shape(out_shape, out);
+    }
+    let a_mat = a_rows * a_cols;
+    let b_mat = b_rows * b_cols;
+    let a_strides: Vec<usize> = broadcast_strides(&a_batch, &batch)
+        .iter()
+        .map(|s| s * a_mat)
+        .collect();
+    let b_strides: Vec<usize> = broadcast_strides(&b_batch, &batch)
+        .iter()
+        .map(|s| s * b_mat)
+        .collect();
+    // Row-major a is (rs = cols, cs = 1); its transpose swaps the two.
+    let (a_rs, a_cs) = if trans_a { (1, a_cols) } else { (a_cols, 1) };
+    let (b_rs, b_cs) = if trans_b { (1, b_cols) } else { (b_cols, 1) };
+    let (ad, bd) = (a.data(), b.data());
+    let mn = m * n;
+    strided_walk(batch.dims(), [&a_strides, &b_strides], |lin, [ia, ib]| {
+        S::gemm(
+            m,
+            n,
+            k,
+            &mut out[lin * mn..(lin + 1) * mn],
+            n,
+            &ad[ia..ia + a_mat],
+            a_rs,
+            a_cs,
+            &bd[ib..ib + b_mat],
+            b_rs,
+            b_cs,
+            false,
+        );
+    });
+    Tensor::from_shape(out_shape, out)
+}

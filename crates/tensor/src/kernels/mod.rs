@@ -1,0 +1,16 @@
+//! Numeric kernels on contiguous row-major tensors: strided walks, broadcasting maps, reductions,
+//! softmax, layout changes (permute, slice, concat) and matmul on the `gemm` crate.
+
+pub mod broadcast;
+pub mod layout;
+pub mod matmul;
+pub mod reduce;
+pub mod softmax;
+mod walk;
+
+pub use broadcast::{binary_map, broadcast_shape, broadcast_to, sum_to};
+pub use layout::{concat, permute, slice, transpose};
+pub use matmul::{batched_matmul, matmul, num_threads, set_num_threads};
+pub use reduce::{expand_reduced, max_axes, mean_axes, reduced_shape, sum_axes};
+pub use softmax::{log_softmax, softmax};
+pub(crate) use walk::strided_walk;

@@ -1,0 +1,107 @@
+//! Reductions over any set of axes, with or without keepdim: sum, mean and max, plus
+//! `expand_reduced`, which broadcasts a reduced gradient back over the reduced axes.
+
+use super::broadcast::broadcast_to;
+use super::strided_walk;
+use crate::{Result, Scalar, Shape, Tensor};
+
+/// Output shape of reducing `shape` over normalised `axes`.
+pub fn reduced_shape(shape: &Shape, axes: &[usize], keepdim: bool) -> Result<Shape> {
+    let dims: Vec<usize> = shape
+        .dims()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &d)| match (axes.contains(&i), keepdim) {
+            (false, _) => Some(d),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect();
+    Shape::new(dims)
+}
+
+/// Folds `t` over `axes` (normalised, sorted) with `f`, starting every output slot at `init`.
+fn fold_axes<S: Scalar>(
+    t: &Tensor<S>,
+    axes: &[usize],
+    keepdim: bool,
+    init: S,
+    f: impl Fn(S, S) -> S,
+) -> Result<Tensor<S>> {
+    let kept = reduced_shape(t.shape(), axes, true)?;
+    let kept_strides = kept.strides();
+    let walk_strides: Vec<usize> = (0..t.rank())
+        .map(|d| {
+            if axes.contains(&d) {
+                0
+            } else {
+                kept_strides[d]
+            }
+        })
+        .collect();
+    let mut acc = vec![init; kept.numel()];
+    let src = t.data();
+    // Fast path: reducing exactly the trailing axes, so each output is one contiguous run.
+    let trailing = axes
+        .iter()
+        .enumerate()
+        .all(|(i, &a)| a == t.rank() - axes.len() + i);
+    if trailing && kept.numel() > 0 {
+        let run = t.numel() / kept.numel();
+        if run > 0 {
+            for (slot, chunk) in acc.iter_mut().zip(src.chunks(run)) {
+                for &v in chunk {
+                    *slot = f(*slot, v);
+                }
+            }
+        }
+    } else {
+        strided_walk(t.dims(), [&walk_strides], |lin, [o]| {
+            acc[o] = f(acc[o], src[lin])
+        });
+    }
+    let out = reduced_shape(t.shape(), axes, keepdim)?;
+    Tensor::from_shape(out, acc)
+}
+
+/// Sum over `axes` (normalised).
+pub fn sum_axes<S: Scalar>(t: &Tensor<S>, axes: &[usize], keepdim: bool) -> Result<Tensor<S>> {
+    fold_axes(t, axes, keepdim, S::ZERO, |a, b| a + b)
+}
+
+/// Mean over `axes` (normalised). The mean of zero elements is NaN, as in PyTorch.
+pub fn mean_axes<S: Scalar>(t: &Tensor<S>, axes: &[usize], keepdim: bool) -> Result<Tensor<S>> {
+    let count: usize = axes.iter().map(|&a| t.dims()[a]).product();
+    let inv = S::ONE / S::from_usize(count);
+    Ok(sum_axes(t, axes, keepdim)?.map(|v| v * inv))
+}
+
+/// Max over `axes` (normalised); NaN propagates. Errors on an empty reduction, as PyTorch does.
+pub fn max_axes<S: Scalar>(t: &Tensor<S>, axes: &[usize], keepdim: bool) -> Result<Tensor<S>> {
+    if axes.iter().any(|&a| t.dims()[a] == 0) {
+        return Err(crate::Error::invalid(
+            "amax",
+            format!(
+                "cannot take the max over an empty axis of shape {}",
+                t.shape()
+            ),
+        ));
+    }
+    fold_axes(t, axes, keepdim, S::NEG_INFINITY, |a, b| a.max_nan(b))
+}
+
+/// Broadcasts a gradient `g` of the reduced shape back to `in_shape` (the VJP of sum).
+pub fn expand_reduced<S: Scalar>(
+    g: &Tensor<S>,
+    in_shape: &Shape,
+    axes: &[usize],
+    keepdim: bool,
+) -> Result<Tensor<S>> {
+    let kept = reduced_shape(in_shape, axes, true)?;
+    let g = if keepdim {
+        g.clone()
+    } else {
+        g.reshape_to(&kept)?
+    };
+    broadcast_to(&g, in_shape)
+}

@@ -1,0 +1,63 @@
+//! Numerically stable softmax and log-softmax along one axis: the maximum is subtracted before
+//! exponentiating, so large logits neither overflow nor lose the small ones.
+
+use crate::{Result, Scalar, Tensor};
+
+/// Splits a shape around `axis` into (outer, len, inner) counts.
+pub fn split_at_axis(dims: &[usize], axis: usize) -> (usize, usize, usize) {
+    let outer = dims[..axis].iter().product();
+    let inner = dims[axis + 1..].iter().product();
+    (outer, dims[axis], inner)
+}
+
+fn along_axis<S: Scalar>(
+    t: &Tensor<S>,
+    axis: usize,
+    row: impl Fn(&mut [S], usize, usize),
+) -> Result<Tensor<S>> {
+    let (outer, len, inner) = split_at_axis(t.dims(), axis);
+    let mut out = t.data().to_vec();
+    if len > 0 {
+        for o in 0..outer {
+            for i in 0..inner {
+                let start = o * len * inner + i;
+                row(&mut out[start..], len, inner);
+            }
+        }
+    }
+    Tensor::from_shape(t.shape().clone(), out)
+}
+
+/// Softmax along `axis` (normalised).
+pub fn softmax<S: Scalar>(t: &Tensor<S>, axis: usize) -> Result<Tensor<S>> {
+    along_axis(t, axis, |x, len, stride| {
+        let m = (0..len).fold(S::NEG_INFINITY, |m, j| m.max_nan(x[j * stride]));
+        // An all -inf row has no finite maximum; shifting by 0 keeps it from becoming NaN - NaN.
+        let m = if m.is_finite() { m } else { S::ZERO };
+        let mut total = S::ZERO;
+        for j in 0..len {
+            let e = (x[j * stride] - m).exp();
+            x[j * stride] = e;
+            total += e;
+        }
+        for j in 0..len {
+            x[j * stride] /= total;
+        }
+    })
+}
+
+/// Log-softmax along `axis` (normalised): `x - max - log(sum(exp(x - max)))`.
+pub fn log_softmax<S: Scalar>(t: &Tensor<S>, axis: usize) -> Result<Tensor<S>> {
+    along_axis(t, axis, |x, len, stride| {
+        let m = (0..len).fold(S::NEG_INFINITY, |m, j| m.max_nan(x[j * stride]));
+        let m = if m.is_finite() { m } else { S::ZERO };
+        let mut total = S::ZERO;
+        for j in 0..len {
+            total += (x[j * stride] - m).exp();
+        }
+        let lse = m + total.ln();
+        for j in 0..len {
+            x[j * stride] -= lse;
+        }
+    })
+}

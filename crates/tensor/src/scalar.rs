@@ -1,0 +1,270 @@
+//! The `Scalar` trait: the element types tapegrad computes in (f32 and f64), with the math functions
+//! the kernels need and the hook into the GEMM library, so that kernels are written once, generically.
+
+use std::fmt::{Debug, Display};
+use std::iter::Sum;
+use std::ops::{Add, AddAssign, Div, DivAssign, Mul, MulAssign, Neg, Sub, SubAssign};
+
+/// Element type tag, used by files and checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    F64,
+}
+
+impl DType {
+    /// The lower-case name used in files and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+        }
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A floating-point element type.
+pub trait Scalar:
+    Copy
+    + Debug
+    + Display
+    + Default
+    + PartialEq
+    + PartialOrd
+    + Send
+    + Sync
+    + 'static
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+    + AddAssign
+    + SubAssign
+    + MulAssign
+    + DivAssign
+    + Sum
+{
+    /// The tag of this type.
+    const DTYPE: DType;
+    /// Additive identity.
+    const ZERO: Self;
+    /// Multiplicative identity.
+    const ONE: Self;
+    /// Positive infinity.
+    const INFINITY: Self;
+    /// Negative infinity.
+    const NEG_INFINITY: Self;
+
+    /// Rounds an f64 to this type.
+    fn from_f64(v: f64) -> Self;
+    /// Widens to f64 (exact).
+    fn to_f64(self) -> f64;
+    /// Converts a count (exact below 2^24 for f32).
+    fn from_usize(v: usize) -> Self {
+        Self::from_f64(v as f64)
+    }
+
+    fn exp(self) -> Self;
+    fn ln(self) -> Self;
+    fn ln_1p(self) -> Self;
+    fn sqrt(self) -> Self;
+    fn sin(self) -> Self;
+    fn cos(self) -> Self;
+    fn tanh(self) -> Self;
+    fn erf(self) -> Self;
+    fn abs(self) -> Self;
+    fn powf(self, e: Self) -> Self;
+    fn is_finite(self) -> bool;
+    fn is_nan(self) -> bool;
+    /// Maximum that propagates NaN (as PyTorch's `maximum`).
+    fn max_nan(self, other: Self) -> Self {
+        if self.is_nan() || other.is_nan() {
+            if self.is_nan() {
+                self
+            } else {
+                other
+            }
+        } else if other > self {
+            other
+        } else {
+            self
+        }
+    }
+    /// Minimum that propagates NaN (as PyTorch's `minimum`).
+    fn min_nan(self, other: Self) -> Self {
+        if self.is_nan() || other.is_nan() {
+            if self.is_nan() {
+                self
+            } else {
+                other
+            }
+        } else if other < self {
+            other
+        } else {
+            self
+        }
+    }
+
+    /// `dst := (accumulate ? dst : 0) + lhs * rhs` for an m x k by k x n product, each operand given
+    /// by its row stride and column stride in elements.
+    ///
+    /// Callers guarantee every index `r * rs + c * cs` addressed by the shapes lies inside its slice;
+    /// [`crate::kernels::matmul`] checks this before calling.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        m: usize,
+        n: usize,
+        k: usize,
+        dst: &mut [Self],
+        dst_rs: usize,
+        lhs: &[Self],
+        lhs_rs: usize,
+        lhs_cs: usize,
+        rhs: &[Self],
+        rhs_rs: usize,
+        rhs_cs: usize,
+        accumulate: bool,
+    );
+}
+
+macro_rules! impl_scalar {
+    ($t:ty, $dtype:expr, $erf:path) => {
+        impl Scalar for $t {
+            const DTYPE: DType = $dtype;
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            const INFINITY: Self = <$t>::INFINITY;
+            const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
+
+            #[inline]
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            #[inline]
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline]
+            fn exp(self) -> Self {
+                <$t>::exp(self)
+            }
+            #[inline]
+            fn ln(self) -> Self {
+                <$t>::ln(self)
+            }
+            #[inline]
+            fn ln_1p(self) -> Self {
+                <$t>::ln_1p(self)
+            }
+            #[inline]
+            fn sqrt(self) -> Self {
+                <$t>::sqrt(self)
+            }
+            #[inline]
+            fn sin(self) -> Self {
+                <$t>::sin(self)
+            }
+            #[inline]
+            fn cos(self) -> Self {
+                <$t>::cos(self)
+            }
+            #[inline]
+            fn tanh(self) -> Self {
+                <$t>::tanh(self)
+            }
+            #[inline]
+            fn erf(self) -> Self {
+                $erf(self)
+            }
+            #[inline]
+            fn abs(self) -> Self {
+                <$t>::abs(self)
+            }
+            #[inline]
+            fn powf(self, e: Self) -> Self {
+                <$t>::powf(self, e)
+            }
+            #[inline]
+            fn is_finite(self) -> bool {
+                <$t>::is_finite(self)
+            }
+            #[inline]
+            fn is_nan(self) -> bool {
+                <$t>::is_nan(self)
+            }
+
+            fn gemm(
+                m: usize,
+                n: usize,
+                k: usize,
+                dst: &mut [Self],
+                dst_rs: usize,
+                lhs: &[Self],
+                lhs_rs: usize,
+                lhs_cs: usize,
+                rhs: &[Self],
+                rhs_rs: usize,
+                rhs_cs: usize,
+                accumulate: bool,
+            ) {
+                if m == 0 || n == 0 {
+                    return;
+                }
+                if k == 0 {
+                    if !accumulate {
+                        for r in 0..m {
+                            dst[r * dst_rs..r * dst_rs + n].fill(0.0);
+                        }
+                    }
+                    return;
+                }
+                // The bounds below are what makes the raw-pointer call sound; they are cheap next to
+                // the product itself and turn a caller's stride mistake into a panic, not UB.
+                assert!((m - 1) * dst_rs + n <= dst.len(), "gemm: dst too small");
+                assert!(
+                    (m - 1) * lhs_rs + (k - 1) * lhs_cs < lhs.len(),
+                    "gemm: lhs too small"
+                );
+                assert!(
+                    (k - 1) * rhs_rs + (n - 1) * rhs_cs < rhs.len(),
+                    "gemm: rhs too small"
+                );
+                let parallelism = crate::kernels::matmul::parallelism_for(m, n, k);
+                // SAFETY: the asserts above prove every element the product reads or writes lies
+                // inside `dst`, `lhs` and `rhs`; `dst` is uniquely borrowed and cannot alias the inputs.
+                unsafe {
+                    gemm::gemm(
+                        m,
+                        n,
+                        k,
+                        dst.as_mut_ptr(),
+                        1,
+                        dst_rs as isize,
+                        accumulate,
+                        lhs.as_ptr(),
+                        lhs_cs as isize,
+                        lhs_rs as isize,
+                        rhs.as_ptr(),
+                        rhs_cs as isize,
+                        rhs_rs as isize,
+                        1.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        parallelism,
+                    )
+                }
+            }
+        }
+    };
+}
+
+impl_scalar!(f32, DType::F32, libm::erff);
+impl_scalar!(f64, DType::F64, libm::erf);

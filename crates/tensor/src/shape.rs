@@ -1,0 +1,114 @@
+//! `Shape`: a list of dimensions, outermost first, with its element count computed once and checked
+//! for overflow at construction. Also the helpers that turn PyTorch-style signed axes into indices.
+
+use crate::{Error, Result};
+use std::fmt;
+
+/// Dimensions of a tensor, outermost first. `[]` is a scalar; a dimension may be zero.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct Shape {
+    dims: Vec<usize>,
+    numel: usize,
+}
+
+impl Shape {
+    /// A shape from its dimensions; errors when the element count overflows `usize`.
+    pub fn new(dims: impl Into<Vec<usize>>) -> Result<Shape> {
+        let dims = dims.into();
+        let mut numel: usize = 1;
+        for &d in &dims {
+            numel = numel
+                .checked_mul(d)
+                .ok_or_else(|| Error::Overflow { dims: dims.clone() })?;
+        }
+        // Byte counts are computed from numel later; keep headroom so `numel * 8` cannot overflow.
+        if numel > isize::MAX as usize / 16 {
+            return Err(Error::Overflow { dims });
+        }
+        Ok(Shape { dims, numel })
+    }
+
+    /// The scalar shape `[]`.
+    pub fn scalar() -> Shape {
+        Shape {
+            dims: Vec::new(),
+            numel: 1,
+        }
+    }
+
+    /// The dimensions, outermost first.
+    pub fn dims(&self) -> &[usize] {
+        &self.dims
+    }
+
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.dims.len()
+    }
+
+    /// Number of elements (1 for a scalar, 0 if any dimension is 0).
+    pub fn numel(&self) -> usize {
+        self.numel
+    }
+
+    /// Row-major strides in elements.
+    pub fn strides(&self) -> Vec<usize> {
+        let mut strides = vec![1; self.dims.len()];
+        for i in (0..self.dims.len().saturating_sub(1)).rev() {
+            strides[i] = strides[i + 1] * self.dims[i + 1];
+        }
+        strides
+    }
+
+    /// Dimension `axis`, which must already be normalised.
+    pub fn dim(&self, axis: usize) -> usize {
+        self.dims[axis]
+    }
+}
+
+impl fmt::Debug for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[")?;
+        for (i, d) in self.dims.iter().enumerate() {
+            if i > 0 {
+                write!(f, ", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        write!(f, "]")
+    }
+}
+
+/// Turns a PyTorch-style axis (negative counts from the end) into an index below `rank`.
+pub fn normalize_axis(op: &'static str, axis: isize, rank: usize) -> Result<usize> {
+    let r = rank as isize;
+    let a = if axis < 0 { axis + r } else { axis };
+    if a < 0 || a >= r {
+        return Err(Error::Axis { op, axis, rank });
+    }
+    Ok(a as usize)
+}
+
+/// Normalises a list of axes, sorted ascending; a repeated axis is an error.
+pub fn normalize_axes(op: &'static str, axes: &[isize], rank: usize) -> Result<Vec<usize>> {
+    let mut out = Vec::with_capacity(axes.len());
+    for &a in axes {
+        out.push(normalize_axis(op, a, rank)?);
+    }
+    out.sort_unstable();
+    for w in out.windows(2) {
+        if w[0] == w[1] {
+            return Err(Error::invalid(
+                op,
+                format!("axis {} is repeated in {axes:?}", w[0]),
+            ));
+        }
+    }
+    Ok(out)
+}
