@@ -1,1 +1,5 @@
-fn main() {}
+//! The `tapegrad` binary; everything lives in the `tapegrad-cli` crate.
+
+fn main() -> std::process::ExitCode {
+    tapegrad_cli::main()
+}

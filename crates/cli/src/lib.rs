@@ -1,1 +1,65 @@
-//! placeholder
+//! The `tapegrad` command-line tool: argument parsing and dispatch to one module per subcommand.
+//! Every subcommand returns a `CliError` instead of panicking; `main` prints it and exits non-zero.
+
+#![forbid(unsafe_code)]
+
+pub mod bench;
+pub mod check;
+pub mod error;
+pub mod eval;
+pub mod grad;
+pub mod graph;
+pub mod predict;
+pub mod train;
+
+use clap::{Parser, Subcommand};
+pub use error::CliError;
+
+/// Reverse-mode automatic differentiation and neural-network training whose fast backward pass is
+/// checked against a reference semantics.
+#[derive(Debug, Parser)]
+#[command(name = "tapegrad", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Train a model on an embedded data set or your own CSV file.
+    Train(train::TrainArgs),
+    /// Run the laws (finite differences, adjointness, audit) on every op and print a table.
+    Check(check::CheckArgs),
+    /// Read a graph file, print its value and the gradients of its inputs as JSON.
+    Grad(grad::GradArgs),
+    /// Print a graph file as readable text or Graphviz DOT.
+    Graph(graph::GraphArgs),
+    /// Report a saved checkpoint's metric on the validation split.
+    Eval(eval::EvalArgs),
+    /// Write predictions of a saved checkpoint for a CSV file.
+    Predict(predict::PredictArgs),
+    /// Measure speed: MLP steps, tape overhead, matmul, conv.
+    Bench(bench::BenchArgs),
+}
+
+/// Parses the command line, runs the subcommand, and returns the process exit code.
+pub fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Train(a) => train::run(a),
+        Command::Check(a) => check::run(a),
+        Command::Grad(a) => grad::run(a),
+        Command::Graph(a) => graph::run(a),
+        Command::Eval(a) => eval::run(a),
+        Command::Predict(a) => predict::run(a),
+        Command::Bench(a) => bench::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}

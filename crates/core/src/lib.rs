@@ -6,6 +6,8 @@
 
 pub mod laws;
 pub mod ops;
+pub mod tape;
 
 pub use ops::Op;
+pub use tape::{audit, Session, Tape, Var};
 pub use tapegrad_tensor::{DType, Error, Result, Scalar, Shape, Tensor};

@@ -7,6 +7,7 @@ mod context;
 pub mod elementwise;
 pub mod linalg;
 pub mod loss;
+pub mod nn;
 pub mod reduce;
 pub mod structure;
 
@@ -15,6 +16,7 @@ pub use context::{Arity, Aux, Forward, Mask, Saved, Saves, VjpContext};
 pub use elementwise::ElementwiseOp;
 pub use linalg::LinalgOp;
 pub use loss::{LossOp, Reduction};
+pub use nn::NnOp;
 pub use reduce::ReduceOp;
 pub use structure::StructureOp;
 
@@ -61,6 +63,7 @@ pub enum Op {
     Linalg(LinalgOp),
     Structure(StructureOp),
     Loss(LossOp),
+    Nn(NnOp),
 }
 
 macro_rules! dispatch {
@@ -72,6 +75,7 @@ macro_rules! dispatch {
             Op::Linalg($op) => $body,
             Op::Structure($op) => $body,
             Op::Loss($op) => $body,
+            Op::Nn($op) => $body,
         }
     };
 }
@@ -218,6 +222,7 @@ impl std::fmt::Display for Op {
             Op::Linalg(op) => write!(f, "{op}"),
             Op::Structure(op) => write!(f, "{op}"),
             Op::Loss(op) => write!(f, "{op}"),
+            Op::Nn(op) => write!(f, "{op}"),
         }
     }
 }

@@ -1,0 +1,14 @@
+//! The eager engine: an append-only tape of nodes (DESIGN section 3), its three backward sweeps,
+//! the zero-preserving audit, and the imperative `Session` front-end built on it.
+
+mod audit;
+mod node;
+mod session;
+mod sweeps;
+#[allow(clippy::module_inception)]
+mod tape;
+
+pub use audit::{audit, AuditFinding, AuditReport, FindingKind};
+pub use node::{CustomVjp, Node, Rule};
+pub use session::{Gradients, Session, Var};
+pub use tape::Tape;

@@ -1,0 +1,82 @@
+//! A tape node: optional name, forward value, `requires_grad`, parent ids (for display only) and
+//! the backward rule that maps a cotangent to ordered `(parent id, contribution)` pairs.
+
+use crate::ops::{Op, Saved};
+use std::sync::Arc;
+use tapegrad_tensor::{Result, Scalar, Tensor};
+
+/// A hand-written backward rule: cotangent in, `(parent id, contribution)` pairs out.
+pub type CustomVjp<S> = Arc<dyn Fn(&Tensor<S>) -> Result<Vec<(usize, Tensor<S>)>> + Send + Sync>;
+
+/// How a node maps its cotangent to contributions.
+#[derive(Clone)]
+pub enum Rule<S> {
+    /// A leaf: no contributions.
+    Leaf,
+    /// A registered op with what its VJP saved; contribution i goes to `parents[i]`.
+    Op { op: Op, saved: Saved<S> },
+    /// A custom rule (used to plant test cases and by extensions).
+    Custom { label: String, vjp: CustomVjp<S> },
+}
+
+/// One recorded value on the tape.
+#[derive(Clone)]
+pub struct Node<S> {
+    pub name: Option<String>,
+    pub value: Tensor<S>,
+    pub requires_grad: bool,
+    /// Parent ids, for display; the sweeps only use what `rule` emits.
+    pub parents: Vec<usize>,
+    pub rule: Rule<S>,
+}
+
+impl<S: Scalar> Node<S> {
+    /// The op's name, `leaf`, or the custom rule's label.
+    pub fn op_name(&self) -> String {
+        match &self.rule {
+            Rule::Leaf => "leaf".to_string(),
+            Rule::Op { op, .. } => op.name().to_string(),
+            Rule::Custom { label, .. } => label.clone(),
+        }
+    }
+
+    /// The ordered `(parent id, contribution)` pairs for cotangent `cot`.
+    pub fn backward(&self, cot: &Tensor<S>) -> Result<Vec<(usize, Tensor<S>)>> {
+        match &self.rule {
+            Rule::Leaf => Ok(Vec::new()),
+            Rule::Op { op, saved } => {
+                let grads = op.vjp(&saved.context(), cot)?;
+                Ok(self
+                    .parents
+                    .iter()
+                    .zip(grads)
+                    .filter_map(|(&p, g)| g.map(|g| (p, g)))
+                    .collect())
+            }
+            Rule::Custom { vjp, .. } => vjp(cot),
+        }
+    }
+
+    /// Bytes the node keeps for its backward rule (beyond its own value).
+    pub fn saved_bytes(&self) -> usize {
+        match &self.rule {
+            Rule::Op { saved, .. } => {
+                // The saved output is the node's own value; do not count it twice.
+                saved.nbytes() - saved.output.as_ref().map_or(0, |t| t.nbytes())
+            }
+            _ => 0,
+        }
+    }
+}
+
+impl<S: Scalar> std::fmt::Debug for Node<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("name", &self.name)
+            .field("op", &self.op_name())
+            .field("shape", self.value.shape())
+            .field("requires_grad", &self.requires_grad)
+            .field("parents", &self.parents)
+            .finish()
+    }
+}

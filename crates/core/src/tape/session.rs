@@ -1,0 +1,518 @@
+//! The imperative front-end in PyTorch's vocabulary: parameters, inputs, constants, `detach`, a
+//! no-grad switch, ops as methods returning `Result`, and `backward` returning gradients by parameter
+//! name. `reset` starts the next step; handles from an earlier step are rejected.
+
+use super::Tape;
+use crate::ops::{
+    ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, Op, ReduceOp, Reduction,
+    StructureOp,
+};
+use std::sync::Arc;
+use tapegrad_tensor::{Error, Result, Scalar, Tensor};
+
+/// A handle to a value recorded in a session step. Cheap to copy; invalid after `reset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Var {
+    id: usize,
+    step: u64,
+}
+
+impl Var {
+    /// The tape id of this value.
+    pub fn id(self) -> usize {
+        self.id
+    }
+}
+
+/// Gradients returned by `backward`, one per parameter, in registration order.
+#[derive(Debug, Clone, Default)]
+pub struct Gradients<S> {
+    entries: Vec<(String, Tensor<S>)>,
+}
+
+impl<S: Scalar> Gradients<S> {
+    /// The gradient of the parameter called `name`.
+    pub fn get(&self, name: &str) -> Option<&Tensor<S>> {
+        self.entries.iter().find(|(n, _)| n == name).map(|(_, g)| g)
+    }
+
+    /// `(name, gradient)` pairs in registration order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Tensor<S>)> {
+        self.entries.iter().map(|(n, g)| (n.as_str(), g))
+    }
+
+    /// Number of parameters.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no parameter was registered.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The gradients as owned pairs.
+    pub fn into_vec(self) -> Vec<(String, Tensor<S>)> {
+        self.entries
+    }
+}
+
+/// An imperative autograd session over one tape.
+pub struct Session<S> {
+    tape: Tape<S>,
+    step: u64,
+    grad_enabled: bool,
+    params: Vec<(String, usize)>,
+}
+
+impl<S: Scalar> Default for Session<S> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S: Scalar> Session<S> {
+    /// A new session at step 0 with gradients enabled.
+    pub fn new() -> Self {
+        Session {
+            tape: Tape::new(),
+            step: 0,
+            grad_enabled: true,
+            params: Vec::new(),
+        }
+    }
+
+    /// The underlying tape of the current step.
+    pub fn tape(&self) -> &Tape<S> {
+        &self.tape
+    }
+
+    /// The current step number (incremented by `reset`).
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// Clears the tape for the next step; every earlier handle becomes stale.
+    pub fn reset(&mut self) {
+        self.tape.clear();
+        self.params.clear();
+        self.step += 1;
+    }
+
+    fn handle(&self, id: usize) -> Var {
+        Var {
+            id,
+            step: self.step,
+        }
+    }
+
+    fn check(&self, v: Var) -> Result<usize> {
+        if v.step != self.step {
+            return Err(Error::StaleHandle {
+                id: v.id,
+                handle_step: v.step,
+                session_step: self.step,
+            });
+        }
+        self.tape.node(v.id)?;
+        Ok(v.id)
+    }
+
+    /// Registers a named trainable parameter (a leaf that requires grad) for this step.
+    pub fn parameter(&mut self, name: impl Into<String>, value: Tensor<S>) -> Result<Var> {
+        let name = name.into();
+        if self.params.iter().any(|(n, _)| *n == name) {
+            return Err(Error::invalid(
+                "parameter",
+                format!("a parameter named '{name}' is already registered in this step"),
+            ));
+        }
+        let id = self.tape.leaf_named(name.clone(), value, self.grad_enabled);
+        self.params.push((name, id));
+        Ok(self.handle(id))
+    }
+
+    /// An input value (a leaf that does not require grad).
+    pub fn input(&mut self, value: Tensor<S>) -> Var {
+        let id = self.tape.leaf(value, false);
+        self.handle(id)
+    }
+
+    /// A constant (same as an input; the name says intent).
+    pub fn constant(&mut self, value: Tensor<S>) -> Var {
+        self.input(value)
+    }
+
+    /// A named leaf that requires grad but is not a parameter (its gradient is read with `grad_of`).
+    pub fn variable(&mut self, name: impl Into<String>, value: Tensor<S>) -> Var {
+        let id = self.tape.leaf_named(name, value, self.grad_enabled);
+        self.handle(id)
+    }
+
+    /// The same value cut off from the graph: no gradient flows through it.
+    pub fn detach(&mut self, v: Var) -> Result<Var> {
+        let id = self.check(v)?;
+        let value = self.tape.value(id)?.clone();
+        Ok(self.input(value))
+    }
+
+    /// Turns gradient recording on or off (PyTorch's `set_grad_enabled`).
+    pub fn set_grad_enabled(&mut self, enabled: bool) {
+        self.grad_enabled = enabled;
+    }
+
+    /// Whether gradient recording is on.
+    pub fn grad_enabled(&self) -> bool {
+        self.grad_enabled
+    }
+
+    /// Runs `f` with gradient recording off, then restores the previous setting.
+    pub fn no_grad<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
+        let before = self.grad_enabled;
+        self.grad_enabled = false;
+        let r = f(self);
+        self.grad_enabled = before;
+        r
+    }
+
+    /// The value behind a handle.
+    pub fn value(&self, v: Var) -> Result<&Tensor<S>> {
+        let id = self.check(v)?;
+        self.tape.value(id)
+    }
+
+    /// Names the node behind a handle (shown in errors, audits and anomaly reports).
+    pub fn set_name(&mut self, v: Var, name: impl Into<String>) -> Result<()> {
+        let id = self.check(v)?;
+        self.tape.set_name(id, name)
+    }
+
+    /// Applies any op to handles.
+    pub fn apply(&mut self, op: Op, args: &[Var]) -> Result<Var> {
+        let ids = args
+            .iter()
+            .map(|&v| self.check(v))
+            .collect::<Result<Vec<_>>>()?;
+        let id = if self.grad_enabled {
+            self.tape.apply(op, &ids)?
+        } else {
+            let inputs = ids
+                .iter()
+                .map(|&i| self.tape.value(i))
+                .collect::<Result<Vec<_>>>()?;
+            let value = op.forward(&inputs)?.value;
+            self.tape.leaf(value, false)
+        };
+        Ok(self.handle(id))
+    }
+
+    /// Gradients of a one-element `loss` for every parameter of this step (seed 1).
+    pub fn backward(&mut self, loss: Var) -> Result<Gradients<S>> {
+        let id = self.check(loss)?;
+        let value = self.tape.value(id)?;
+        if value.numel() != 1 {
+            return Err(Error::invalid(
+                "backward",
+                format!(
+                    "an implicit seed needs a one-element output, but the output has shape {} (use backward_with)",
+                    value.shape()
+                ),
+            ));
+        }
+        let seed = Tensor::ones(value.shape());
+        self.backward_with(loss, &seed)
+    }
+
+    /// Gradients for every parameter of this step, from an explicit seed for `out`.
+    pub fn backward_with(&mut self, out: Var, seed: &Tensor<S>) -> Result<Gradients<S>> {
+        let id = self.check(out)?;
+        let grads = self.tape.backward_all(id, seed)?;
+        Ok(Gradients {
+            entries: self
+                .params
+                .iter()
+                .map(|(n, pid)| (n.clone(), grads[*pid].clone()))
+                .collect(),
+        })
+    }
+
+    /// Gradients of every node of this step (for leaves made with `variable`).
+    pub fn backward_all(&mut self, out: Var, seed: &Tensor<S>) -> Result<Vec<Tensor<S>>> {
+        let id = self.check(out)?;
+        self.tape.backward_all(id, seed)
+    }
+
+    /// The mask `value > threshold`, for `where_`.
+    pub fn gt(&self, v: Var, threshold: f64) -> Result<Mask> {
+        let t = S::from_f64(threshold);
+        Ok(Mask::from_tensor(self.value(v)?, |x| x > t))
+    }
+
+    /// The mask `value < threshold`, for `where_`.
+    pub fn lt(&self, v: Var, threshold: f64) -> Result<Mask> {
+        let t = S::from_f64(threshold);
+        Ok(Mask::from_tensor(self.value(v)?, |x| x < t))
+    }
+}
+
+macro_rules! unary_methods {
+    ($($(#[$doc:meta])* $name:ident => $op:expr;)*) => {
+        impl<S: Scalar> Session<S> {
+            $($(#[$doc])* pub fn $name(&mut self, x: Var) -> Result<Var> { self.apply($op, &[x]) })*
+        }
+    };
+}
+
+macro_rules! binary_methods {
+    ($($(#[$doc:meta])* $name:ident => $op:expr;)*) => {
+        impl<S: Scalar> Session<S> {
+            $($(#[$doc])* pub fn $name(&mut self, a: Var, b: Var) -> Result<Var> { self.apply($op, &[a, b]) })*
+        }
+    };
+}
+
+unary_methods! {
+    /// `-x`.
+    neg => Op::Elementwise(ElementwiseOp::Neg);
+    /// `|x|` (gradient 0 at 0).
+    abs => Op::Elementwise(ElementwiseOp::Abs);
+    /// `sqrt(x)`.
+    sqrt => Op::Elementwise(ElementwiseOp::Sqrt);
+    /// `exp(x)`.
+    exp => Op::Elementwise(ElementwiseOp::Exp);
+    /// `ln(x)`.
+    log => Op::Elementwise(ElementwiseOp::Log);
+    /// `sin(x)`.
+    sin => Op::Elementwise(ElementwiseOp::Sin);
+    /// `cos(x)`.
+    cos => Op::Elementwise(ElementwiseOp::Cos);
+    /// `max(x, 0)`.
+    relu => Op::Activation(ActivationOp::Relu);
+    /// Logistic sigmoid.
+    sigmoid => Op::Activation(ActivationOp::Sigmoid);
+    /// Hyperbolic tangent.
+    tanh => Op::Activation(ActivationOp::Tanh);
+    /// `x * sigmoid(x)`.
+    silu => Op::Activation(ActivationOp::Silu);
+    /// Sum of all elements (a scalar).
+    sum => Op::Reduce(ReduceOp::Sum { axes: None, keepdim: false });
+    /// Mean of all elements (a scalar).
+    mean => Op::Reduce(ReduceOp::Mean { axes: None, keepdim: false });
+}
+
+binary_methods! {
+    /// `a + b` with broadcasting.
+    add => Op::Elementwise(ElementwiseOp::Add);
+    /// `a - b` with broadcasting.
+    sub => Op::Elementwise(ElementwiseOp::Sub);
+    /// `a * b` with broadcasting.
+    mul => Op::Elementwise(ElementwiseOp::Mul);
+    /// `a / b` with broadcasting.
+    div => Op::Elementwise(ElementwiseOp::Div);
+    /// Elementwise maximum (ties split the gradient).
+    maximum => Op::Elementwise(ElementwiseOp::Maximum);
+    /// Elementwise minimum (ties split the gradient).
+    minimum => Op::Elementwise(ElementwiseOp::Minimum);
+    /// `a @ b` (torch.matmul).
+    matmul => Op::Linalg(LinalgOp::Matmul);
+    /// Mean squared error (mean reduction).
+    mse_loss => Op::Loss(LossOp::MseLoss { reduction: Reduction::Mean });
+    /// Binary cross entropy with logits (mean reduction).
+    binary_cross_entropy_with_logits => Op::Loss(LossOp::BinaryCrossEntropyWithLogits { reduction: Reduction::Mean });
+}
+
+impl<S: Scalar> Session<S> {
+    /// `x * factor`.
+    pub fn scale(&mut self, x: Var, factor: f64) -> Result<Var> {
+        self.apply(Op::Elementwise(ElementwiseOp::Scale { factor }), &[x])
+    }
+
+    /// `log(max(x, eps))`.
+    pub fn safe_log(&mut self, x: Var, eps: f64) -> Result<Var> {
+        self.apply(Op::Elementwise(ElementwiseOp::SafeLog { eps }), &[x])
+    }
+
+    /// `x ^ exponent`.
+    pub fn pow(&mut self, x: Var, exponent: f64) -> Result<Var> {
+        self.apply(Op::Elementwise(ElementwiseOp::Pow { exponent }), &[x])
+    }
+
+    /// Clamps into `[min, max]`.
+    pub fn clamp(&mut self, x: Var, min: Option<f64>, max: Option<f64>) -> Result<Var> {
+        self.apply(Op::Elementwise(ElementwiseOp::Clamp { min, max }), &[x])
+    }
+
+    /// `mask ? a : b`.
+    pub fn where_(&mut self, mask: Mask, a: Var, b: Var) -> Result<Var> {
+        self.apply(Op::Elementwise(ElementwiseOp::Where { mask }), &[a, b])
+    }
+
+    /// Leaky ReLU.
+    pub fn leaky_relu(&mut self, x: Var, negative_slope: f64) -> Result<Var> {
+        self.apply(
+            Op::Activation(ActivationOp::LeakyRelu { negative_slope }),
+            &[x],
+        )
+    }
+
+    /// GELU, exact (`tanh = false`) or tanh-approximated.
+    pub fn gelu(&mut self, x: Var, tanh: bool) -> Result<Var> {
+        let approximate = if tanh {
+            GeluApproximate::Tanh
+        } else {
+            GeluApproximate::None
+        };
+        self.apply(Op::Activation(ActivationOp::Gelu { approximate }), &[x])
+    }
+
+    /// Softplus with PyTorch's `beta` and `threshold`.
+    pub fn softplus(&mut self, x: Var, beta: f64, threshold: f64) -> Result<Var> {
+        self.apply(
+            Op::Activation(ActivationOp::Softplus { beta, threshold }),
+            &[x],
+        )
+    }
+
+    /// Sum over `axes`.
+    pub fn sum_axes(&mut self, x: Var, axes: &[isize], keepdim: bool) -> Result<Var> {
+        self.apply(
+            Op::Reduce(ReduceOp::Sum {
+                axes: Some(axes.to_vec()),
+                keepdim,
+            }),
+            &[x],
+        )
+    }
+
+    /// Mean over `axes`.
+    pub fn mean_axes(&mut self, x: Var, axes: &[isize], keepdim: bool) -> Result<Var> {
+        self.apply(
+            Op::Reduce(ReduceOp::Mean {
+                axes: Some(axes.to_vec()),
+                keepdim,
+            }),
+            &[x],
+        )
+    }
+
+    /// Max over `axes` (ties share the gradient).
+    pub fn amax(&mut self, x: Var, axes: &[isize], keepdim: bool) -> Result<Var> {
+        self.apply(
+            Op::Reduce(ReduceOp::Amax {
+                axes: Some(axes.to_vec()),
+                keepdim,
+            }),
+            &[x],
+        )
+    }
+
+    /// Softmax along `axis`.
+    pub fn softmax(&mut self, x: Var, axis: isize) -> Result<Var> {
+        self.apply(Op::Reduce(ReduceOp::Softmax { axis }), &[x])
+    }
+
+    /// Log-softmax along `axis`.
+    pub fn log_softmax(&mut self, x: Var, axis: isize) -> Result<Var> {
+        self.apply(Op::Reduce(ReduceOp::LogSoftmax { axis }), &[x])
+    }
+
+    /// `x @ w^T + b` (bias optional).
+    pub fn linear(&mut self, x: Var, w: Var, b: Option<Var>) -> Result<Var> {
+        match b {
+            Some(b) => self.apply(Op::Linalg(LinalgOp::Linear { bias: true }), &[x, w, b]),
+            None => self.apply(Op::Linalg(LinalgOp::Linear { bias: false }), &[x, w]),
+        }
+    }
+
+    /// Swaps two axes.
+    pub fn transpose(&mut self, x: Var, dim0: isize, dim1: isize) -> Result<Var> {
+        self.apply(Op::Linalg(LinalgOp::Transpose { dim0, dim1 }), &[x])
+    }
+
+    /// Reorders axes.
+    pub fn permute(&mut self, x: Var, dims: &[isize]) -> Result<Var> {
+        self.apply(
+            Op::Linalg(LinalgOp::Permute {
+                dims: dims.to_vec(),
+            }),
+            &[x],
+        )
+    }
+
+    /// New shape (one -1 is inferred).
+    pub fn reshape(&mut self, x: Var, shape: &[isize]) -> Result<Var> {
+        self.apply(
+            Op::Structure(StructureOp::Reshape {
+                shape: shape.to_vec(),
+            }),
+            &[x],
+        )
+    }
+
+    /// Merges axes `start_dim..=end_dim`.
+    pub fn flatten(&mut self, x: Var, start_dim: isize, end_dim: isize) -> Result<Var> {
+        self.apply(
+            Op::Structure(StructureOp::Flatten { start_dim, end_dim }),
+            &[x],
+        )
+    }
+
+    /// Broadcasts to `shape`.
+    pub fn broadcast_to(&mut self, x: Var, shape: &[usize]) -> Result<Var> {
+        self.apply(
+            Op::Structure(StructureOp::BroadcastTo {
+                shape: shape.to_vec(),
+            }),
+            &[x],
+        )
+    }
+
+    /// Concatenates along `axis`.
+    pub fn concat(&mut self, xs: &[Var], axis: isize) -> Result<Var> {
+        self.apply(Op::Structure(StructureOp::Concat { axis }), xs)
+    }
+
+    /// Python-style slice along `axis`.
+    pub fn slice(
+        &mut self,
+        x: Var,
+        axis: isize,
+        start: isize,
+        end: isize,
+        step: usize,
+    ) -> Result<Var> {
+        self.apply(
+            Op::Structure(StructureOp::Slice {
+                axis,
+                start,
+                end,
+                step,
+            }),
+            &[x],
+        )
+    }
+
+    /// Cross entropy of logits against class labels (mean reduction).
+    pub fn cross_entropy(&mut self, logits: Var, targets: &[usize]) -> Result<Var> {
+        let targets = Arc::new(targets.to_vec());
+        self.apply(
+            Op::Loss(LossOp::CrossEntropy {
+                targets,
+                reduction: Reduction::Mean,
+            }),
+            &[logits],
+        )
+    }
+
+    /// Negative log-likelihood of log-probabilities against class labels (mean reduction).
+    pub fn nll_loss(&mut self, log_probs: Var, targets: &[usize]) -> Result<Var> {
+        let targets = Arc::new(targets.to_vec());
+        self.apply(
+            Op::Loss(LossOp::NllLoss {
+                targets,
+                reduction: Reduction::Mean,
+            }),
+            &[log_probs],
+        )
+    }
+}

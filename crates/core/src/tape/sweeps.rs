@@ -1,0 +1,149 @@
+//! The three backward sweeps of DESIGN section 3.1, all loops over ids from the last to 0:
+//! `backward` (executed: skips empty slots), `backward_all` (executed, then zero-filled) and
+//! `backward_from` (reference: every node's VJP runs, zero cotangent or not), plus `one_hot`.
+
+use super::Tape;
+use tapegrad_tensor::{Error, Result, Scalar, Tensor};
+
+/// Every sweep reports errors under one context, so law 1 can compare error values exactly.
+const CONTEXT: &str = "backward";
+
+/// Adds `new` into `slot` as `existing + new` (existing on the left), in place when unshared.
+fn add_into<S: Scalar>(existing: &mut Tensor<S>, new: &Tensor<S>) {
+    for (e, &n) in existing.data_mut().iter_mut().zip(new.data()) {
+        *e = *e + n;
+    }
+}
+
+impl<S: Scalar> Tape<S> {
+    /// Checks a contribution to `pid` and says whether it should be kept (its parent requires grad).
+    fn check_contribution(&self, pid: usize, g: &Tensor<S>) -> Result<bool> {
+        let parent = self.nodes.get(pid).ok_or(Error::BadId {
+            context: CONTEXT,
+            id: pid,
+            len: self.nodes.len(),
+        })?;
+        if g.shape() != parent.value.shape() {
+            return Err(Error::GradShape {
+                context: CONTEXT,
+                id: pid,
+                op: parent.op_name(),
+                expected: parent.value.shape().clone(),
+                found: g.shape().clone(),
+            });
+        }
+        Ok(parent.requires_grad)
+    }
+
+    /// Validates the output id and the seed's shape.
+    fn check_seed(&self, out: usize, seed: &Tensor<S>) -> Result<()> {
+        let node = self.nodes.get(out).ok_or(Error::BadId {
+            context: CONTEXT,
+            id: out,
+            len: self.nodes.len(),
+        })?;
+        if seed.shape() != node.value.shape() {
+            return Err(Error::GradShape {
+                context: CONTEXT,
+                id: out,
+                op: node.op_name(),
+                expected: node.value.shape().clone(),
+                found: seed.shape().clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The executed sweep: slot `out` starts as `seed`, others empty; a node with an empty slot or
+    /// without `requires_grad` is skipped, so its VJP never runs.
+    pub fn backward(&self, out: usize, seed: &Tensor<S>) -> Result<Vec<Option<Tensor<S>>>> {
+        self.check_seed(out, seed)?;
+        let mut slots: Vec<Option<Tensor<S>>> = vec![None; self.nodes.len()];
+        slots[out] = Some(seed.clone());
+        for id in (0..self.nodes.len()).rev() {
+            let node = &self.nodes[id];
+            if !node.requires_grad {
+                continue;
+            }
+            let Some(cot) = slots[id].take() else {
+                continue;
+            };
+            let contributions = node.backward(&cot);
+            // Put the cotangent back before accumulating, so a rule that feeds its own id adds on top.
+            slots[id] = Some(cot);
+            for (pid, g) in contributions? {
+                if self.check_contribution(pid, &g)? {
+                    match &mut slots[pid] {
+                        Some(existing) => add_into(existing, &g),
+                        empty => *empty = Some(g),
+                    }
+                }
+            }
+        }
+        Ok(slots)
+    }
+
+    /// The executed sweep, then every empty slot becomes zeros of its node's shape. Training runs this.
+    pub fn backward_all(&self, out: usize, seed: &Tensor<S>) -> Result<Vec<Tensor<S>>> {
+        let slots = self.backward(out, seed)?;
+        Ok(slots
+            .into_iter()
+            .zip(&self.nodes)
+            .map(|(g, n)| g.unwrap_or_else(|| Tensor::zeros(n.value.shape())))
+            .collect())
+    }
+
+    /// The total array with `seed` at `out` and zeros elsewhere.
+    pub fn one_hot(&self, out: usize, seed: &Tensor<S>) -> Result<Vec<Tensor<S>>> {
+        self.check_seed(out, seed)?;
+        Ok(self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(id, n)| {
+                if id == out {
+                    seed.clone()
+                } else {
+                    Tensor::zeros(n.value.shape())
+                }
+            })
+            .collect())
+    }
+
+    /// The reference sweep: from a total array (one tensor per node, each of its node's shape),
+    /// runs the VJP of every node that requires grad, whatever its cotangent.
+    pub fn backward_from(&self, grads: Vec<Tensor<S>>) -> Result<Vec<Tensor<S>>> {
+        if grads.len() != self.nodes.len() {
+            return Err(Error::GradCount {
+                context: CONTEXT,
+                expected: self.nodes.len(),
+                found: grads.len(),
+            });
+        }
+        for (id, (g, n)) in grads.iter().zip(&self.nodes).enumerate() {
+            if g.shape() != n.value.shape() {
+                return Err(Error::GradShape {
+                    context: CONTEXT,
+                    id,
+                    op: n.op_name(),
+                    expected: n.value.shape().clone(),
+                    found: g.shape().clone(),
+                });
+            }
+        }
+        let mut acc = grads;
+        for id in (0..self.nodes.len()).rev() {
+            let node = &self.nodes[id];
+            if !node.requires_grad {
+                continue;
+            }
+            let cot = acc[id].clone();
+            for (pid, g) in node.backward(&cot)? {
+                if self.check_contribution(pid, &g)? {
+                    add_into(&mut acc[pid], &g);
+                }
+            }
+        }
+        Ok(acc)
+    }
+}

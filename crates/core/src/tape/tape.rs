@@ -1,0 +1,205 @@
+//! `Tape`: the append-only list of nodes. A node's id is its index; appending returns the length
+//! before the append. A leaf's `requires_grad` is the caller's; an op node's is the OR of its parents'.
+
+use super::node::{CustomVjp, Node, Rule};
+use crate::ops::{Forward, Op, Saved, Saves};
+use tapegrad_tensor::{Error, Result, Scalar, Tensor};
+
+/// An append-only record of a computation.
+#[derive(Clone)]
+pub struct Tape<S> {
+    pub(crate) nodes: Vec<Node<S>>,
+}
+
+impl<S: Scalar> Default for Tape<S> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S: Scalar> Tape<S> {
+    /// An empty tape.
+    pub fn new() -> Self {
+        Tape { nodes: Vec::new() }
+    }
+
+    /// An empty tape with room for `n` nodes.
+    pub fn with_capacity(n: usize) -> Self {
+        Tape {
+            nodes: Vec::with_capacity(n),
+        }
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// True when no node was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// All nodes in id order.
+    pub fn nodes(&self) -> &[Node<S>] {
+        &self.nodes
+    }
+
+    /// Removes every node (keeping the allocation).
+    pub fn clear(&mut self) {
+        self.nodes.clear();
+    }
+
+    /// Node `id`, or an error naming the id and the tape length.
+    pub fn node(&self, id: usize) -> Result<&Node<S>> {
+        self.nodes.get(id).ok_or(Error::BadId {
+            context: "tape",
+            id,
+            len: self.nodes.len(),
+        })
+    }
+
+    /// The forward value of node `id`.
+    pub fn value(&self, id: usize) -> Result<&Tensor<S>> {
+        Ok(&self.node(id)?.value)
+    }
+
+    /// Appends a node and returns its id (the length before the append).
+    pub fn push(&mut self, node: Node<S>) -> usize {
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+
+    /// Appends a leaf.
+    pub fn leaf(&mut self, value: Tensor<S>, requires_grad: bool) -> usize {
+        self.push(Node {
+            name: None,
+            value,
+            requires_grad,
+            parents: Vec::new(),
+            rule: Rule::Leaf,
+        })
+    }
+
+    /// Appends a named leaf.
+    pub fn leaf_named(
+        &mut self,
+        name: impl Into<String>,
+        value: Tensor<S>,
+        requires_grad: bool,
+    ) -> usize {
+        let id = self.leaf(value, requires_grad);
+        self.nodes[id].name = Some(name.into());
+        id
+    }
+
+    /// Sets the display name of node `id`.
+    pub fn set_name(&mut self, id: usize, name: impl Into<String>) -> Result<()> {
+        let len = self.nodes.len();
+        let node = self.nodes.get_mut(id).ok_or(Error::BadId {
+            context: "set_name",
+            id,
+            len,
+        })?;
+        node.name = Some(name.into());
+        Ok(())
+    }
+
+    fn args(&self, op: &Op, args: &[usize]) -> Result<Vec<&Tensor<S>>> {
+        args.iter()
+            .map(|&a| {
+                self.nodes.get(a).map(|n| &n.value).ok_or(Error::BadId {
+                    context: op.name(),
+                    id: a,
+                    len: self.nodes.len(),
+                })
+            })
+            .collect()
+    }
+
+    /// Evaluates `op` on the values of `args` and appends the result.
+    pub fn apply(&mut self, op: Op, args: &[usize]) -> Result<usize> {
+        let inputs = self.args(&op, args)?;
+        let forward = op.forward(&inputs)?;
+        self.record(op, args, forward)
+    }
+
+    /// Appends an op node whose forward result was already computed (used by lowering).
+    pub fn record(&mut self, op: Op, args: &[usize], forward: Forward<S>) -> Result<usize> {
+        let inputs = self.args(&op, args)?;
+        let needs: Vec<bool> = args.iter().map(|&a| self.nodes[a].requires_grad).collect();
+        let requires_grad = needs.iter().any(|&n| n);
+        // A node nobody differentiates through keeps nothing for a VJP that will never run.
+        let saves = if requires_grad {
+            op.saves()
+        } else {
+            Saves::NOTHING
+        };
+        let saved = Saved::keep(saves, &inputs, &forward, needs);
+        Ok(self.push(Node {
+            name: None,
+            value: forward.value,
+            requires_grad,
+            parents: args.to_vec(),
+            rule: Rule::Op { op, saved },
+        }))
+    }
+
+    /// Appends a node with a hand-written backward rule; requires grad as any parent does.
+    pub fn custom(
+        &mut self,
+        label: impl Into<String>,
+        value: Tensor<S>,
+        parents: &[usize],
+        vjp: CustomVjp<S>,
+    ) -> Result<usize> {
+        for &p in parents {
+            self.node(p)?;
+        }
+        let requires_grad = parents.iter().any(|&p| self.nodes[p].requires_grad);
+        Ok(self.push(Node {
+            name: None,
+            value,
+            requires_grad,
+            parents: parents.to_vec(),
+            rule: Rule::Custom {
+                label: label.into(),
+                vjp,
+            },
+        }))
+    }
+
+    /// Bytes held for backward: saved tensors beyond the node values themselves.
+    pub fn saved_bytes(&self) -> usize {
+        self.nodes.iter().map(|n| n.saved_bytes()).sum()
+    }
+
+    /// Bytes of all node values.
+    pub fn value_bytes(&self) -> usize {
+        self.nodes.iter().map(|n| n.value.nbytes()).sum()
+    }
+}
+
+impl<S: Scalar> std::fmt::Display for Tape<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (id, n) in self.nodes.iter().enumerate() {
+            let name = n
+                .name
+                .as_deref()
+                .map(|s| format!(" '{s}'"))
+                .unwrap_or_default();
+            let op = match &n.rule {
+                Rule::Op { op, .. } => op.to_string(),
+                _ => n.op_name(),
+            };
+            writeln!(
+                f,
+                "%{id}{name} = {op}{:?} : {}{}",
+                n.parents,
+                n.value.shape(),
+                if n.requires_grad { "" } else { " (no grad)" }
+            )?;
+        }
+        Ok(())
+    }
+}
