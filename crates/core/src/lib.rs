@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod graph;
 pub mod laws;
 pub mod ops;
 pub mod tape;

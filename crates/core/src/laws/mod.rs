@@ -2,5 +2,7 @@
 //! and per program. Tests and the `tapegrad check` command both call these.
 
 mod gradcheck;
+pub mod program;
 
 pub use gradcheck::{check_op, op_vjp, CheckReport, Tolerance};
+pub use program::{Program, ProgramNode};
