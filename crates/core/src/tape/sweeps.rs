@@ -69,6 +69,11 @@ impl<S: Scalar> Tape<S> {
                 continue;
             };
             let contributions = node.backward(&cot);
+            for (pid, g) in contributions.as_ref().into_iter().flatten() {
+                if self.detect_anomaly {
+                    super::anomaly::check_backward(self, id, &cot, *pid, g)?;
+                }
+            }
             // Put the cotangent back before accumulating, so a rule that feeds its own id adds on top.
             slots[id] = Some(cot);
             for (pid, g) in contributions? {
