@@ -11,7 +11,7 @@ const CONTEXT: &str = "backward";
 /// Adds `new` into `slot` as `existing + new` (existing on the left), in place when unshared.
 fn add_into<S: Scalar>(existing: &mut Tensor<S>, new: &Tensor<S>) {
     for (e, &n) in existing.data_mut().iter_mut().zip(new.data()) {
-        *e = *e + n;
+        *e += n; // existing + new, existing on the left
     }
 }
 
