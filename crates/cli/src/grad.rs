@@ -28,8 +28,7 @@ pub(crate) fn load(path: &PathBuf) -> Result<GraphFile, CliError> {
         path: path.display().to_string(),
         source,
     })?;
-    GraphFile::parse(&text)
-        .map_err(|e| CliError::Other(format!("{}: {e}", path.display())))
+    GraphFile::parse(&text).map_err(|e| CliError::Other(format!("{}: {e}", path.display())))
 }
 
 /// `{"shape": [...], "data": [...]}` for a tensor.

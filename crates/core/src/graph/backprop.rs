@@ -60,9 +60,16 @@ impl Graph {
         cot: &Tensor<S>,
     ) -> Result<Vec<Option<Tensor<S>>>> {
         let node = &self.nodes()[k];
-        let inputs: Vec<Option<Tensor<S>>> =
-            node.args.iter().map(|&a| Some(context[a].clone())).collect();
-        let input_shapes: Vec<Shape> = node.args.iter().map(|&a| context[a].shape().clone()).collect();
+        let inputs: Vec<Option<Tensor<S>>> = node
+            .args
+            .iter()
+            .map(|&a| Some(context[a].clone()))
+            .collect();
+        let input_shapes: Vec<Shape> = node
+            .args
+            .iter()
+            .map(|&a| context[a].shape().clone())
+            .collect();
         let needs = vec![true; node.args.len()];
         let ctx = VjpContext {
             inputs: &inputs,

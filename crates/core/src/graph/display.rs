@@ -24,13 +24,23 @@ fn call(g: &Graph, n: &GraphNode) -> String {
 /// The graph as text; `output` marks one slot.
 pub fn render_text(g: &Graph, output: Option<usize>) -> String {
     let mut out = String::new();
-    let mark = |slot: usize| if output == Some(slot) { "   <- output" } else { "" };
+    let mark = |slot: usize| {
+        if output == Some(slot) {
+            "   <- output"
+        } else {
+            ""
+        }
+    };
     for (i, x) in g.inputs().iter().enumerate() {
         out.push_str(&format!(
             "%{i} input {} : {}{}{}\n",
             x.name,
             x.shape,
-            if x.requires_grad { " (requires grad)" } else { "" },
+            if x.requires_grad {
+                " (requires grad)"
+            } else {
+                ""
+            },
             mark(i)
         ));
     }

@@ -10,8 +10,15 @@ fn escape(s: &str) -> String {
 
 /// The graph in DOT; `output` gets a double border.
 pub fn to_dot(g: &Graph, output: Option<usize>) -> String {
-    let mut out = String::from("digraph tapegrad {\n  rankdir=TB;\n  node [fontname=\"Helvetica\"];\n");
-    let border = |slot: usize| if output == Some(slot) { ", peripheries=2" } else { "" };
+    let mut out =
+        String::from("digraph tapegrad {\n  rankdir=TB;\n  node [fontname=\"Helvetica\"];\n");
+    let border = |slot: usize| {
+        if output == Some(slot) {
+            ", peripheries=2"
+        } else {
+            ""
+        }
+    };
     for (i, x) in g.inputs().iter().enumerate() {
         let fill = if x.requires_grad {
             ", style=filled, fillcolor=\"#cfe2ff\""

@@ -7,9 +7,9 @@ mod display;
 pub mod dot;
 mod eval;
 pub mod file;
+mod grads;
 #[allow(clippy::module_inception)]
 mod graph;
-mod grads;
 mod jvp;
 mod lower;
 mod saved;

@@ -255,7 +255,8 @@ impl<S: Scalar> SavedGraph<S> {
                 continue;
             }
             let record = record.ok_or_else(|| {
-                Error::invalid(CONTEXT, "the saved record was already freed").at_node(g.node_label(k))
+                Error::invalid(CONTEXT, "the saved record was already freed")
+                    .at_node(g.node_label(k))
             })?;
             let node = &g.nodes()[k];
             let cot = cot.unwrap_or_else(|| Tensor::zeros(&node.shape));
@@ -298,12 +299,17 @@ impl<S: Scalar> SavedGraph<S> {
 
 /// The error for a value the forward pass freed too early (a broken plan, never user input).
 fn dropped(g: &Graph, slot: usize) -> Error {
-    Error::invalid(CONTEXT, format!("slot {slot} was freed before its last use"))
-        .at_node(format!("'{}'", g.name(slot).unwrap_or("?")))
+    Error::invalid(
+        CONTEXT,
+        format!("slot {slot} was freed before its last use"),
+    )
+    .at_node(format!("'{}'", g.name(slot).unwrap_or("?")))
 }
 
 /// Bytes of the distinct buffers among `tensors` (clones sharing a buffer count once).
-pub fn distinct_bytes<'a, S: Scalar + 'a>(tensors: impl IntoIterator<Item = &'a Tensor<S>>) -> usize {
+pub fn distinct_bytes<'a, S: Scalar + 'a>(
+    tensors: impl IntoIterator<Item = &'a Tensor<S>>,
+) -> usize {
     let mut seen = HashSet::new();
     tensors
         .into_iter()

@@ -38,7 +38,10 @@ impl Attrs {
     fn wrong(&self, key: &str, expected: &str, v: &Value) -> Error {
         Error::invalid(
             self.op,
-            format!("attribute '{key}' must be {expected}, found {}", describe(v)),
+            format!(
+                "attribute '{key}' must be {expected}, found {}",
+                describe(v)
+            ),
         )
     }
 
@@ -117,7 +120,11 @@ impl Attrs {
             return Ok(None);
         };
         let items = self.list(key, v)?;
-        items.iter().map(|v| self.to_isize(key, v)).collect::<Result<_>>().map(Some)
+        items
+            .iter()
+            .map(|v| self.to_isize(key, v))
+            .collect::<Result<_>>()
+            .map(Some)
     }
 
     /// A required list of integers.
@@ -131,7 +138,11 @@ impl Attrs {
             return Ok(None);
         };
         let items = self.list(key, v)?;
-        items.iter().map(|v| self.to_usize(key, v)).collect::<Result<_>>().map(Some)
+        items
+            .iter()
+            .map(|v| self.to_usize(key, v))
+            .collect::<Result<_>>()
+            .map(Some)
     }
 
     /// A required list of non-negative integers.
@@ -149,7 +160,10 @@ impl Attrs {
             if items.len() != 2 {
                 return Err(self.wrong(key, "a two-element list", &v));
             }
-            return Ok(Some([self.to_usize(key, &items[0])?, self.to_usize(key, &items[1])?]));
+            return Ok(Some([
+                self.to_usize(key, &items[0])?,
+                self.to_usize(key, &items[1])?,
+            ]));
         }
         let n = self.to_usize(key, &v)?;
         Ok(Some([n, n]))
@@ -203,7 +217,8 @@ impl Attrs {
         if m.len() != 2 {
             return Err(self.wrong(key, expected, &v));
         }
-        Mask::new(&shape, data).map_err(|e| Error::invalid(self.op, format!("attribute '{key}': {e}")))
+        Mask::new(&shape, data)
+            .map_err(|e| Error::invalid(self.op, format!("attribute '{key}': {e}")))
     }
 
     /// Fails on any attribute that no reader asked for.
@@ -260,13 +275,18 @@ impl AttrWriter {
 
     /// A string.
     pub fn str(&mut self, key: &'static str, v: &str) {
-        self.entries.push((key, Value::String(v.to_string()).to_string()));
+        self.entries
+            .push((key, Value::String(v.to_string()).to_string()));
     }
 
     /// A mask as `{"shape": [...], "data": [...]}`.
     pub fn mask(&mut self, key: &'static str, m: &Mask) {
         let dims: Vec<String> = m.shape.dims().iter().map(|d| d.to_string()).collect();
-        let data: Vec<&str> = m.data.iter().map(|&b| if b { "true" } else { "false" }).collect();
+        let data: Vec<&str> = m
+            .data
+            .iter()
+            .map(|&b| if b { "true" } else { "false" })
+            .collect();
         self.entries.push((
             key,
             format!(
@@ -282,6 +302,8 @@ impl AttrWriter {
 pub fn not_writable(op: &str) -> Error {
     Error::invalid(
         "graph file",
-        format!("op '{op}' has no graph-file form yet (add it to its family in graph/file/families)"),
+        format!(
+            "op '{op}' has no graph-file form yet (add it to its family in graph/file/families)"
+        ),
     )
 }

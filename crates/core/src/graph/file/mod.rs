@@ -49,7 +49,9 @@ impl GraphFile {
             .inputs()
             .iter()
             .zip(&self.data)
-            .map(|(x, d)| Tensor::from_shape(x.shape.clone(), d.iter().map(|&v| S::from_f64(v)).collect()))
+            .map(|(x, d)| {
+                Tensor::from_shape(x.shape.clone(), d.iter().map(|&v| S::from_f64(v)).collect())
+            })
             .collect()
     }
 

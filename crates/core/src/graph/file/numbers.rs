@@ -159,7 +159,10 @@ mod tests {
             assert_eq!(back.to_bits(), v.to_bits(), "{v} printed as {text}");
         }
         assert_eq!(format_f64(f64::NAN), "\"nan\"");
-        assert_eq!(number(&Value::String("-inf".into())), Some(f64::NEG_INFINITY));
+        assert_eq!(
+            number(&Value::String("-inf".into())),
+            Some(f64::NEG_INFINITY)
+        );
     }
 
     #[test]

@@ -22,7 +22,10 @@ fn at(name: &str) -> impl Fn(Error) -> Error + '_ {
 /// An object's fields, each checked against the allowed set.
 fn fields<'a>(v: &'a Value, what: &str, allowed: &[&str]) -> Result<&'a Map<String, Value>> {
     let Value::Object(map) = v else {
-        return Err(invalid(format!("{what} must be a JSON object, found {}", describe(v))));
+        return Err(invalid(format!(
+            "{what} must be a JSON object, found {}",
+            describe(v)
+        )));
     };
     if let Some(key) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err(invalid(format!(
@@ -33,10 +36,24 @@ fn fields<'a>(v: &'a Value, what: &str, allowed: &[&str]) -> Result<&'a Map<Stri
     Ok(map)
 }
 
+/// The `name` of an input or node, read first so that every later error can name it.
+fn named<'a>(item: &'a Value, what: &str) -> Result<&'a str> {
+    match item {
+        Value::Object(m) => string(m, "name", what),
+        v => Err(invalid(format!(
+            "{what} must be a JSON object, found {}",
+            describe(v)
+        ))),
+    }
+}
+
 fn string<'a>(map: &'a Map<String, Value>, key: &str, what: &str) -> Result<&'a str> {
     match map.get(key) {
         Some(Value::String(s)) => Ok(s),
-        Some(v) => Err(invalid(format!("{what}: '{key}' must be a string, found {}", describe(v)))),
+        Some(v) => Err(invalid(format!(
+            "{what}: '{key}' must be a string, found {}",
+            describe(v)
+        ))),
         None => Err(invalid(format!("{what}: '{key}' is missing"))),
     }
 }
@@ -44,7 +61,10 @@ fn string<'a>(map: &'a Map<String, Value>, key: &str, what: &str) -> Result<&'a 
 fn array<'a>(map: &'a Map<String, Value>, key: &str, what: &str) -> Result<&'a [Value]> {
     match map.get(key) {
         Some(Value::Array(items)) => Ok(items),
-        Some(v) => Err(invalid(format!("{what}: '{key}' must be a list, found {}", describe(v)))),
+        Some(v) => Err(invalid(format!(
+            "{what}: '{key}' must be a list, found {}",
+            describe(v)
+        ))),
         None => Err(invalid(format!("{what}: '{key}' is missing"))),
     }
 }
@@ -53,12 +73,14 @@ fn shape(map: &Map<String, Value>, what: &str) -> Result<Shape> {
     let dims = array(map, "shape", what)?
         .iter()
         .map(|d| {
-            integer(d).and_then(|i| usize::try_from(i).ok()).ok_or_else(|| {
-                invalid(format!(
-                    "{what}: a dimension must be a non-negative integer, found {}",
-                    describe(d)
-                ))
-            })
+            integer(d)
+                .and_then(|i| usize::try_from(i).ok())
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "{what}: a dimension must be a non-negative integer, found {}",
+                        describe(d)
+                    ))
+                })
         })
         .collect::<Result<Vec<_>>>()?;
     Shape::new(dims)
@@ -69,7 +91,10 @@ fn data(map: &Map<String, Value>, shape: &Shape, what: &str) -> Result<Vec<f64>>
         .iter()
         .map(|v| {
             number(v).ok_or_else(|| {
-                invalid(format!("{what}: data must hold numbers, found {}", describe(v)))
+                invalid(format!(
+                    "{what}: data must hold numbers, found {}",
+                    describe(v)
+                ))
             })
         })
         .collect::<Result<Vec<f64>>>()?;
@@ -97,7 +122,9 @@ pub(super) fn parse(text: &str) -> Result<GraphFile> {
     )?;
     let format = string(top, "format", "the file")?;
     if format != FORMAT {
-        return Err(invalid(format!("unsupported format '{format}' (this reader reads '{FORMAT}')")));
+        return Err(invalid(format!(
+            "unsupported format '{format}' (this reader reads '{FORMAT}')"
+        )));
     }
     let dtype = match top.get("dtype").map(|v| v.as_str()) {
         None | Some(Some("f64")) => DType::F64,
@@ -125,11 +152,20 @@ pub(super) fn parse(text: &str) -> Result<GraphFile> {
         parse_node(&mut graph, item, k, &defined_later)?;
     }
     let output = match top.get("output") {
-        None => graph.last_slot().map_err(|_| invalid("the graph has no inputs and no nodes"))?,
+        None => graph
+            .last_slot()
+            .map_err(|_| invalid("the graph has no inputs and no nodes"))?,
         Some(Value::String(name)) => graph.slot_of(name).ok_or_else(|| {
-            invalid(format!("'output' names '{name}', which is not an input or a node"))
+            invalid(format!(
+                "'output' names '{name}', which is not an input or a node"
+            ))
         })?,
-        Some(v) => return Err(invalid(format!("'output' must be a name, found {}", describe(v)))),
+        Some(v) => {
+            return Err(invalid(format!(
+                "'output' must be a name, found {}",
+                describe(v)
+            )))
+        }
     };
     let seed = match top.get("seed") {
         None | Some(Value::Null) => None,
@@ -158,10 +194,11 @@ pub(super) fn parse(text: &str) -> Result<GraphFile> {
 
 fn parse_input(graph: &mut Graph, item: &Value, i: usize) -> Result<(String, Vec<f64>)> {
     let what = format!("input {i}");
-    let map = fields(item, &what, &["name", "shape", "data", "requires_grad"])?;
-    let name = string(map, "name", &what)?;
-    let what = format!("input '{name}'");
+    let name = named(item, &what)?;
     let in_input = at(name);
+    let what = format!("input '{name}'");
+    let map =
+        fields(item, &what, &["name", "shape", "data", "requires_grad"]).map_err(&in_input)?;
     let s = shape(map, &what).map_err(&in_input)?;
     let values = data(map, &s, &what).map_err(&in_input)?;
     let requires_grad = match map.get("requires_grad") {
@@ -185,10 +222,10 @@ fn parse_node(
     all_node_names: &HashSet<&str>,
 ) -> Result<()> {
     let what = format!("node {k}");
-    let map = fields(item, &what, &["name", "op", "args", "attrs"])?;
-    let name = string(map, "name", &what)?;
+    let name = named(item, &what)?;
     let in_node = at(name);
     let what = format!("node '{name}'");
+    let map = fields(item, &what, &["name", "op", "args", "attrs"]).map_err(&in_node)?;
     let op_name = string(map, "op", &what).map_err(&in_node)?;
     let mut args = Vec::new();
     for a in array(map, "args", &what).map_err(&in_node)? {

@@ -14,11 +14,13 @@ pub(super) const OPS: &[&str] = &[
 ];
 
 fn reduction(a: &mut Attrs) -> Result<Reduction> {
-    Ok(match a.choice("reduction", &["mean", "sum", "none"], "mean")? {
-        "sum" => Reduction::Sum,
-        "none" => Reduction::None,
-        _ => Reduction::Mean,
-    })
+    Ok(
+        match a.choice("reduction", &["mean", "sum", "none"], "mean")? {
+            "sum" => Reduction::Sum,
+            "none" => Reduction::None,
+            _ => Reduction::Mean,
+        },
+    )
 }
 
 pub(super) fn parse(name: &'static str, _args: usize, a: &mut Attrs) -> Result<Op> {

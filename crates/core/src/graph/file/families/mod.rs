@@ -60,7 +60,11 @@ pub fn op_names() -> impl Iterator<Item = &'static str> {
 }
 
 /// The op called `name` with these attributes; unknown ops and attributes are errors.
-pub fn parse_op(name: &str, args: usize, attrs: serde_json::Map<String, serde_json::Value>) -> Result<Op> {
+pub fn parse_op(
+    name: &str,
+    args: usize,
+    attrs: serde_json::Map<String, serde_json::Value>,
+) -> Result<Op> {
     for family in FAMILIES {
         if let Some(&op) = family.ops.iter().find(|&&o| o == name) {
             let mut reader = Attrs::new(op, attrs);
