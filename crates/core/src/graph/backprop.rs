@@ -10,7 +10,7 @@ use tapegrad_tensor::{Result, Scalar, Shape, Tensor};
 /// every backward pass of the graph uses, so their results agree bit for bit.
 pub(crate) fn accumulate<S: Scalar>(slot: &mut Tensor<S>, contribution: &Tensor<S>) {
     for (e, &c) in slot.data_mut().iter_mut().zip(contribution.data()) {
-        *e = *e + c;
+        *e += c; // slot on the left
     }
 }
 

@@ -5,6 +5,9 @@ use super::Graph;
 use crate::ops::Forward;
 use tapegrad_tensor::{Result, Scalar, Tensor};
 
+/// The whole context and every node's forward result (value and auxiliary data).
+pub(crate) type Evaluated<S> = (Vec<Tensor<S>>, Vec<Forward<S>>);
+
 impl Graph {
     /// Evaluates node `k` on the context built so far. `checked` runs the op's domain rules first.
     pub(crate) fn forward_node<S: Scalar>(
@@ -29,7 +32,7 @@ impl Graph {
         &self,
         inputs: &[Tensor<S>],
         checked: bool,
-    ) -> Result<(Vec<Tensor<S>>, Vec<Forward<S>>)> {
+    ) -> Result<Evaluated<S>> {
         self.check_inputs(inputs, "values")?;
         let mut context: Vec<Tensor<S>> = Vec::with_capacity(self.slots());
         context.extend(inputs.iter().cloned());

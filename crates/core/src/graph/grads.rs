@@ -32,7 +32,9 @@ impl Sweep {
     }
 }
 
-/// The output's value and the gradient of every input that requires grad, in input order.
+/// The output's value and the gradient of every input that requires grad, in input order. A zero
+/// gradient element is always +0: the sweeps may leave a -0 where another adds onto a zero slot
+/// (`0 + (-0)` is `+0`), and the three must report the same numbers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Gradients<S> {
     pub output: Tensor<S>,
@@ -97,7 +99,7 @@ impl Graph {
             .inputs()
             .iter()
             .zip(grads)
-            .filter_map(|(x, t)| t.map(|t| (x.name.clone(), t)))
+            .filter_map(|(x, t)| t.map(|t| (x.name.clone(), t.map(|v| v + S::ZERO))))
             .collect();
         Ok(Gradients {
             output: value,

@@ -100,6 +100,36 @@ impl Graph {
         Ok(slot)
     }
 
+    /// Replaces the op of the node at `slot` by one with other attributes (new class labels for
+    /// the next batch, say). The new op must accept the same arguments and give the same shape,
+    /// so the rest of the graph stays valid.
+    pub fn set_op(&mut self, slot: usize, op: Op) -> Result<()> {
+        let k = slot
+            .checked_sub(self.inputs.len())
+            .filter(|&k| k < self.nodes.len())
+            .ok_or_else(|| self.bad_slot(slot))?;
+        let label = self.node_label(k);
+        let shapes = self.nodes[k]
+            .args
+            .iter()
+            .map(|&a| self.shape(a))
+            .collect::<Result<Vec<_>>>()?;
+        let shape = op
+            .output_shape(&shapes)
+            .map_err(|e| e.at_node(label.clone()))?;
+        let node = &mut self.nodes[k];
+        if shape != node.shape {
+            return Err(Error::ShapeMismatch {
+                op: op.name(),
+                expected: node.shape.clone(),
+                found: shape,
+            }
+            .at_node(label));
+        }
+        node.op = op;
+        Ok(())
+    }
+
     /// Appends a node named after its slot (`%k`).
     pub fn push(&mut self, op: Op, args: &[usize]) -> Result<usize> {
         let name = format!("%{}", self.slots());

@@ -15,7 +15,7 @@ use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
 /// What is fixed about a graph across batches: the graph, which slots require grad, which
 /// arguments of each node need a contribution, and the last node reading each slot.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Plan {
     graph: Graph,
     requires_grad: Vec<bool>,
@@ -38,6 +38,9 @@ pub struct SavedGraph<S> {
     records: Vec<Saved<S>>,
     output: Tensor<S>,
 }
+
+/// A forward pass and the context it left (values freed after their last use are `None`).
+type PassWithContext<S> = (SavedGraph<S>, Vec<Option<Tensor<S>>>);
 
 impl CompiledGraph {
     /// Prepares `graph` for compiled execution.
@@ -69,6 +72,12 @@ impl CompiledGraph {
         &self.plan.graph
     }
 
+    /// Replaces a node's op by one with other attributes and the same shapes (see
+    /// [`Graph::set_op`]), e.g. the class labels of the next batch. Passes already run keep theirs.
+    pub fn set_op(&mut self, slot: usize, op: crate::ops::Op) -> Result<()> {
+        Arc::make_mut(&mut self.plan).graph.set_op(slot, op)
+    }
+
     /// One forward pass keeping only what each node's VJP needs; values are dropped after their
     /// last use, except the last slot's, which is the output.
     pub fn forward<S: Scalar>(&self, inputs: &[Tensor<S>]) -> Result<SavedGraph<S>> {
@@ -95,7 +104,7 @@ impl CompiledGraph {
         inputs: &[Tensor<S>],
         checked: bool,
         keep_values: bool,
-    ) -> Result<(SavedGraph<S>, Vec<Option<Tensor<S>>>)> {
+    ) -> Result<PassWithContext<S>> {
         let plan = &self.plan;
         let g = &plan.graph;
         let output_slot = g.last_slot()?;
@@ -197,7 +206,10 @@ impl<S: Scalar> SavedGraph<S> {
 
     /// Gradients of the inputs that require grad (`None` for the others) for a seed at the last
     /// slot, consuming the pass: each node's saved tensors and cotangent are freed as soon as it
-    /// has run. Equals the input block of `backprop_all` for the one-hot seed, bit for bit.
+    /// has run, and nodes that do not require grad are skipped. Equals the input block of
+    /// `backprop_all` for the one-hot seed: every non-zero element bit for bit; a zero may differ
+    /// in sign only, because the first contribution into a slot is stored rather than added to
+    /// zero (`0 + (-0)` is `+0`), which saves a pass over every gradient.
     pub fn backward(self, seed: &Tensor<S>) -> Result<Vec<Option<Tensor<S>>>> {
         let g = &self.plan.graph;
         let out = g.last_slot()?;
@@ -217,7 +229,9 @@ impl<S: Scalar> SavedGraph<S> {
         self.backward_seeded(seeds)
     }
 
-    /// As [`SavedGraph::backward`] for a seed per slot, where `None` stands for zeros.
+    /// As [`SavedGraph::backward`] for a seed per slot, where `None` stands for zeros. Every node
+    /// that requires grad runs its VJP, on a zero cotangent if nothing reached it, as the
+    /// reference does.
     pub fn backward_seeded(self, seeds: Vec<Option<Tensor<S>>>) -> Result<Vec<Option<Tensor<S>>>> {
         let SavedGraph { plan, records, .. } = self;
         let g = &plan.graph;
@@ -274,13 +288,9 @@ impl<S: Scalar> SavedGraph<S> {
                 if let (Some(c), true) = (c, needed) {
                     match &mut acc[arg] {
                         Some(existing) => accumulate(existing, &c),
-                        // An absent slot is a zero tensor; `0 + c` (not `c`) keeps the bits
-                        // equal to the dense pass, which turns a -0 contribution into +0.
-                        empty => {
-                            let mut zero = Tensor::zeros(c.shape());
-                            accumulate(&mut zero, &c);
-                            *empty = Some(zero);
-                        }
+                        // Stored as is: the dense pass's `0 + c` would only turn a -0 into +0,
+                        // and rewriting every first contribution costs a pass over it.
+                        empty => *empty = Some(c),
                     }
                 }
             }
