@@ -16,6 +16,14 @@ use tapegrad::core::laws::{check_op, op_cases, random_program, ProgramConfig, To
 use tapegrad::Tensor;
 
 const H: f64 = 1e-6;
+
+fn config(cases: u32) -> Config {
+    Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    }
+}
 const TOL: Tolerance = Tolerance {
     abs: 1e-6,
     rel: 1e-5,
@@ -66,7 +74,7 @@ fn op_level_failures(seed: u64, adjoint_only: bool) -> Vec<String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(config(32))]
 
     #[test]
     fn every_op_vjp_matches_central_differences(seed in any::<u64>()) {
@@ -141,7 +149,7 @@ fn describe(p: &tapegrad::core::laws::Program) -> String {
 
 #[test]
 fn random_programs_backward_matches_central_differences() {
-    let mut runner = TestRunner::new(Config::with_cases(64));
+    let mut runner = TestRunner::new(config(96));
     runner
         .run(&any::<u64>(), |seed| {
             check_program(seed).map_err(TestCaseError::fail)?;
