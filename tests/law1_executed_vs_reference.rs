@@ -68,9 +68,7 @@ fn check_law(tape: &Tape<f64>, rng: &mut ChaCha8Rng) -> std::result::Result<(), 
             _ => uniform(&random_shape(rng), rng),
         };
         let executed = tape.backward_all(out, &seed);
-        let reference = tape
-            .one_hot(out, &seed)
-            .and_then(|g| tape.backward_from(g));
+        let reference = tape.one_hot(out, &seed).and_then(|g| tape.backward_from(g));
         if !same_sweep(&executed, &reference) {
             return Err(format!(
                 "out {out}, seed {seed:?}\nexecuted: {executed:?}\nreference: {reference:?}\ntape:\n{tape}"
@@ -147,7 +145,10 @@ fn random_programs_mix_every_op_with_fan_out_broadcasting_and_frozen_inputs() {
                 let (a, b) = (ctx[node.args[0]].dims(), ctx[node.args[1]].dims());
                 let stretches = |x: &[usize], y: &[usize]| {
                     x.len() < y.len()
-                        || x.iter().rev().zip(y.iter().rev()).any(|(&p, &q)| p == 1 && q > 1)
+                        || x.iter()
+                            .rev()
+                            .zip(y.iter().rev())
+                            .any(|(&p, &q)| p == 1 && q > 1)
                 };
                 broadcast_both += usize::from(stretches(a, b) && stretches(b, a));
             }
@@ -171,8 +172,17 @@ fn random_programs_mix_every_op_with_fan_out_broadcasting_and_frozen_inputs() {
         "ops never placed in 300 programs: {missing:?}"
     );
     assert!(nodes >= 300 * 3, "programs are too short: {nodes} nodes");
-    assert!(fan_out_input >= 30, "inputs read by two nodes: {fan_out_input}");
-    assert!(same_arg_twice >= 5, "nodes reading one slot twice: {same_arg_twice}");
-    assert!(broadcast_both >= 10, "binary nodes broadcasting both sides: {broadcast_both}");
+    assert!(
+        fan_out_input >= 30,
+        "inputs read by two nodes: {fan_out_input}"
+    );
+    assert!(
+        same_arg_twice >= 5,
+        "nodes reading one slot twice: {same_arg_twice}"
+    );
+    assert!(
+        broadcast_both >= 10,
+        "binary nodes broadcasting both sides: {broadcast_both}"
+    );
     assert!(frozen >= 30, "inputs not requiring grad: {frozen}");
 }

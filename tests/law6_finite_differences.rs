@@ -32,7 +32,9 @@ const TOL: Tolerance = Tolerance {
 const ADJOINT_TOL: f64 = 1e-9;
 
 fn uniform_like(t: &Tensor<f64>, rng: &mut ChaCha8Rng) -> Tensor<f64> {
-    let data = (0..t.numel()).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let data = (0..t.numel())
+        .map(|_| rng.random_range(-1.0..1.0))
+        .collect();
     Tensor::new(t.dims(), data).unwrap()
 }
 
@@ -118,13 +120,18 @@ fn check_program(seed: u64) -> Result<(), String> {
         for j in 0..x.numel() {
             let mut shifted = program.inputs.clone();
             shifted[i].data_mut()[j] = x.data()[j] + H;
-            let fp = program.objective(&shifted, out, &cot).map_err(|e| e.to_string())?;
+            let fp = program
+                .objective(&shifted, out, &cot)
+                .map_err(|e| e.to_string())?;
             shifted[i].data_mut()[j] = x.data()[j] - H;
-            let fm = program.objective(&shifted, out, &cot).map_err(|e| e.to_string())?;
+            let fm = program
+                .objective(&shifted, out, &cot)
+                .map_err(|e| e.to_string())?;
             let fd = (fp - fm) / (2.0 * H);
             let got = grads[i].data()[j];
             let allowed = TOL.abs + TOL.rel * fd.abs() + rounding;
-            if !((got - fd).abs() <= allowed) {
+            let err = (got - fd).abs();
+            if err.is_nan() || err > allowed {
                 return Err(format!(
                     "input {i} element {j}: backward_all gives {got}, central difference {fd} \
                      (allowed error {allowed:e}); output slot {out}; program:\n{}",

@@ -183,8 +183,13 @@ fn mul_by_inf_is_reported_with_the_saved_infinity() {
     let report = audit(&tape);
     assert_eq!(report.findings.len(), 1);
     let f = &report.findings[0];
-    assert_eq!((f.node, f.op.as_str(), f.name.as_deref()), (y, "mul", Some("masked")));
-    assert!(matches!(f.kind, FindingKind::NonZero { parent: 0, index: 1, value } if value.is_nan()));
+    assert_eq!(
+        (f.node, f.op.as_str(), f.name.as_deref()),
+        (y, "mul", Some("masked"))
+    );
+    assert!(
+        matches!(f.kind, FindingKind::NonZero { parent: 0, index: 1, value } if value.is_nan())
+    );
     assert_eq!(f.non_finite_saved, Some((1, f64::INFINITY)));
     assert_eq!(
         f.to_string(),

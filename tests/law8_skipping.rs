@@ -27,7 +27,9 @@ fn has_nan(grads: &[Tensor<f64>]) -> bool {
 }
 
 fn uniform_like(t: &Tensor<f64>, rng: &mut ChaCha8Rng) -> Tensor<f64> {
-    let data = (0..t.numel()).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let data = (0..t.numel())
+        .map(|_| rng.random_range(-1.0..1.0))
+        .collect();
     Tensor::new(t.dims(), data).unwrap()
 }
 
@@ -105,7 +107,10 @@ proptest! {
 fn masked_multiplication_by_inf_is_nan_only_in_the_reference_sweep() {
     let mut tape = Tape::<f64>::new();
     let x = tape.leaf(Tensor::from_f64(&[2], &[1.0, 2.0]).unwrap(), true);
-    let c = tape.leaf(Tensor::from_f64(&[2], &[f64::INFINITY, 1.0]).unwrap(), false);
+    let c = tape.leaf(
+        Tensor::from_f64(&[2], &[f64::INFINITY, 1.0]).unwrap(),
+        false,
+    );
     let _unreached = tape.apply(ew(ElementwiseOp::Mul), &[x, c]).unwrap();
     let y = tape.apply(ew(ElementwiseOp::Sin), &[x]).unwrap();
     let seed = Tensor::from_f64(&[2], &[1.0, 1.0]).unwrap();

@@ -116,9 +116,7 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
         K::Mul => ew(E::Mul),
         K::Div => ew(E::Div),
         K::Neg => ew(E::Neg),
-        K::Scale => ew(E::Scale {
-            factor: value(rng),
-        }),
+        K::Scale => ew(E::Scale { factor: value(rng) }),
         K::Abs => ew(E::Abs),
         K::Sqrt => ew(E::Sqrt),
         K::Exp => ew(E::Exp),
@@ -280,13 +278,19 @@ fn hostile_round(rng: &mut ChaCha8Rng) {
     let needs: Vec<bool> = (0..refs.len()).map(|_| rng.random_bool(0.7)).collect();
     let saved = Saved::keep(op.saves(), &refs, &forward, needs.clone());
     if let Some(grads) = no_panic_and_named(&op, "vjp", || op.vjp(&saved.context(), &cot)) {
-        assert_eq!(cot_shape, out_shape, "{op}: vjp accepted a cotangent of the wrong shape");
+        assert_eq!(
+            cot_shape, out_shape,
+            "{op}: vjp accepted a cotangent of the wrong shape"
+        );
         assert_eq!(grads.len(), refs.len(), "{op}");
         for ((g, x), need) in grads.iter().zip(&refs).zip(&needs) {
             if let Some(g) = g {
                 assert_eq!(g.shape(), x.shape(), "{op}");
             } else {
-                assert!(!need, "{op}: no contribution for an argument that needs one");
+                assert!(
+                    !need,
+                    "{op}: no contribution for an argument that needs one"
+                );
             }
         }
     }
@@ -324,36 +328,70 @@ fn t(dims: &[usize]) -> Tensor<f64> {
     Tensor::new(dims, (0..n).map(|i| i as f64 * 0.1 + 0.5).collect()).unwrap()
 }
 
+/// An op, arguments it must reject, and what the message must mention.
+type NamedCase = (Op, Vec<Tensor<f64>>, Vec<&'static str>);
+
 /// Named failures and what their messages must mention.
-fn named_cases() -> Vec<(Op, Vec<Tensor<f64>>, Vec<&'static str>)> {
+fn named_cases() -> Vec<NamedCase> {
     let ew = Op::Elementwise;
     vec![
-        (ew(ElementwiseOp::Add), vec![t(&[2, 3]), t(&[4])], vec!["add", "[2, 3]", "[4]"]),
-        (ew(ElementwiseOp::Add), vec![t(&[2])], vec!["add", "2", "1"]),
-        (ew(ElementwiseOp::Mul), vec![t(&[3]), t(&[2, 2])], vec!["mul", "[3]", "[2, 2]"]),
         (
-            ew(ElementwiseOp::Clamp { min: Some(1.0), max: Some(0.0) }),
+            ew(ElementwiseOp::Add),
+            vec![t(&[2, 3]), t(&[4])],
+            vec!["add", "[2, 3]", "[4]"],
+        ),
+        (ew(ElementwiseOp::Add), vec![t(&[2])], vec!["add", "2", "1"]),
+        (
+            ew(ElementwiseOp::Mul),
+            vec![t(&[3]), t(&[2, 2])],
+            vec!["mul", "[3]", "[2, 2]"],
+        ),
+        (
+            ew(ElementwiseOp::Clamp {
+                min: Some(1.0),
+                max: Some(0.0),
+            }),
             vec![t(&[2])],
             vec!["clamp", "1", "0"],
         ),
         (
-            ew(ElementwiseOp::Where { mask: Mask::new(&[3], vec![true; 3]).unwrap() }),
+            ew(ElementwiseOp::Where {
+                mask: Mask::new(&[3], vec![true; 3]).unwrap(),
+            }),
             vec![t(&[2]), t(&[2])],
             vec!["where", "[3]", "[2]"],
         ),
         (
-            Op::Reduce(ReduceOp::Sum { axes: Some(vec![5]), keepdim: false }),
+            Op::Reduce(ReduceOp::Sum {
+                axes: Some(vec![5]),
+                keepdim: false,
+            }),
             vec![t(&[2, 3])],
             vec!["sum", "5"],
         ),
         (
-            Op::Reduce(ReduceOp::Amax { axes: Some(vec![0, 0]), keepdim: true }),
+            Op::Reduce(ReduceOp::Amax {
+                axes: Some(vec![0, 0]),
+                keepdim: true,
+            }),
             vec![t(&[2, 3])],
             vec!["amax", "0"],
         ),
-        (Op::Reduce(ReduceOp::Softmax { axis: 2 }), vec![t(&[3])], vec!["softmax", "2"]),
-        (Op::Linalg(LinalgOp::Matmul), vec![t(&[2, 3]), t(&[4, 5])], vec!["matmul", "[2, 3]", "[4, 5]"]),
-        (Op::Linalg(LinalgOp::Matmul), vec![t(&[]), t(&[3])], vec!["matmul", "[]"]),
+        (
+            Op::Reduce(ReduceOp::Softmax { axis: 2 }),
+            vec![t(&[3])],
+            vec!["softmax", "2"],
+        ),
+        (
+            Op::Linalg(LinalgOp::Matmul),
+            vec![t(&[2, 3]), t(&[4, 5])],
+            vec!["matmul", "[2, 3]", "[4, 5]"],
+        ),
+        (
+            Op::Linalg(LinalgOp::Matmul),
+            vec![t(&[]), t(&[3])],
+            vec!["matmul", "[]"],
+        ),
         (
             Op::Linalg(LinalgOp::Linear { bias: true }),
             vec![t(&[2, 3]), t(&[4, 5]), t(&[4])],
@@ -380,7 +418,9 @@ fn named_cases() -> Vec<(Op, Vec<Tensor<f64>>, Vec<&'static str>)> {
             vec!["reshape", "[2, 3]", "5"],
         ),
         (
-            Op::Structure(StructureOp::Reshape { shape: vec![-1, -1] }),
+            Op::Structure(StructureOp::Reshape {
+                shape: vec![-1, -1],
+            }),
             vec![t(&[2, 3])],
             vec!["reshape", "-1"],
         ),
@@ -395,22 +435,34 @@ fn named_cases() -> Vec<(Op, Vec<Tensor<f64>>, Vec<&'static str>)> {
             vec!["concat", "[2, 3]", "[2, 4]"],
         ),
         (
-            Op::Structure(StructureOp::Slice { axis: 0, start: 0, end: 2, step: 0 }),
+            Op::Structure(StructureOp::Slice {
+                axis: 0,
+                start: 0,
+                end: 2,
+                step: 0,
+            }),
             vec![t(&[3])],
             vec!["slice", "step"],
         ),
         (
-            Op::Structure(StructureOp::Flatten { start_dim: 1, end_dim: 0 }),
+            Op::Structure(StructureOp::Flatten {
+                start_dim: 1,
+                end_dim: 0,
+            }),
             vec![t(&[2, 3])],
             vec!["flatten", "1", "0"],
         ),
         (
-            Op::Loss(LossOp::MseLoss { reduction: Reduction::Mean }),
+            Op::Loss(LossOp::MseLoss {
+                reduction: Reduction::Mean,
+            }),
             vec![t(&[2]), t(&[3])],
             vec!["mse_loss", "[2]", "[3]"],
         ),
         (
-            Op::Loss(LossOp::BinaryCrossEntropyWithLogits { reduction: Reduction::Sum }),
+            Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
+                reduction: Reduction::Sum,
+            }),
             vec![t(&[2, 2]), t(&[4])],
             vec!["binary_cross_entropy_with_logits", "[2, 2]", "[4]"],
         ),
@@ -423,12 +475,18 @@ fn named_cases() -> Vec<(Op, Vec<Tensor<f64>>, Vec<&'static str>)> {
             vec!["cross_entropy", "7", "3"],
         ),
         (
-            Op::Loss(LossOp::NllLoss { targets: Arc::new(vec![0]), reduction: Reduction::Mean }),
+            Op::Loss(LossOp::NllLoss {
+                targets: Arc::new(vec![0]),
+                reduction: Reduction::Mean,
+            }),
             vec![t(&[2, 3])],
             vec!["nll_loss", "[2, 3]", "1"],
         ),
         (
-            Op::Loss(LossOp::CrossEntropy { targets: Arc::new(vec![0]), reduction: Reduction::Sum }),
+            Op::Loss(LossOp::CrossEntropy {
+                targets: Arc::new(vec![0]),
+                reduction: Reduction::Sum,
+            }),
             vec![t(&[2, 3, 4])],
             vec!["cross_entropy", "[2, 3, 4]"],
         ),
@@ -447,7 +505,10 @@ fn named_failures_mention_the_op_and_what_was_wrong() {
                 continue;
             }
             Ok(Ok(_)) => {
-                problems.push(format!("{op}: accepted {:?}", inputs.iter().map(|x| x.shape()).collect::<Vec<_>>()));
+                problems.push(format!(
+                    "{op}: accepted {:?}",
+                    inputs.iter().map(|x| x.shape()).collect::<Vec<_>>()
+                ));
                 continue;
             }
             Ok(Err(e)) => e.to_string(),
@@ -467,8 +528,14 @@ fn vjp_rejects_a_cotangent_of_the_wrong_shape_naming_op_and_shapes() {
     let (a, b) = (t(&[2, 3]), t(&[3, 4]));
     let fwd = op.forward(&[&a, &b]).unwrap();
     let saved = Saved::keep(op.saves(), &[&a, &b], &fwd, vec![true, true]);
-    let msg = op.vjp(&saved.context(), &t(&[4, 2])).unwrap_err().to_string();
-    assert!(msg.contains("matmul") && msg.contains("[2, 4]") && msg.contains("[4, 2]"), "{msg}");
+    let msg = op
+        .vjp(&saved.context(), &t(&[4, 2]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("matmul") && msg.contains("[2, 4]") && msg.contains("[4, 2]"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -479,5 +546,8 @@ fn tape_apply_with_a_bad_id_names_the_op_and_the_id() {
         .apply(Op::Elementwise(ElementwiseOp::Add), &[x, 5])
         .unwrap_err()
         .to_string();
-    assert!(msg.contains("add") && msg.contains('5') && msg.contains('1'), "{msg}");
+    assert!(
+        msg.contains("add") && msg.contains('5') && msg.contains('1'),
+        "{msg}"
+    );
 }

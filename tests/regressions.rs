@@ -74,7 +74,10 @@ fn broadcasting_on_both_operands_sums_back_each_side() {
     let b = tape.leaf(t(&[1, 4], &[10.0, 20.0, 30.0, 40.0]), true);
     let sum = tape.apply(ew(ElementwiseOp::Add), &[a, b]).unwrap();
     assert_eq!(tape.value(sum).unwrap().dims(), &[3, 4]);
-    assert_eq!(tape.value(sum).unwrap().data()[4..8], [12.0, 22.0, 32.0, 42.0]);
+    assert_eq!(
+        tape.value(sum).unwrap().data()[4..8],
+        [12.0, 22.0, 32.0, 42.0]
+    );
     // Seed S[i][j] = 4i + j: a gets row sums 16i + 6, b gets column sums 12 + 3j.
     let seed = t(&[3, 4], &(0..12).map(f64::from).collect::<Vec<_>>());
     let g = grads(&tape, sum, &seed);
