@@ -90,7 +90,7 @@ fn check_law(tape: &Tape<f64>, rng: &mut ChaCha8Rng) -> std::result::Result<(), 
 fn executed_sweep_equals_reference_sweep_on_zero_preserving_tapes() {
     let tapes = AtomicUsize::new(0);
     let zero_preserving = AtomicUsize::new(0);
-    let mut runner = TestRunner::new(config(192));
+    let mut runner = TestRunner::new(config(256));
     runner
         .run(&any::<u64>(), |seed| {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);

@@ -156,7 +156,7 @@ fn describe(p: &tapegrad::core::laws::Program) -> String {
 
 #[test]
 fn random_programs_backward_matches_central_differences() {
-    let mut runner = TestRunner::new(config(96));
+    let mut runner = TestRunner::new(config(128));
     runner
         .run(&any::<u64>(), |seed| {
             check_program(seed).map_err(TestCaseError::fail)?;
