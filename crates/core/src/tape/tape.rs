@@ -125,11 +125,14 @@ impl<S: Scalar> Tape<S> {
     fn args(&self, op: &Op, args: &[usize]) -> Result<SmallVec<[&Tensor<S>; 4]>> {
         args.iter()
             .map(|&a| {
-                self.nodes.get(a).map(|n| &n.value).ok_or_else(|| Error::BadId {
-                    context: op.name(),
-                    id: a,
-                    len: self.nodes.len(),
-                })
+                self.nodes
+                    .get(a)
+                    .map(|n| &n.value)
+                    .ok_or_else(|| Error::BadId {
+                        context: op.name(),
+                        id: a,
+                        len: self.nodes.len(),
+                    })
             })
             .collect()
     }
@@ -151,14 +154,24 @@ impl<S: Scalar> Tape<S> {
         Ok(self.push(node))
     }
 
-    fn op_node(&self, op: Op, args: &[usize], inputs: &[&Tensor<S>], forward: Forward<S>) -> Result<Node<S>> {
+    fn op_node(
+        &self,
+        op: Op,
+        args: &[usize],
+        inputs: &[&Tensor<S>],
+        forward: Forward<S>,
+    ) -> Result<Node<S>> {
         if self.detect_anomaly {
             super::anomaly::check_forward(self, op.name(), args, &forward.value)?;
         }
         let needs = args.iter().map(|&a| self.nodes[a].requires_grad);
         let requires_grad = args.iter().any(|&a| self.nodes[a].requires_grad);
         // A node nobody differentiates through keeps nothing for a VJP that will never run.
-        let saves = if requires_grad { op.saves() } else { Saves::NOTHING };
+        let saves = if requires_grad {
+            op.saves()
+        } else {
+            Saves::NOTHING
+        };
         let saved = Saved::keep(saves, inputs, &forward, needs);
         Ok(Node {
             name: None,
