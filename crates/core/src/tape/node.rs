@@ -2,19 +2,24 @@
 //! the backward rule that maps a cotangent to ordered `(parent id, contribution)` pairs.
 
 use crate::ops::{Op, Saved};
+use smallvec::SmallVec;
 use std::sync::Arc;
 use tapegrad_tensor::{Result, Scalar, Tensor};
 
 /// A hand-written backward rule: cotangent in, `(parent id, contribution)` pairs out.
 pub type CustomVjp<S> = Arc<dyn Fn(&Tensor<S>) -> Result<Vec<(usize, Tensor<S>)>> + Send + Sync>;
 
+/// The `(parent id, contribution)` pairs of one backward step (inline for up to three parents).
+pub type Contributions<S> = SmallVec<[(usize, Tensor<S>); 3]>;
+
 /// How a node maps its cotangent to contributions.
 #[derive(Clone)]
 pub enum Rule<S> {
     /// A leaf: no contributions.
     Leaf,
-    /// A registered op with what its VJP saved; contribution i goes to `parents[i]`.
-    Op { op: Op, saved: Saved<S> },
+    /// A registered op with what its VJP saved; contribution i goes to `parents[i]`. Boxed so a
+    /// node stays small: nodes are moved on every append.
+    Op { op: Op, saved: Box<Saved<S>> },
     /// A custom rule (used to plant test cases and by extensions).
     Custom { label: String, vjp: CustomVjp<S> },
 }
@@ -26,7 +31,7 @@ pub struct Node<S> {
     pub value: Tensor<S>,
     pub requires_grad: bool,
     /// Parent ids, for display; the sweeps only use what `rule` emits.
-    pub parents: Vec<usize>,
+    pub parents: SmallVec<[usize; 4]>,
     pub rule: Rule<S>,
 }
 
@@ -41,9 +46,9 @@ impl<S: Scalar> Node<S> {
     }
 
     /// The ordered `(parent id, contribution)` pairs for cotangent `cot`.
-    pub fn backward(&self, cot: &Tensor<S>) -> Result<Vec<(usize, Tensor<S>)>> {
+    pub fn backward(&self, cot: &Tensor<S>) -> Result<Contributions<S>> {
         match &self.rule {
-            Rule::Leaf => Ok(Vec::new()),
+            Rule::Leaf => Ok(Contributions::new()),
             Rule::Op { op, saved } => {
                 let grads = op.vjp(&saved.context(), cot)?;
                 Ok(self
@@ -53,7 +58,7 @@ impl<S: Scalar> Node<S> {
                     .filter_map(|(&p, g)| g.map(|g| (p, g)))
                     .collect())
             }
-            Rule::Custom { vjp, .. } => vjp(cot),
+            Rule::Custom { vjp, .. } => Ok(vjp(cot)?.into_iter().collect()),
         }
     }
 
