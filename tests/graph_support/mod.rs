@@ -1,17 +1,21 @@
-//! Shared helpers of the graph law tests: a seeded generator of random straight-line programs over
-//! every op that is implemented (random shapes, broadcasting, fan-out, inputs kept inside each op's
-//! domain), random full seeds, and bit-level comparison of tensors.
+//! Shared helpers of the graph law tests: random straight-line programs over every implemented op,
+//! random full seeds, and bit-level comparison of tensors.
 //!
-//! The generator proposes an op with arguments picked from earlier slots and keeps it only when
-//! its forward succeeds with finite, moderate values, so an op family that is still a stub is
-//! skipped and joins the tests as soon as it lands.
+//! Programs come from two generators, alternating by case: the shared `laws::random_program`
+//! (generic points, away from kinks and ties) and a local one that proposes an op with arguments
+//! picked from earlier slots and keeps it when its forward gives finite, moderate values. The local
+//! one does not avoid ties and kinks (`maximum(x, x)`, amax over broadcast or concatenated copies,
+//! relu, abs and clamp anywhere), which the equality laws and adjointness must survive too; an op
+//! family that is still a stub is skipped by both.
 
 #![allow(dead_code)]
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
-use tapegrad_core::laws::{Program, ProgramNode};
+use tapegrad_core::laws::{
+    random_program as laws_random_program, Program, ProgramConfig, ProgramNode,
+};
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, Op, ReduceOp, Reduction,
     StructureOp,
@@ -299,9 +303,29 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
     })
 }
 
-/// A random program with `nodes` nodes (fewer only if proposals keep failing), its inputs in
+/// The program of test case `case`: from the shared generator for even cases (at most `nodes`
+/// nodes), from the local one (with ties and kinks, exactly `nodes` nodes) for odd ones.
+pub fn random_program(case: u64, nodes: usize) -> Program {
+    if case % 2 == 0 {
+        generic_program(case, nodes)
+    } else {
+        program_with_ties(case, nodes)
+    }
+}
+
+/// A program at a generic point of every node, from `laws::random_program`.
+pub fn generic_program(case: u64, nodes: usize) -> Program {
+    let mut rng = ChaCha8Rng::seed_from_u64(case);
+    let config = ProgramConfig {
+        max_nodes: nodes,
+        ..ProgramConfig::default()
+    };
+    laws_random_program(&mut rng, &config)
+}
+
+/// A program with `nodes` nodes (fewer only if proposals keep failing), its inputs in
 /// [-1.5, 1.5) and every value finite and below 1e4 in magnitude.
-pub fn random_program(seed: u64, nodes: usize) -> Program {
+pub fn program_with_ties(seed: u64, nodes: usize) -> Program {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let n_inputs = rng.random_range(2..=4);
     let mut inputs = Vec::new();

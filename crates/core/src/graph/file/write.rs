@@ -4,7 +4,7 @@
 use super::numbers::format_f64;
 use super::{families, GraphFile, FORMAT};
 use serde_json::Value;
-use tapegrad_tensor::Result;
+use tapegrad_tensor::{Error, Result};
 
 fn quote(s: &str) -> String {
     Value::String(s.to_string()).to_string()
@@ -22,6 +22,27 @@ fn dims(d: &[usize]) -> String {
 
 pub(super) fn write(file: &GraphFile) -> Result<String> {
     let g = &file.graph;
+    if file.data.len() != g.inputs().len() {
+        return Err(Error::invalid(
+            "graph file",
+            format!(
+                "{} data lists for {} inputs",
+                file.data.len(),
+                g.inputs().len()
+            ),
+        ));
+    }
+    for (x, d) in g.inputs().iter().zip(&file.data) {
+        if d.len() != x.shape.numel() {
+            return Err(Error::DataLength {
+                op: "graph file",
+                len: d.len(),
+                shape: x.shape.clone(),
+                numel: x.shape.numel(),
+            }
+            .at_node(format!("'{}'", x.name)));
+        }
+    }
     let mut out = String::new();
     out.push_str(&format!(
         "{{\"format\": {}, \"dtype\": {},\n \"inputs\": [",
