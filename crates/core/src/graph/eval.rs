@@ -9,22 +9,33 @@ use tapegrad_tensor::{Result, Scalar, Tensor};
 pub(crate) type Evaluated<S> = (Vec<Tensor<S>>, Vec<Forward<S>>);
 
 impl Graph {
-    /// Evaluates node `k` on the context built so far. `checked` runs the op's domain rules first.
+    /// Evaluates node `k` on its arguments. `checked` runs the op's domain rules first; an error
+    /// names the node.
+    pub(crate) fn run_node<S: Scalar>(
+        &self,
+        k: usize,
+        args: &[&Tensor<S>],
+        checked: bool,
+    ) -> Result<Forward<S>> {
+        let op = &self.nodes()[k].op;
+        let run = || {
+            if checked {
+                op.check_domain(args)?;
+            }
+            op.forward(args)
+        };
+        run().map_err(|e| e.at_node(self.node_label(k)))
+    }
+
+    /// Evaluates node `k` on the context built so far.
     pub(crate) fn forward_node<S: Scalar>(
         &self,
         k: usize,
         context: &[Tensor<S>],
         checked: bool,
     ) -> Result<Forward<S>> {
-        let node = &self.nodes()[k];
-        let args: Vec<&Tensor<S>> = node.args.iter().map(|&a| &context[a]).collect();
-        let run = || {
-            if checked {
-                node.op.check_domain(&args)?;
-            }
-            node.op.forward(&args)
-        };
-        run().map_err(|e| e.at_node(self.node_label(k)))
+        let args: Vec<&Tensor<S>> = self.nodes()[k].args.iter().map(|&a| &context[a]).collect();
+        self.run_node(k, &args, checked)
     }
 
     /// Every node's forward result (value and auxiliary data) and the whole context.

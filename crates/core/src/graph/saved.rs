@@ -119,13 +119,7 @@ impl CompiledGraph {
                 .iter()
                 .map(|&a| context[a].as_ref().ok_or_else(|| dropped(g, a)))
                 .collect::<Result<Vec<&Tensor<S>>>>()?;
-            let run = || {
-                if checked {
-                    node.op.check_domain(&args)?;
-                }
-                node.op.forward(&args)
-            };
-            let forward = run().map_err(|e| e.at_node(g.node_label(k)))?;
+            let forward = g.run_node(k, &args, checked)?;
             // The dense backward must equal `backprop_all`, which gives every argument a
             // contribution; the inputs-only backward narrows `needs` when it runs.
             records.push(Saved::keep(
