@@ -4,6 +4,7 @@
 mod audit;
 mod node;
 mod session;
+mod session_nn;
 mod sweeps;
 #[allow(clippy::module_inception)]
 mod tape;

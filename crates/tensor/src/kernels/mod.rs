@@ -2,6 +2,7 @@
 //! softmax, layout changes (permute, slice, concat) and matmul on the `gemm` crate.
 
 pub mod broadcast;
+pub mod conv;
 pub mod layout;
 pub mod matmul;
 pub mod reduce;
