@@ -1,5 +1,6 @@
 //! Activation functions: relu, leaky_relu, sigmoid, tanh, gelu (exact erf form and tanh
 //! approximation), softplus and silu, with PyTorch's definitions and gradient conventions.
+//! Each is elementwise, so one local-derivative rule serves as both the VJP and the JVP.
 
 use super::{Arity, Forward, OpRules, Saves, VjpContext};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
@@ -9,6 +10,16 @@ use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 pub enum GeluApproximate {
     None,
     Tanh,
+}
+
+impl GeluApproximate {
+    /// PyTorch's spelling of the attribute.
+    pub fn name(self) -> &'static str {
+        match self {
+            GeluApproximate::None => "none",
+            GeluApproximate::Tanh => "tanh",
+        }
+    }
 }
 
 /// Elementwise activation functions (one argument, output of the same shape).
@@ -36,6 +47,133 @@ pub enum ActivationOp {
 
 use ActivationOp as A;
 
+fn s<S: Scalar>(v: f64) -> S {
+    S::from_f64(v)
+}
+
+/// The logistic function without overflow: `exp` only ever sees a non-positive argument, so
+/// sigmoid(-1000) is 0 and sigmoid(1000) is 1 rather than NaN.
+fn sigmoid<S: Scalar>(x: S) -> S {
+    if x >= S::ZERO {
+        S::ONE / (S::ONE + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (S::ONE + e)
+    }
+}
+
+/// sqrt(2/pi), PyTorch's `kBeta` for the tanh-approximated GELU.
+const GELU_BETA: f64 = std::f64::consts::SQRT_2 * std::f64::consts::FRAC_2_SQRT_PI * 0.5;
+/// PyTorch's `kKappa`.
+const GELU_KAPPA: f64 = 0.044715;
+/// 1/sqrt(2*pi), the standard normal density at 0.
+const INV_SQRT_2PI: f64 = std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2 * 0.5;
+
+/// x * Phi(x) with Phi(x) = (1 + erf(x / sqrt 2)) / 2, evaluated in f64 and rounded to `S`. For
+/// negative x, `1 + erf` cancels: in f32 it keeps only about four digits by x = -3, so the f32
+/// result would stray 1e-5 from the f64 one; f64 keeps f32 within its own rounding.
+fn gelu_erf<S: Scalar>(x: S) -> S {
+    let x = x.to_f64();
+    S::from_f64(x * 0.5 * (1.0 + Scalar::erf(x * std::f64::consts::FRAC_1_SQRT_2)))
+}
+
+/// d/dx of x * Phi(x) = Phi(x) + x * phi(x), in f64 as the forward. Where the density underflows
+/// to 0 the second term is 0 (not `inf * 0` for an infinite x), so it tends to its limits 0 and 1.
+fn gelu_erf_grad<S: Scalar>(x: S) -> S {
+    let x = x.to_f64();
+    let cdf = 0.5 * (1.0 + Scalar::erf(x * std::f64::consts::FRAC_1_SQRT_2));
+    let pdf = (-0.5 * x * x).exp() * INV_SQRT_2PI;
+    S::from_f64(if pdf == 0.0 { cdf } else { cdf + x * pdf })
+}
+
+/// beta * (x + kappa * x^3), the argument of tanh in the tanh-approximated GELU.
+fn gelu_tanh_inner<S: Scalar>(x: S) -> S {
+    s::<S>(GELU_BETA) * (x + s::<S>(GELU_KAPPA) * (x * x * x))
+}
+
+/// 0.5 x (1 + tanh(u)), computed as the identical x * sigmoid(2u): `1 + tanh(u)` cancels for
+/// negative x (losing f32 digits), `sigmoid` does not.
+fn gelu_tanh<S: Scalar>(x: S) -> S {
+    x * sigmoid(s::<S>(2.0) * gelu_tanh_inner(x))
+}
+
+/// The exact derivative of the tanh form: 0.5 (1 + t) + 0.5 x (1 - t^2) beta (1 + 3 kappa x^2)
+/// with t = tanh(u), written with 0.5 (1 + t) = sigmoid(2u) and 1 - t^2 = 4 sigmoid(2u)
+/// sigmoid(-2u), both free of cancellation. Once that product underflows the second term is 0,
+/// even where x^2 overflows.
+fn gelu_tanh_grad<S: Scalar>(x: S) -> S {
+    let two_u = s::<S>(2.0) * gelu_tanh_inner(x);
+    let (p, q) = (sigmoid(two_u), sigmoid(-two_u));
+    let pq = p * q;
+    if pq == S::ZERO {
+        return p;
+    }
+    let inner_derivative = s::<S>(GELU_BETA) * (S::ONE + s::<S>(3.0 * GELU_KAPPA) * (x * x));
+    p + s::<S>(2.0) * x * pq * inner_derivative
+}
+
+/// softplus with PyTorch's threshold: `x` where `beta * x > threshold`, else
+/// `log1p(exp(beta * x)) / beta`. Where that `exp` overflows (only with a large threshold) the
+/// equal, overflow-free `(bx + log1p(exp(-bx))) / beta` is used instead, so the result stays finite.
+fn softplus<S: Scalar>(x: S, beta: S, threshold: S) -> S {
+    let bx = x * beta;
+    if bx > threshold {
+        return x;
+    }
+    let e = bx.exp();
+    if e.is_finite() {
+        e.ln_1p() / beta
+    } else {
+        (bx + (-bx).exp().ln_1p()) / beta
+    }
+}
+
+impl ActivationOp {
+    /// The tensor the derivative is a function of: the output for relu, sigmoid and tanh (their
+    /// derivatives are functions of it), the input for the others.
+    fn derivative_of_output(&self) -> bool {
+        matches!(self, A::Relu | A::Sigmoid | A::Tanh)
+    }
+
+    /// Multiplies `d` (a cotangent or a tangent) elementwise by the local derivative, read from
+    /// `saved` (the output or the input, see `derivative_of_output`). The Jacobian is diagonal, so
+    /// this one map is both the VJP and the JVP, which makes the two exactly adjoint.
+    fn apply_derivative<S: Scalar>(&self, d: &Tensor<S>, saved: &Tensor<S>) -> Result<Tensor<S>> {
+        let name = self.name();
+        match self {
+            // PyTorch's threshold_backward: `y <= 0 ? 0 : g` (a selection, so never `inf * 0`).
+            A::Relu => d.zip_map(saved, name, |g, y| if y <= S::ZERO { S::ZERO } else { g }),
+            A::LeakyRelu { negative_slope } => {
+                let slope: S = s(*negative_slope);
+                d.zip_map(saved, name, |g, x| if x > S::ZERO { g } else { g * slope })
+            }
+            A::Sigmoid => d.zip_map(saved, name, |g, y| g * (S::ONE - y) * y),
+            A::Tanh => d.zip_map(saved, name, |g, y| g * (S::ONE - y * y)),
+            A::Gelu {
+                approximate: GeluApproximate::None,
+            } => d.zip_map(saved, name, |g, x| g * gelu_erf_grad(x)),
+            A::Gelu {
+                approximate: GeluApproximate::Tanh,
+            } => d.zip_map(saved, name, |g, x| g * gelu_tanh_grad(x)),
+            A::Softplus { beta, threshold } => {
+                let (b, th): (S, S) = (s(*beta), s(*threshold));
+                d.zip_map(saved, name, |g, x| {
+                    let bx = x * b;
+                    if bx > th {
+                        g
+                    } else {
+                        g * sigmoid(bx)
+                    }
+                })
+            }
+            A::Silu => d.zip_map(saved, name, |g, x| {
+                let sg = sigmoid(x);
+                g * sg * (S::ONE + x * (S::ONE - sg))
+            }),
+        }
+    }
+}
+
 impl OpRules for ActivationOp {
     fn name(&self) -> &'static str {
         match self {
@@ -54,37 +192,123 @@ impl OpRules for ActivationOp {
     }
 
     fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
-        Ok(inputs[0].clone())
+        let shape = inputs
+            .first()
+            .ok_or_else(|| Error::Arity {
+                op: self.name(),
+                expected: 1,
+                found: 0,
+            })?
+            .to_owned();
+        // Attributes PyTorch would accept but that make the function undefined (NaN or inf for
+        // every input) are rejected here rather than silently producing NaN.
+        match self {
+            A::LeakyRelu { negative_slope } if !negative_slope.is_finite() => Err(Error::invalid(
+                self.name(),
+                format!(
+                    "negative_slope must be finite, got {negative_slope} (input shape {shape})"
+                ),
+            )),
+            A::Softplus { beta, .. } if !beta.is_finite() || *beta == 0.0 => Err(Error::invalid(
+                self.name(),
+                format!("beta must be finite and non-zero, got {beta} (input shape {shape})"),
+            )),
+            A::Softplus { threshold, .. } if threshold.is_nan() => Err(Error::invalid(
+                self.name(),
+                format!("threshold must not be NaN (input shape {shape})"),
+            )),
+            _ => Ok(shape.clone()),
+        }
     }
 
     fn saves(&self) -> Saves {
-        Saves::inputs(&[0])
+        if self.derivative_of_output() {
+            Saves::OUTPUT
+        } else {
+            Saves::inputs(&[0])
+        }
     }
 
-    fn forward<S: Scalar>(&self, _x: &[&Tensor<S>]) -> Result<Forward<S>> {
-        Err(Error::invalid(self.name(), "not implemented yet"))
+    fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
+        let x = x.first().ok_or_else(|| Error::Arity {
+            op: self.name(),
+            expected: 1,
+            found: 0,
+        })?;
+        let out = match self {
+            // `x <= 0` is false for NaN, so NaN propagates as in PyTorch.
+            A::Relu => x.map(|v| if v <= S::ZERO { S::ZERO } else { v }),
+            A::LeakyRelu { negative_slope } => {
+                let slope: S = s(*negative_slope);
+                x.map(|v| if v > S::ZERO { v } else { v * slope })
+            }
+            A::Sigmoid => x.map(sigmoid),
+            A::Tanh => x.map(|v| v.tanh()),
+            A::Gelu {
+                approximate: GeluApproximate::None,
+            } => x.map(gelu_erf),
+            A::Gelu {
+                approximate: GeluApproximate::Tanh,
+            } => x.map(gelu_tanh),
+            A::Softplus { beta, threshold } => {
+                let (b, th): (S, S) = (s(*beta), s(*threshold));
+                x.map(|v| softplus(v, b, th))
+            }
+            A::Silu => x.map(|v| v * sigmoid(v)),
+        };
+        Ok(Forward::new(out))
     }
 
     fn vjp<S: Scalar>(
         &self,
-        _ctx: &VjpContext<'_, S>,
-        _cot: &Tensor<S>,
+        ctx: &VjpContext<'_, S>,
+        cot: &Tensor<S>,
     ) -> Result<Vec<Option<Tensor<S>>>> {
-        Err(Error::invalid(self.name(), "not implemented yet"))
+        if !ctx.needs(0) {
+            return Ok(vec![None]);
+        }
+        let name = self.name();
+        let saved = if self.derivative_of_output() {
+            ctx.output(name)?
+        } else {
+            ctx.input(name, 0)?
+        };
+        Ok(vec![Some(self.apply_derivative(cot, saved)?)])
     }
 
     fn jvp<S: Scalar>(
         &self,
-        _x: &[&Tensor<S>],
-        _out: &Forward<S>,
-        _t: &[&Tensor<S>],
+        x: &[&Tensor<S>],
+        out: &Forward<S>,
+        t: &[&Tensor<S>],
     ) -> Result<Tensor<S>> {
-        Err(Error::invalid(self.name(), "not implemented yet"))
+        let missing = |found| Error::Arity {
+            op: self.name(),
+            expected: 1,
+            found,
+        };
+        let x = x.first().ok_or_else(|| missing(0))?;
+        let t = t.first().ok_or_else(|| missing(0))?;
+        let saved = if self.derivative_of_output() {
+            &out.value
+        } else {
+            x
+        };
+        self.apply_derivative(t, saved)
     }
 }
 
 impl std::fmt::Display for ActivationOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        match self {
+            A::LeakyRelu { negative_slope } => {
+                write!(f, "leaky_relu(negative_slope={negative_slope})")
+            }
+            A::Gelu { approximate } => write!(f, "gelu(approximate='{}')", approximate.name()),
+            A::Softplus { beta, threshold } => {
+                write!(f, "softplus(beta={beta}, threshold={threshold})")
+            }
+            _ => f.write_str(self.name()),
+        }
     }
 }

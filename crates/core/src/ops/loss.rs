@@ -2,8 +2,9 @@
 //! with integer class labels, binary_cross_entropy_with_logits and nll_loss. Class labels are
 //! attributes (not differentiable); an out-of-range label is an error naming it and the bound.
 
-use super::{Arity, Forward, OpRules, Saves, VjpContext};
+use super::{Arity, Aux, Forward, OpRules, Saves, VjpContext};
 use std::sync::Arc;
+use tapegrad_tensor::kernels::log_softmax;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// How a loss reduces over elements: PyTorch's `reduction` argument.
@@ -12,6 +13,93 @@ pub enum Reduction {
     None,
     Mean,
     Sum,
+}
+
+impl Reduction {
+    /// PyTorch's spelling of the attribute.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reduction::None => "none",
+            Reduction::Mean => "mean",
+            Reduction::Sum => "sum",
+        }
+    }
+
+    /// The loss's shape: the per-element (or per-sample) shape for `none`, a scalar otherwise.
+    fn output_shape(self, unreduced: Shape) -> Shape {
+        match self {
+            Reduction::None => unreduced,
+            Reduction::Mean | Reduction::Sum => Shape::scalar(),
+        }
+    }
+
+    /// Reduces per-element losses. The mean of no elements is NaN (0/0), as in PyTorch.
+    fn forward<S: Scalar>(self, per: Vec<S>, unreduced: &Shape) -> Result<Tensor<S>> {
+        let count = per.len();
+        match self {
+            Reduction::None => Tensor::from_shape(unreduced.clone(), per),
+            Reduction::Sum => Ok(Tensor::scalar(per.into_iter().sum())),
+            Reduction::Mean => Ok(Tensor::scalar(
+                per.into_iter().sum::<S>() / S::from_usize(count),
+            )),
+        }
+    }
+
+    /// Reduces per-element tangents. The mean divides each term before summing, so the tangent of
+    /// an empty mean is 0 (an empty sum) rather than 0/0: the output is the constant NaN whatever
+    /// the input, and 0 keeps the JVP adjoint to the VJP, which has no element to give.
+    fn tangent<S: Scalar>(self, per: Vec<S>, unreduced: &Shape) -> Result<Tensor<S>> {
+        let n = S::from_usize(per.len());
+        match self {
+            Reduction::None => Tensor::from_shape(unreduced.clone(), per),
+            Reduction::Sum => Ok(Tensor::scalar(per.into_iter().sum())),
+            Reduction::Mean => Ok(Tensor::scalar(per.into_iter().map(|c| c / n).sum())),
+        }
+    }
+
+    /// The cotangent each of `count` elements receives: its own entry for `none`, the scalar for
+    /// `sum`, the scalar divided by `count` for `mean`.
+    fn weights<'a, S: Scalar>(
+        self,
+        op: &'static str,
+        cot: &'a Tensor<S>,
+        unreduced: &Shape,
+    ) -> Result<Weights<'a, S>> {
+        let expected = self.output_shape(unreduced.clone());
+        if *cot.shape() != expected {
+            return Err(Error::ShapeMismatch {
+                op,
+                expected,
+                found: cot.shape().clone(),
+            });
+        }
+        Ok(match self {
+            Reduction::None => Weights::Each(cot.data()),
+            Reduction::Sum => Weights::All(cot.data()[0]),
+            Reduction::Mean => Weights::All(cot.data()[0] / S::from_usize(unreduced.numel())),
+        })
+    }
+}
+
+impl std::fmt::Display for Reduction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Per-element cotangents: a slice for `none`, one shared value otherwise.
+enum Weights<'a, S> {
+    Each(&'a [S]),
+    All(S),
+}
+
+impl<S: Scalar> Weights<'_, S> {
+    fn at(&self, i: usize) -> S {
+        match self {
+            Weights::Each(w) => w[i],
+            Weights::All(w) => *w,
+        }
+    }
 }
 
 /// Loss functions.
@@ -35,6 +123,113 @@ pub enum LossOp {
 
 use LossOp as Lo;
 
+/// The logistic function without overflow (`exp` only sees non-positive arguments).
+fn sigmoid<S: Scalar>(x: S) -> S {
+    if x >= S::ZERO {
+        S::ONE / (S::ONE + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (S::ONE + e)
+    }
+}
+
+/// The rows and classes of a class-label loss's input, after checking its rank, the number of
+/// labels and each label's range.
+struct Classes {
+    n: usize,
+    c: usize,
+    /// Shape of the unreduced loss: (N) for an (N, C) input, () for a single (C) sample.
+    per_sample: Shape,
+}
+
+fn classes(op: &'static str, shape: &Shape, targets: &[usize]) -> Result<Classes> {
+    let (n, c, per_sample) = match *shape.dims() {
+        [c] => (1, c, Shape::scalar()),
+        [n, c] => (n, c, Shape::new([n])?),
+        _ => {
+            return Err(Error::invalid(
+                op,
+                format!("input must have shape (C) or (N, C), found {shape}"),
+            ))
+        }
+    };
+    if targets.len() != n {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "input of shape {shape} needs {n} class labels, found {}",
+                targets.len()
+            ),
+        ));
+    }
+    if let Some(&bad) = targets.iter().find(|&&t| t >= c) {
+        return Err(Error::Index {
+            op,
+            what: "class label",
+            index: i64::try_from(bad).unwrap_or(i64::MAX),
+            bound: c,
+        });
+    }
+    Ok(Classes { n, c, per_sample })
+}
+
+/// Two arguments that must have one shape (PyTorch broadcasts with a warning; we refuse).
+fn same_shape(op: &'static str, a: &Shape, b: &Shape) -> Result<()> {
+    if a == b {
+        Ok(())
+    } else {
+        Err(Error::ShapeMismatch {
+            op,
+            expected: a.clone(),
+            found: b.clone(),
+        })
+    }
+}
+
+fn arg<'a, T>(op: &'static str, args: &[&'a T], i: usize, arity: usize) -> Result<&'a T> {
+    if args.len() != arity {
+        return Err(Error::Arity {
+            op,
+            expected: arity,
+            found: args.len(),
+        });
+    }
+    Ok(args[i])
+}
+
+impl LossOp {
+    fn reduction(&self) -> Reduction {
+        match self {
+            Lo::MseLoss { reduction }
+            | Lo::CrossEntropy { reduction, .. }
+            | Lo::BinaryCrossEntropyWithLogits { reduction }
+            | Lo::NllLoss { reduction, .. } => *reduction,
+        }
+    }
+
+    fn targets(&self) -> &[usize] {
+        match self {
+            Lo::CrossEntropy { targets, .. } | Lo::NllLoss { targets, .. } => targets,
+            Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => &[],
+        }
+    }
+
+    /// The softmax probabilities cross_entropy's forward leaves in its aux data.
+    fn probabilities<'a, S: Scalar>(
+        &self,
+        aux: &'a Aux<S>,
+        shape: &Shape,
+    ) -> Result<&'a Tensor<S>> {
+        match aux {
+            Aux::Tensors(ts) if ts.len() == 1 && ts[0].shape() == shape => Ok(&ts[0]),
+            _ => Err(Error::invalid(
+                self.name(),
+                format!("the softmax probabilities of the input (shape {shape}) were not saved"),
+            )),
+        }
+    }
+}
+
 impl OpRules for LossOp {
     fn name(&self) -> &'static str {
         match self {
@@ -53,37 +248,255 @@ impl OpRules for LossOp {
     }
 
     fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
-        Ok(inputs[0].clone())
+        let name = self.name();
+        let arity = self.arity().min();
+        let x = arg(name, inputs, 0, arity)?;
+        match self {
+            Lo::MseLoss { reduction } | Lo::BinaryCrossEntropyWithLogits { reduction } => {
+                same_shape(name, x, inputs[1])?;
+                Ok(reduction.output_shape(x.clone()))
+            }
+            Lo::CrossEntropy { targets, reduction } | Lo::NllLoss { targets, reduction } => {
+                Ok(reduction.output_shape(classes(name, x, targets)?.per_sample))
+            }
+        }
     }
 
     fn saves(&self) -> Saves {
-        Saves::NOTHING
+        match self {
+            Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => Saves::inputs(&[0, 1]),
+            // cross_entropy keeps its softmax probabilities in the aux data; nll_loss's gradient
+            // depends only on the labels and the input's shape.
+            Lo::CrossEntropy { .. } | Lo::NllLoss { .. } => Saves::NOTHING,
+        }
     }
 
-    fn forward<S: Scalar>(&self, _x: &[&Tensor<S>]) -> Result<Forward<S>> {
-        Err(Error::invalid(self.name(), "not implemented yet"))
+    fn forward<S: Scalar>(&self, xs: &[&Tensor<S>]) -> Result<Forward<S>> {
+        let name = self.name();
+        let x = arg(name, xs, 0, self.arity().min())?;
+        let reduction = self.reduction();
+        match self {
+            Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => {
+                let y = xs[1];
+                same_shape(name, x.shape(), y.shape())?;
+                let pairs = x.data().iter().zip(y.data());
+                let per: Vec<S> = if matches!(self, Lo::MseLoss { .. }) {
+                    pairs.map(|(&a, &b)| (a - b) * (a - b)).collect()
+                } else {
+                    // max(x, 0) - x y + log(1 + exp(-|x|)): finite for every finite x and y.
+                    pairs
+                        .map(|(&a, &b)| {
+                            let relu = if a > S::ZERO { a } else { S::ZERO };
+                            relu - a * b + (-a.abs()).exp().ln_1p()
+                        })
+                        .collect()
+                };
+                Ok(Forward::new(reduction.forward(per, x.shape())?))
+            }
+            Lo::CrossEntropy { targets, .. } => {
+                let cl = classes(name, x.shape(), targets)?;
+                let lsm = log_softmax(x, x.rank() - 1)?;
+                let per: Vec<S> = targets
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &t)| -lsm.data()[i * cl.c + t])
+                    .collect();
+                let value = reduction.forward(per, &cl.per_sample)?;
+                // The VJP is (softmax - onehot) * g; keep exp(log_softmax), as PyTorch's
+                // log_softmax_backward does.
+                let probs = lsm.map(|v| v.exp());
+                Ok(Forward {
+                    value,
+                    aux: Aux::Tensors(vec![probs]),
+                })
+            }
+            // With mean and N = 0 this is 0/0 = NaN, as PyTorch's nll_loss (total weight 0).
+            Lo::NllLoss { targets, .. } => {
+                let cl = classes(name, x.shape(), targets)?;
+                let per: Vec<S> = targets
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &t)| -x.data()[i * cl.c + t])
+                    .collect();
+                Ok(Forward::new(reduction.forward(per, &cl.per_sample)?))
+            }
+        }
     }
 
     fn vjp<S: Scalar>(
         &self,
-        _ctx: &VjpContext<'_, S>,
-        _cot: &Tensor<S>,
+        ctx: &VjpContext<'_, S>,
+        cot: &Tensor<S>,
     ) -> Result<Vec<Option<Tensor<S>>>> {
-        Err(Error::invalid(self.name(), "not implemented yet"))
+        let name = self.name();
+        let reduction = self.reduction();
+        let in_shape = ctx.input_shapes.first().ok_or_else(|| Error::Arity {
+            op: name,
+            expected: self.arity().min(),
+            found: 0,
+        })?;
+        match self {
+            Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => {
+                if !ctx.needs(0) && !ctx.needs(1) {
+                    return Ok(vec![None, None]);
+                }
+                let (x, y) = (ctx.input(name, 0)?, ctx.input(name, 1)?);
+                same_shape(name, x.shape(), y.shape())?;
+                let w = reduction.weights(name, cot, x.shape())?;
+                let pairs = x.data().iter().zip(y.data()).enumerate();
+                let mse = matches!(self, Lo::MseLoss { .. });
+                let gx: Option<Vec<S>> = ctx.needs(0).then(|| {
+                    pairs
+                        .clone()
+                        .map(|(i, (&a, &b))| {
+                            if mse {
+                                s::<S>(2.0) * (a - b) * w.at(i)
+                            } else {
+                                (sigmoid(a) - b) * w.at(i)
+                            }
+                        })
+                        .collect()
+                });
+                let gy: Option<Vec<S>> = ctx.needs(1).then(|| {
+                    pairs
+                        .map(|(i, (&a, &b))| {
+                            if mse {
+                                -(s::<S>(2.0) * (a - b) * w.at(i))
+                            } else {
+                                -(a * w.at(i))
+                            }
+                        })
+                        .collect()
+                });
+                let wrap = |g: Option<Vec<S>>| {
+                    g.map(|g| Tensor::from_shape(x.shape().clone(), g))
+                        .transpose()
+                };
+                Ok(vec![wrap(gx)?, wrap(gy)?])
+            }
+            Lo::CrossEntropy { targets, .. } | Lo::NllLoss { targets, .. } => {
+                if !ctx.needs(0) {
+                    return Ok(vec![None]);
+                }
+                let cl = classes(name, in_shape, targets)?;
+                let w = reduction.weights(name, cot, &cl.per_sample)?;
+                let grad = match self {
+                    Lo::CrossEntropy { .. } => {
+                        // (p - onehot) * g: p * g everywhere, then the label entry adjusted.
+                        let probs = self.probabilities(ctx.aux, in_shape)?;
+                        let mut g = probs.data().to_vec();
+                        for (i, row) in g.chunks_mut(cl.c.max(1)).take(cl.n).enumerate() {
+                            let wi = w.at(i);
+                            for p in row.iter_mut() {
+                                *p *= wi;
+                            }
+                            let t = targets[i];
+                            row[t] = (probs.data()[i * cl.c + t] - S::ONE) * wi;
+                        }
+                        g
+                    }
+                    _ => {
+                        let mut g = vec![S::ZERO; in_shape.numel()];
+                        for (i, &t) in targets.iter().enumerate() {
+                            g[i * cl.c + t] = -w.at(i);
+                        }
+                        g
+                    }
+                };
+                Ok(vec![Some(Tensor::from_shape(in_shape.clone(), grad)?)])
+            }
+        }
     }
 
     fn jvp<S: Scalar>(
         &self,
-        _x: &[&Tensor<S>],
-        _out: &Forward<S>,
-        _t: &[&Tensor<S>],
+        xs: &[&Tensor<S>],
+        out: &Forward<S>,
+        ts: &[&Tensor<S>],
     ) -> Result<Tensor<S>> {
-        Err(Error::invalid(self.name(), "not implemented yet"))
+        let name = self.name();
+        let arity = self.arity().min();
+        let x = arg(name, xs, 0, arity)?;
+        let tx = arg(name, ts, 0, arity)?;
+        same_shape(name, x.shape(), tx.shape())?;
+        let reduction = self.reduction();
+        match self {
+            Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => {
+                let (y, ty) = (xs[1], ts[1]);
+                same_shape(name, x.shape(), y.shape())?;
+                same_shape(name, x.shape(), ty.shape())?;
+                let mse = matches!(self, Lo::MseLoss { .. });
+                let per: Vec<S> = (0..x.numel())
+                    .map(|i| {
+                        let (a, b) = (x.data()[i], y.data()[i]);
+                        let (ta, tb) = (tx.data()[i], ty.data()[i]);
+                        if mse {
+                            s::<S>(2.0) * (a - b) * (ta - tb)
+                        } else {
+                            (sigmoid(a) - b) * ta - a * tb
+                        }
+                    })
+                    .collect();
+                reduction.tangent(per, x.shape())
+            }
+            Lo::CrossEntropy { .. } | Lo::NllLoss { .. } => {
+                let targets = self.targets();
+                let cl = classes(name, x.shape(), targets)?;
+                let t = tx.data();
+                let per: Vec<S> = match self {
+                    // d(-log_softmax(x)[t]) = sum_c p_c dx_c - dx_t.
+                    Lo::CrossEntropy { .. } => {
+                        let probs = self.probabilities(&out.aux, x.shape())?;
+                        targets
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &label)| {
+                                let row = i * cl.c..(i + 1) * cl.c;
+                                let dot: S = probs.data()[row.clone()]
+                                    .iter()
+                                    .zip(&t[row])
+                                    .map(|(&p, &d)| p * d)
+                                    .sum();
+                                dot - t[i * cl.c + label]
+                            })
+                            .collect()
+                    }
+                    _ => targets
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &label)| -t[i * cl.c + label])
+                        .collect(),
+                };
+                reduction.tangent(per, &cl.per_sample)
+            }
+        }
     }
+}
+
+fn s<S: Scalar>(v: f64) -> S {
+    S::from_f64(v)
 }
 
 impl std::fmt::Display for LossOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        const SHOWN: usize = 8;
+        match self {
+            Lo::MseLoss { reduction } | Lo::BinaryCrossEntropyWithLogits { reduction } => {
+                write!(f, "{}(reduction='{reduction}')", self.name())
+            }
+            Lo::CrossEntropy { targets, reduction } | Lo::NllLoss { targets, reduction } => {
+                write!(f, "{}(targets=[", self.name())?;
+                for (i, t) in targets.iter().take(SHOWN).enumerate() {
+                    if i > 0 {
+                        write!(f, ", ")?;
+                    }
+                    write!(f, "{t}")?;
+                }
+                if targets.len() > SHOWN {
+                    write!(f, ", ... {} labels", targets.len())?;
+                }
+                write!(f, "], reduction='{reduction}')")
+            }
+        }
     }
 }
