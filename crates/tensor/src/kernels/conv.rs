@@ -33,7 +33,13 @@ impl Window {
     /// Number of windows along an axis of length `input`, PyTorch's formula: floor (or ceil when
     /// `ceil_mode`) of `(input + 2 padding - span) / stride` plus one, where in ceil mode the last
     /// window must start inside the input or its left padding.
-    pub fn count(&self, op: &'static str, axis: &str, input: usize, ceil_mode: bool) -> Result<usize> {
+    pub fn count(
+        &self,
+        op: &'static str,
+        axis: &str,
+        input: usize,
+        ceil_mode: bool,
+    ) -> Result<usize> {
         if self.kernel == 0 || self.stride == 0 || self.dilation == 0 {
             return Err(Error::invalid(
                 op,
@@ -48,7 +54,10 @@ impl Window {
             .checked_mul(2)
             .and_then(|p| p.checked_add(input))
             .ok_or_else(|| {
-                Error::invalid(op, format!("padding {} is too large along {axis}", self.padding))
+                Error::invalid(
+                    op,
+                    format!("padding {} is too large along {axis}", self.padding),
+                )
             })?;
         let span = self.span(op)?;
         if span > padded {
@@ -109,7 +118,10 @@ impl Conv2dGeometry {
         let [out_channels, group_in, kh, kw] = weight;
         let shapes = || format!("input {input:?}, weight {weight:?}");
         if groups == 0 {
-            return Err(Error::invalid(op, format!("groups must be positive ({})", shapes())));
+            return Err(Error::invalid(
+                op,
+                format!("groups must be positive ({})", shapes()),
+            ));
         }
         if in_channels % groups != 0 || out_channels % groups != 0 {
             return Err(Error::invalid(
@@ -328,7 +340,20 @@ pub fn conv2d_forward<S: Scalar>(
                 &col
             };
             let dst = &mut out[(n * geo.out_channels + g * og) * l..][..og * l];
-            S::gemm(og, l, rows, dst, l, &wd[g * og * rows..], rows, 1, rhs, l, 1, false);
+            S::gemm(
+                og,
+                l,
+                rows,
+                dst,
+                l,
+                &wd[g * og * rows..],
+                rows,
+                1,
+                rhs,
+                l,
+                1,
+                false,
+            );
         }
     }
     if let Some(b) = bias {
@@ -406,11 +431,7 @@ pub fn conv2d_grad_bias<S: Scalar>(geo: &Conv2dGeometry, grad_out: &Tensor<S>) -
     let l = geo.out_len();
     let mut db = vec![S::ZERO; geo.out_channels];
     if l > 0 {
-        for (chunk, o) in grad_out
-            .data()
-            .chunks(l)
-            .zip((0..geo.out_channels).cycle())
-        {
+        for (chunk, o) in grad_out.data().chunks(l).zip((0..geo.out_channels).cycle()) {
             db[o] += chunk.iter().copied().sum::<S>();
         }
     }
@@ -449,7 +470,8 @@ mod tests {
                                         + ih as usize)
                                         * geo.in_w
                                         + iw as usize;
-                                    let wi = ((o * cg + c) * geo.kernel[0] + ki) * geo.kernel[1] + kj;
+                                    let wi =
+                                        ((o * cg + c) * geo.kernel[0] + ki) * geo.kernel[1] + kj;
                                     acc += x[xi] * w[wi];
                                 }
                             }
@@ -478,7 +500,8 @@ mod tests {
             ([1, 4, 3, 9], [4, 1, 2, 3], [3, 2], [1, 3], [2, 1], 4),
         ];
         for (xs, ws, stride, padding, dilation, groups) in cases {
-            let geo = Conv2dGeometry::new("conv2d", xs, ws, stride, padding, dilation, groups).unwrap();
+            let geo =
+                Conv2dGeometry::new("conv2d", xs, ws, stride, padding, dilation, groups).unwrap();
             let x = Tensor::new(&xs, values(xs.iter().product(), 1)).unwrap();
             let w = Tensor::new(&ws, values(ws.iter().product(), 2)).unwrap();
             let got = conv2d_forward(&geo, &x, &w, None).unwrap();

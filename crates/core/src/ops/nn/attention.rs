@@ -49,7 +49,10 @@ impl ScaledDotProductAttention {
         if qd[..r - 2] != kd[..r - 2] || qd[..r - 2] != vd[..r - 2] {
             return Err(Error::invalid(
                 op,
-                format!("leading (batch) dimensions must be equal, found {}", shapes()),
+                format!(
+                    "leading (batch) dimensions must be equal, found {}",
+                    shapes()
+                ),
             ));
         }
         if qd[r - 1] != kd[r - 1] || kd[r - 2] != vd[r - 2] {
@@ -164,7 +167,12 @@ impl ScaledDotProductAttention {
 
     /// `P * (d - rowsum(P * d)) * scale`: the softmax derivative applied to `d`, zero wherever
     /// `P` is (masked scores and fully masked rows).
-    fn softmax_derivative<S: Scalar>(&self, g: &Geometry, p: &Tensor<S>, d: &Tensor<S>) -> Result<Tensor<S>> {
+    fn softmax_derivative<S: Scalar>(
+        &self,
+        g: &Geometry,
+        p: &Tensor<S>,
+        d: &Tensor<S>,
+    ) -> Result<Tensor<S>> {
         let scale = S::from_f64(g.scale);
         let mut out = Vec::with_capacity(p.numel());
         if g.keys > 0 {

@@ -120,11 +120,7 @@ impl Spec {
             ));
         }
         let xd = x.dims();
-        let (batch, rest) = if batched {
-            (xd[0], &xd[1..])
-        } else {
-            (1, xd)
-        };
+        let (batch, rest) = if batched { (xd[0], &xd[1..]) } else { (1, xd) };
         let channels = rest[0];
         let (in_h, in_w) = if self.spatial == 2 {
             (rest[1], rest[2])

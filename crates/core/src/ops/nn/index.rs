@@ -125,7 +125,13 @@ pub struct Select {
 }
 
 /// `out[(o, j, i)] = x[(o, index[j], i)]` over (outer, len, inner) blocks: index_select's kernel.
-fn take_along<S: Scalar>(x: &[S], outer: usize, len: usize, inner: usize, index: &[usize]) -> Vec<S> {
+fn take_along<S: Scalar>(
+    x: &[S],
+    outer: usize,
+    len: usize,
+    inner: usize,
+    index: &[usize],
+) -> Vec<S> {
     let mut out = Vec::with_capacity(outer * index.len() * inner);
     for o in 0..outer {
         for &j in index {
@@ -138,7 +144,13 @@ fn take_along<S: Scalar>(x: &[S], outer: usize, len: usize, inner: usize, index:
 
 /// The adjoint of `take_along`: adds each output block back to its source row, in order, so
 /// repeated indices accumulate.
-fn put_along<S: Scalar>(g: &[S], outer: usize, len: usize, inner: usize, index: &[usize]) -> Vec<S> {
+fn put_along<S: Scalar>(
+    g: &[S],
+    outer: usize,
+    len: usize,
+    inner: usize,
+    index: &[usize],
+) -> Vec<S> {
     let mut dx = vec![S::ZERO; outer * len * inner];
     let k = index.len();
     for o in 0..outer {
@@ -344,9 +356,15 @@ impl Gather {
         let axis = check_scatter_index("gather", &self.index, self.dim, x.shape(), None)?;
         let mut out = vec![S::ZERO; self.index.shape.numel()];
         let src = x.data();
-        walk_index(&self.index, axis, x.shape(), &self.index.shape, |lin, t, _| {
-            out[lin] = src[t];
-        });
+        walk_index(
+            &self.index,
+            axis,
+            x.shape(),
+            &self.index.shape,
+            |lin, t, _| {
+                out[lin] = src[t];
+            },
+        );
         Tensor::from_shape(self.index.shape.clone(), out)
     }
 }

@@ -73,7 +73,13 @@ struct Grouping {
 }
 
 impl Grouping {
-    fn new(groups: usize, group_len: usize, group: IndexMap, params: usize, param: IndexMap) -> Self {
+    fn new(
+        groups: usize,
+        group_len: usize,
+        group: IndexMap,
+        params: usize,
+        param: IndexMap,
+    ) -> Self {
         // Divisors of zero only arise for empty tensors, where no index is ever mapped.
         let fix = |m: IndexMap| IndexMap {
             div: m.div.max(1),
@@ -284,7 +290,12 @@ fn normalized_jvp<S: Scalar>(
 }
 
 /// Checks the optional `(weight, bias)` argument shapes against the parameter shape.
-fn check_affine_shapes(op: &'static str, affine: &[&Shape], weight: bool, param: &Shape) -> Result<()> {
+fn check_affine_shapes(
+    op: &'static str,
+    affine: &[&Shape],
+    weight: bool,
+    param: &Shape,
+) -> Result<()> {
     for (i, shape) in affine.iter().enumerate() {
         let what = if weight && i == 0 { "weight" } else { "bias" };
         expect_shape(op, what, shape, param)?;
@@ -389,7 +400,15 @@ impl OpRules for LayerNorm {
     ) -> Result<Tensor<S>> {
         let grouping = self.grouping(x[0].shape())?;
         let st = aux_tensors(self.name(), &out.aux, 2, grouping.groups)?;
-        normalized_jvp(&grouping, x, t, st[0].data(), st[1].data(), self.weight, self.bias)
+        normalized_jvp(
+            &grouping,
+            x,
+            t,
+            st[0].data(),
+            st[1].data(),
+            self.weight,
+            self.bias,
+        )
     }
 }
 
@@ -489,7 +508,15 @@ impl OpRules for GroupNorm {
     ) -> Result<Tensor<S>> {
         let grouping = self.grouping(x[0].shape())?;
         let st = aux_tensors(self.name(), &out.aux, 2, grouping.groups)?;
-        normalized_jvp(&grouping, x, t, st[0].data(), st[1].data(), self.weight, self.bias)
+        normalized_jvp(
+            &grouping,
+            x,
+            t,
+            st[0].data(),
+            st[1].data(),
+            self.weight,
+            self.bias,
+        )
     }
 }
 
@@ -567,9 +594,7 @@ impl BatchNorm {
         if self.training && grouping.group_len == 1 {
             return Err(Error::invalid(
                 op,
-                format!(
-                    "expected more than 1 value per channel when training, got input size {x}"
-                ),
+                format!("expected more than 1 value per channel when training, got input size {x}"),
             ));
         }
         Ok(grouping)
@@ -794,7 +819,11 @@ impl OpRules for BatchNorm {
             return Ok(());
         }
         let e = S::from_f64(self.eps);
-        if let Some(i) = x[2].data().iter().position(|&v| v + e <= S::ZERO || (v + e).is_nan()) {
+        if let Some(i) = x[2]
+            .data()
+            .iter()
+            .position(|&v| v + e <= S::ZERO || (v + e).is_nan())
+        {
             return Err(Error::Domain {
                 op: "batch_norm",
                 index: i,

@@ -142,8 +142,12 @@ impl MaxPool2d {
             },
             other => other,
         };
-        let oh = wh.count(op, "height", p.h, self.ceil_mode).map_err(with_shape)?;
-        let ow = ww.count(op, "width", p.w, self.ceil_mode).map_err(with_shape)?;
+        let oh = wh
+            .count(op, "height", p.h, self.ceil_mode)
+            .map_err(with_shape)?;
+        let ow = ww
+            .count(op, "width", p.w, self.ceil_mode)
+            .map_err(with_shape)?;
         // With dilation a window can skip over a small input entirely; its max would be undefined.
         for (win, out, len, axis) in [(wh, oh, p.h, "height"), (ww, ow, p.w, "width")] {
             if let Some(o) = (0..out).find(|&o| window_positions(&win, o, len).next().is_none()) {
@@ -195,7 +199,10 @@ impl OpRules for MaxPool2d {
                         }
                     }
                     let (i, v) = best.ok_or_else(|| {
-                        Error::invalid("max_pool2d", "empty pooling window (checked by the shape rule)")
+                        Error::invalid(
+                            "max_pool2d",
+                            "empty pooling window (checked by the shape rule)",
+                        )
                     })?;
                     out.push(v);
                     argmax.push(i);
@@ -217,7 +224,10 @@ impl OpRules for MaxPool2d {
         for (&i, &g) in argmax.iter().zip(cot.data()) {
             dx[i] += g;
         }
-        Ok(vec![Some(Tensor::from_shape(ctx.input_shapes[0].clone(), dx)?)])
+        Ok(vec![Some(Tensor::from_shape(
+            ctx.input_shapes[0].clone(),
+            dx,
+        )?)])
     }
     fn jvp<S: Scalar>(
         &self,
@@ -290,10 +300,18 @@ impl AvgPool2d {
             },
             other => other,
         };
-        let oh = wh.count(op, "height", p.h, self.ceil_mode).map_err(with_shape)?;
-        let ow = ww.count(op, "width", p.w, self.ceil_mode).map_err(with_shape)?;
+        let oh = wh
+            .count(op, "height", p.h, self.ceil_mode)
+            .map_err(with_shape)?;
+        let ow = ww
+            .count(op, "width", p.w, self.ceil_mode)
+            .map_err(with_shape)?;
         let shape = pooled_shape(x, oh, ow)?;
-        Ok((p, [Self::spans(&wh, oh, p.h), Self::spans(&ww, ow, p.w)], shape))
+        Ok((
+            p,
+            [Self::spans(&wh, oh, p.h), Self::spans(&ww, ow, p.w)],
+            shape,
+        ))
     }
 
     fn divisor(&self, sh: &Span, sw: &Span) -> usize {
