@@ -366,7 +366,10 @@ pub fn conv2d_forward<S: Scalar>(
     Ok(out)
 }
 
-/// Gradient with respect to the input: `col2im(W_g^T @ dy_g)` per sample and group.
+/// Gradient with respect to the input. With unit stride it is itself a convolution: of the output
+/// gradient, padded by `dilation * (kernel - 1) - padding`, with the weight flipped and its channel
+/// axes swapped; its GEMM has the deep `O * kH * kW` inner dimension of a forward pass. Otherwise
+/// `col2im(W_g^T @ dy_g)` per sample and group.
 pub fn conv2d_grad_input<S: Scalar>(
     geo: &Conv2dGeometry,
     grad_out: &Tensor<S>,
@@ -374,6 +377,11 @@ pub fn conv2d_grad_input<S: Scalar>(
 ) -> Result<Vec<S>> {
     geo.check_len("output gradient", grad_out, geo.output_numel())?;
     geo.check_len("weight", weight, geo.weight_numel())?;
+    if !geo.is_pointwise() {
+        if let Some(full) = geo.transposed() {
+            return conv2d_forward(&full, grad_out, &geo.flipped_weight(weight)?, None);
+        }
+    }
     let (rows, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
     let group_x = geo.group_in() * geo.in_len();
     let mut dx = vec![S::ZERO; geo.input_numel()];
@@ -393,6 +401,56 @@ pub fn conv2d_grad_input<S: Scalar>(
         }
     }
     Ok(dx)
+}
+
+impl Conv2dGeometry {
+    /// The geometry of the input gradient as a forward convolution, when the stride is 1 and the
+    /// padding does not exceed the dilated kernel extent (so the new padding is not negative).
+    fn transposed(&self) -> Option<Conv2dGeometry> {
+        if self.stride != [1, 1] {
+            return None;
+        }
+        let pad = |a: usize| (self.dilation[a] * (self.kernel[a] - 1)).checked_sub(self.padding[a]);
+        let padding = [pad(0)?, pad(1)?];
+        let full = Conv2dGeometry::new(
+            "conv2d",
+            [self.batch, self.out_channels, self.out_h, self.out_w],
+            [
+                self.in_channels,
+                self.group_out(),
+                self.kernel[0],
+                self.kernel[1],
+            ],
+            [1, 1],
+            padding,
+            self.dilation,
+            self.groups,
+        )
+        .ok()?;
+        (full.out_h == self.in_h && full.out_w == self.in_w).then_some(full)
+    }
+
+    /// The weight (O, C/g, kH, kW) as (C, O/g, kH, kW), spatially flipped, group by group.
+    fn flipped_weight<S: Scalar>(&self, weight: &Tensor<S>) -> Result<Tensor<S>> {
+        let (cg, og, [kh, kw]) = (self.group_in(), self.group_out(), self.kernel);
+        let wd = weight.data();
+        let mut flipped = vec![S::ZERO; wd.len()];
+        for g in 0..self.groups {
+            for o in 0..og {
+                for c in 0..cg {
+                    for i in 0..kh {
+                        for j in 0..kw {
+                            let src = (((g * og + o) * cg + c) * kh + i) * kw + j;
+                            let dst =
+                                (((g * cg + c) * og + o) * kh + (kh - 1 - i)) * kw + (kw - 1 - j);
+                            flipped[dst] = wd[src];
+                        }
+                    }
+                }
+            }
+        }
+        Tensor::new(&[self.in_channels, og, kh, kw], flipped)
+    }
 }
 
 /// Gradient with respect to the weight: `sum_n dy_g @ col_g^T`, accumulated in sample order.
@@ -506,6 +564,70 @@ mod tests {
             let w = Tensor::new(&ws, values(ws.iter().product(), 2)).unwrap();
             let got = conv2d_forward(&geo, &x, &w, None).unwrap();
             assert_eq!(got, naive(&geo, x.data(), w.data()), "{geo:?}");
+        }
+    }
+
+    /// The input gradient straight from the definition: each output gradient flows back to every
+    /// input element its window read.
+    fn naive_grad_input(geo: &Conv2dGeometry, dy: &[f64], w: &[f64]) -> Vec<f64> {
+        let mut dx = vec![0.0; geo.input_numel()];
+        let (og, cg) = (geo.group_out(), geo.group_in());
+        let [kh, kw] = geo.kernel;
+        for n in 0..geo.batch {
+            for o in 0..geo.out_channels {
+                for oy in 0..geo.out_h {
+                    for ox in 0..geo.out_w {
+                        let g = dy[((n * geo.out_channels + o) * geo.out_h + oy) * geo.out_w + ox];
+                        for c in 0..cg {
+                            for ki in 0..kh {
+                                for kj in 0..kw {
+                                    let ih = (oy * geo.stride[0] + ki * geo.dilation[0]) as isize
+                                        - geo.padding[0] as isize;
+                                    let iw = (ox * geo.stride[1] + kj * geo.dilation[1]) as isize
+                                        - geo.padding[1] as isize;
+                                    if ih < 0
+                                        || iw < 0
+                                        || ih as usize >= geo.in_h
+                                        || iw as usize >= geo.in_w
+                                    {
+                                        continue;
+                                    }
+                                    let ch = o / og * cg + c;
+                                    let xi = ((n * geo.in_channels + ch) * geo.in_h + ih as usize)
+                                        * geo.in_w
+                                        + iw as usize;
+                                    dx[xi] += g * w[((o * cg + c) * kh + ki) * kw + kj];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        dx
+    }
+
+    #[test]
+    fn both_input_gradient_paths_match_the_definition() {
+        let cases = [
+            // Unit stride: the transposed-convolution path.
+            ([2, 4, 5, 7], [6, 2, 3, 2], [1, 1], [1, 0], [1, 2], 2),
+            ([1, 3, 6, 6], [2, 3, 3, 3], [1, 1], [2, 1], [1, 1], 1),
+            // Padding beyond the kernel extent, and stride 2: the col2im path.
+            ([1, 2, 4, 4], [3, 2, 1, 2], [1, 1], [1, 1], [1, 1], 1),
+            ([1, 4, 7, 9], [4, 1, 2, 3], [2, 3], [1, 1], [2, 1], 4),
+        ];
+        for (xs, ws, stride, padding, dilation, groups) in cases {
+            let geo =
+                Conv2dGeometry::new("conv2d", xs, ws, stride, padding, dilation, groups).unwrap();
+            let w = Tensor::new(&ws, values(ws.iter().product(), 2)).unwrap();
+            let dy = Tensor::new(
+                &[xs[0], ws[0], geo.out_h, geo.out_w],
+                values(geo.output_numel(), 3),
+            )
+            .unwrap();
+            let got = conv2d_grad_input(&geo, &dy, &w).unwrap();
+            assert_eq!(got, naive_grad_input(&geo, dy.data(), w.data()), "{geo:?}");
         }
     }
 
