@@ -2,6 +2,7 @@
 //! convolution, im2col/col2im, and the forward pass and both gradients as per-sample, per-group
 //! matrix products. Conv1d is the same code with a height of 1.
 
+use super::alloc::try_zeroed;
 use crate::{Error, Result, Scalar, Tensor};
 
 /// The per-axis window parameters of a sliding-window op (convolution or pooling).
@@ -53,6 +54,8 @@ impl Window {
             .padding
             .checked_mul(2)
             .and_then(|p| p.checked_add(input))
+            // Window positions are computed in isize, so the padded extent must fit there.
+            .filter(|&p| p <= isize::MAX as usize)
             .ok_or_else(|| {
                 Error::invalid(
                     op,
@@ -163,10 +166,29 @@ impl Conv2dGeometry {
             out_h,
             out_w,
         };
-        // The column buffer and the output must be addressable; checking once here keeps every
-        // product below free of overflow.
-        crate::Shape::new([geo.col_rows(), geo.out_len()])?;
-        crate::Shape::new([batch, out_channels, out_h, out_w])?;
+        // Every product the methods below form (column buffer, per-channel and per-group sizes,
+        // and the three tensors) must fit even where another factor is 0: bounding the product of
+        // the non-zero factors of each bounds all its partial products.
+        let products: [&[usize]; 6] = [
+            &[group_in, kh, kw, out_h, out_w],
+            &[batch, in_channels, in_h, in_w],
+            &[out_channels, group_in, kh, kw],
+            &[batch, out_channels, out_h, out_w],
+            &[in_channels / groups, in_h, in_w],
+            &[out_channels / groups, out_h, out_w],
+        ];
+        for dims in products {
+            let mut nonzero = dims.iter().filter(|&&d| d != 0);
+            if nonzero
+                .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+                .is_none()
+            {
+                return Err(Error::invalid(
+                    op,
+                    format!("sizes {dims:?} have too many elements ({})", shapes()),
+                ));
+            }
+        }
         Ok(geo)
     }
 
@@ -327,8 +349,8 @@ pub fn conv2d_forward<S: Scalar>(
     }
     let (rows, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
     let group_x = geo.group_in() * geo.in_len();
-    let mut out = vec![S::ZERO; geo.output_numel()];
-    let mut col = vec![S::ZERO; if geo.is_pointwise() { 0 } else { rows * l }];
+    let mut out = try_zeroed("conv2d", geo.output_numel())?;
+    let mut col = try_zeroed("conv2d", if geo.is_pointwise() { 0 } else { rows * l })?;
     let (xd, wd) = (x.data(), weight.data());
     for n in 0..geo.batch {
         for g in 0..geo.groups {
@@ -384,8 +406,8 @@ pub fn conv2d_grad_input<S: Scalar>(
     }
     let (rows, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
     let group_x = geo.group_in() * geo.in_len();
-    let mut dx = vec![S::ZERO; geo.input_numel()];
-    let mut col = vec![S::ZERO; if geo.is_pointwise() { 0 } else { rows * l }];
+    let mut dx = try_zeroed("conv2d", geo.input_numel())?;
+    let mut col = try_zeroed("conv2d", if geo.is_pointwise() { 0 } else { rows * l })?;
     let (gd, wd) = (grad_out.data(), weight.data());
     for n in 0..geo.batch {
         for g in 0..geo.groups {
@@ -463,8 +485,8 @@ pub fn conv2d_grad_weight<S: Scalar>(
     geo.check_len("input", x, geo.input_numel())?;
     let (rows, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
     let group_x = geo.group_in() * geo.in_len();
-    let mut dw = vec![S::ZERO; geo.weight_numel()];
-    let mut col = vec![S::ZERO; if geo.is_pointwise() { 0 } else { rows * l }];
+    let mut dw = try_zeroed("conv2d", geo.weight_numel())?;
+    let mut col = try_zeroed("conv2d", if geo.is_pointwise() { 0 } else { rows * l })?;
     let (gd, xd) = (grad_out.data(), x.data());
     for n in 0..geo.batch {
         for g in 0..geo.groups {

@@ -4,6 +4,7 @@
 
 use crate::ops::{Arity, Aux, Forward, OpRules, Saves, VjpContext};
 use std::sync::Arc;
+use tapegrad_tensor::kernels::alloc::try_with_capacity;
 use tapegrad_tensor::kernels::conv::Window;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
@@ -69,6 +70,7 @@ struct Planes {
 }
 
 fn planes(op: &'static str, x: &Shape) -> Result<Planes> {
+    super::product(op, x.dims())?;
     let r = x.rank();
     if r != 3 && r != 4 {
         return Err(Error::invalid(
@@ -110,14 +112,23 @@ fn check_padding(op: &'static str, kernel: [usize; 2], padding: [usize; 2]) -> R
 }
 
 /// The valid input positions of window `o` along one axis: `start + k * dilation` for the `k`
-/// that land in `0..len`.
+/// that land in `0..len`, found arithmetically so that a huge kernel costs nothing extra.
+/// `Window::count` keeps every position within `isize`.
 fn window_positions(win: &Window, o: usize, len: usize) -> impl Iterator<Item = usize> {
     let start = (o * win.stride) as isize - win.padding as isize;
-    let dilation = win.dilation;
-    (0..win.kernel).filter_map(move |k| {
-        let p = start + (k * dilation) as isize;
-        (p >= 0 && (p as usize) < len).then_some(p as usize)
-    })
+    let d = win.dilation;
+    let first = if start < 0 {
+        start.unsigned_abs().div_ceil(d)
+    } else {
+        0
+    };
+    let room = len as isize - start;
+    let end = if room <= 0 {
+        0
+    } else {
+        (room as usize).div_ceil(d).min(win.kernel)
+    };
+    (first..end.max(first)).map(move |k| (start + (k * d) as isize) as usize)
 }
 
 impl MaxPool2d {
@@ -407,32 +418,41 @@ impl OpRules for AvgPool2d {
     }
 }
 
-/// Per-axis `(start, end)` input ranges of the adaptive windows.
-type AdaptiveSpans = [Vec<(usize, usize)>; 2];
+/// One axis of an adaptive pool: `out` windows over `len` inputs.
+#[derive(Debug, Clone, Copy)]
+struct AdaptiveAxis {
+    len: usize,
+    out: usize,
+}
+
+impl AdaptiveAxis {
+    /// PyTorch's adaptive windows: `floor(i len / out) .. ceil((i + 1) len / out)`, computed on
+    /// the fly (an attribute-sized list could be huge even when the output is empty).
+    fn spans(self) -> impl Iterator<Item = (usize, usize)> + Clone {
+        let (l, o) = (self.len as u128, self.out as u128);
+        (0..o).map(move |i| ((i * l / o) as usize, ((i + 1) * l).div_ceil(o) as usize))
+    }
+}
 
 impl AdaptiveAvgPool2d {
-    /// PyTorch's adaptive windows along one axis: `floor(i len / out) .. ceil((i + 1) len / out)`.
-    fn spans(len: usize, out: usize) -> Vec<(usize, usize)> {
-        let (l, o) = (len as u128, out as u128);
-        (0..o)
-            .map(|i| ((i * l / o) as usize, ((i + 1) * l).div_ceil(o) as usize))
-            .collect()
-    }
-
-    fn geometry(&self, x: &Shape) -> Result<(Planes, AdaptiveSpans, Shape)> {
+    fn geometry(&self, x: &Shape) -> Result<(Planes, [AdaptiveAxis; 2], Shape)> {
         let p = planes(self.name(), x)?;
         let [oh, ow] = self.output_size;
         let shape = pooled_shape(x, oh, ow)?;
-        Ok((p, [Self::spans(p.h, oh), Self::spans(p.w, ow)], shape))
+        let axes = [
+            AdaptiveAxis { len: p.h, out: oh },
+            AdaptiveAxis { len: p.w, out: ow },
+        ];
+        Ok((p, axes, shape))
     }
 
     fn pool<S: Scalar>(&self, x: &Tensor<S>) -> Result<Tensor<S>> {
         let (p, [hs, ws], shape) = self.geometry(x.shape())?;
         let src = x.data();
-        let mut out = Vec::with_capacity(shape.numel());
+        let mut out = try_with_capacity(self.name(), shape.numel())?;
         for base in (0..p.planes).map(|i| i * p.h * p.w) {
-            for &(h0, h1) in &hs {
-                for &(w0, w1) in &ws {
+            for (h0, h1) in hs.spans() {
+                for (w0, w1) in ws.spans() {
                     let mut acc = S::ZERO;
                     for ih in h0..h1 {
                         let row = base + ih * p.w;
@@ -474,8 +494,8 @@ impl OpRules for AdaptiveAvgPool2d {
         let mut dx = vec![S::ZERO; in_shape.numel()];
         let mut g = cot.data().iter();
         for base in (0..p.planes).map(|i| i * p.h * p.w) {
-            for &(h0, h1) in &hs {
-                for &(w0, w1) in &ws {
+            for (h0, h1) in hs.spans() {
+                for (w0, w1) in ws.spans() {
                     let gv = *g.next().ok_or_else(|| {
                         Error::invalid("adaptive_avg_pool2d", "cotangent shorter than the output")
                     })?;
