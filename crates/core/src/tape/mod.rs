@@ -1,6 +1,7 @@
 //! The eager engine: an append-only tape of nodes (DESIGN section 3), its three backward sweeps,
 //! the zero-preserving audit, and the imperative `Session` front-end built on it.
 
+mod anomaly;
 mod audit;
 mod node;
 mod session;
@@ -10,6 +11,6 @@ mod sweeps;
 mod tape;
 
 pub use audit::{audit, AuditFinding, AuditReport, FindingKind};
-pub use node::{CustomVjp, Node, Rule};
+pub use node::{Contributions, CustomVjp, Node, Rule};
 pub use session::{Gradients, Session, Var};
 pub use tape::Tape;

@@ -11,14 +11,14 @@ const CONTEXT: &str = "backward";
 /// Adds `new` into `slot` as `existing + new` (existing on the left), in place when unshared.
 fn add_into<S: Scalar>(existing: &mut Tensor<S>, new: &Tensor<S>) {
     for (e, &n) in existing.data_mut().iter_mut().zip(new.data()) {
-        *e = *e + n;
+        *e += n; // existing + new, existing on the left
     }
 }
 
 impl<S: Scalar> Tape<S> {
     /// Checks a contribution to `pid` and says whether it should be kept (its parent requires grad).
     fn check_contribution(&self, pid: usize, g: &Tensor<S>) -> Result<bool> {
-        let parent = self.nodes.get(pid).ok_or(Error::BadId {
+        let parent = self.nodes.get(pid).ok_or_else(|| Error::BadId {
             context: CONTEXT,
             id: pid,
             len: self.nodes.len(),
@@ -37,7 +37,7 @@ impl<S: Scalar> Tape<S> {
 
     /// Validates the output id and the seed's shape.
     fn check_seed(&self, out: usize, seed: &Tensor<S>) -> Result<()> {
-        let node = self.nodes.get(out).ok_or(Error::BadId {
+        let node = self.nodes.get(out).ok_or_else(|| Error::BadId {
             context: CONTEXT,
             id: out,
             len: self.nodes.len(),
@@ -69,6 +69,11 @@ impl<S: Scalar> Tape<S> {
                 continue;
             };
             let contributions = node.backward(&cot);
+            for (pid, g) in contributions.as_ref().into_iter().flatten() {
+                if self.detect_anomaly {
+                    super::anomaly::check_backward(self, id, &cot, *pid, g)?;
+                }
+            }
             // Put the cotangent back before accumulating, so a rule that feeds its own id adds on top.
             slots[id] = Some(cot);
             for (pid, g) in contributions? {
