@@ -97,9 +97,6 @@ impl ScaledDotProductAttention {
         }
         let mut out = qd[..r - 1].to_vec();
         out.push(vd[r - 1]);
-        for dims in [qd, kd, vd, scores.dims(), &out] {
-            super::product(op, dims)?;
-        }
         Ok(Geometry {
             scores,
             out: Shape::new(out)?,

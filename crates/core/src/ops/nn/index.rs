@@ -2,7 +2,7 @@
 //! differentiable): `embedding` (gradients of repeated indices accumulate), `index_select`,
 //! `gather`, `scatter_add` and `select`. An out-of-range index is `Error::Index` naming it and the bound.
 
-use super::{index_i64, product, when};
+use super::{index_i64, when};
 use crate::ops::{Arity, Forward, OpRules, Saves, VjpContext};
 use std::sync::Arc;
 use tapegrad_tensor::kernels::softmax::split_at_axis;
@@ -179,9 +179,6 @@ impl Embedding {
             ));
         }
         self.indices.check_bound(op, w.dims()[0])?;
-        let mut out = self.indices.shape.dims().to_vec();
-        out.push(w.dims()[1]);
-        product(op, &out)?;
         Ok((w.dims()[0], w.dims()[1]))
     }
 }
@@ -243,12 +240,10 @@ impl IndexSelect {
             ));
         }
         let axis = normalize_axis(op, self.dim, x.rank())?;
-        product(op, x.dims())?;
         let (outer, len, inner) = split_at_axis(x.dims(), axis);
         self.index.check_bound(op, len)?;
         let mut dims = x.dims().to_vec();
         dims[axis] = self.index.data.len();
-        product(op, &dims)?;
         Ok((outer, len, inner, Shape::new(dims)?))
     }
 }
@@ -301,8 +296,6 @@ fn walk_index(
     source: &Shape,
     mut f: impl FnMut(usize, usize, usize),
 ) {
-    // With no positions there is nothing to visit; with some, every extent of `target` off the
-    // indexed axis and of `source` is at least 1, so their strides fit.
     if index.data.is_empty() {
         return;
     }
@@ -486,7 +479,6 @@ impl Select {
     fn geometry(&self, x: &Shape) -> Result<(usize, usize, usize, usize, Shape)> {
         let op = "select";
         let axis = normalize_axis(op, self.dim, x.rank())?;
-        product(op, x.dims())?;
         let (outer, len, inner) = split_at_axis(x.dims(), axis);
         let at = if self.index < 0 {
             self.index.checked_add(len as isize)

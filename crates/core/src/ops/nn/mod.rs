@@ -181,20 +181,6 @@ where
     }
 }
 
-/// The product of `dims`, or an error when the product of its non-zero factors overflows: that
-/// bound makes every partial product a kernel forms fit, even when another factor is 0 (a shape
-/// like [0, 2^40, 2^40] is valid but its trailing block size is not).
-fn product(op: &'static str, dims: &[usize]) -> Result<usize> {
-    let mut nonzero = dims.iter().filter(|&&d| d != 0);
-    match nonzero.try_fold(1usize, |acc, &d| acc.checked_mul(d)) {
-        Some(_) => Ok(dims.iter().product()),
-        None => Err(Error::invalid(
-            op,
-            format!("sizes {dims:?} have too many elements"),
-        )),
-    }
-}
-
 /// Converts an index for an `Error::Index` (indices beyond `i64` saturate).
 fn index_i64(i: usize) -> i64 {
     i64::try_from(i).unwrap_or(i64::MAX)

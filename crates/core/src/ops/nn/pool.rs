@@ -70,7 +70,6 @@ struct Planes {
 }
 
 fn planes(op: &'static str, x: &Shape) -> Result<Planes> {
-    super::product(op, x.dims())?;
     let r = x.rank();
     if r != 3 && r != 4 {
         return Err(Error::invalid(
@@ -131,6 +130,20 @@ fn window_positions(win: &Window, o: usize, len: usize) -> impl Iterator<Item = 
     (first..end.max(first)).map(move |k| (start + (k * d) as isize) as usize)
 }
 
+/// The windows that reach into the padding on either side (the others lie inside the input and
+/// are never empty): few, however long the axis.
+fn edge_windows(win: &Window, out: usize, len: usize) -> impl Iterator<Item = usize> {
+    // Window o starts at o * stride - padding and ends at that plus span (at most the padded
+    // length, which fits in isize).
+    let span = win.dilation * (win.kernel - 1) + 1;
+    let inside_from = win.padding.div_ceil(win.stride).min(out);
+    let inside_to = match (len + win.padding).checked_sub(span) {
+        Some(room) => (room / win.stride + 1).min(out),
+        None => 0,
+    };
+    (0..inside_from).chain(inside_to.max(inside_from)..out)
+}
+
 impl MaxPool2d {
     fn windows(&self) -> [Window; 2] {
         [0, 1].map(|a| Window {
@@ -161,7 +174,8 @@ impl MaxPool2d {
             .map_err(with_shape)?;
         // With dilation a window can skip over a small input entirely; its max would be undefined.
         for (win, out, len, axis) in [(wh, oh, p.h, "height"), (ww, ow, p.w, "width")] {
-            if let Some(o) = (0..out).find(|&o| window_positions(&win, o, len).next().is_none()) {
+            let mut edges = edge_windows(&win, out, len);
+            if let Some(o) = edges.find(|&o| window_positions(&win, o, len).next().is_none()) {
                 return Err(Error::invalid(
                     op,
                     format!("window {o} along {axis} covers only padding (input {x}, {self})"),
@@ -271,6 +285,33 @@ struct Span {
     padded_extent: usize,
 }
 
+/// One axis of an average pool: `out` windows over `len` inputs.
+#[derive(Debug, Clone, Copy)]
+struct AvgAxis {
+    win: Window,
+    out: usize,
+    len: usize,
+}
+
+impl AvgAxis {
+    /// Each window's clipped input range and padded extent, computed on the fly.
+    fn spans(self) -> impl Iterator<Item = Span> + Clone {
+        let AvgAxis { win, out, len } = self;
+        (0..out).map(move |o| {
+            let start = (o * win.stride) as isize - win.padding as isize;
+            let end = (start + win.kernel as isize).min((len + win.padding) as isize);
+            let padded_extent = (end - start) as usize;
+            let start = start.max(0) as usize;
+            let end = (end.max(0) as usize).min(len);
+            Span {
+                start,
+                end: end.max(start),
+                padded_extent,
+            }
+        })
+    }
+}
+
 impl AvgPool2d {
     fn windows(&self) -> [Window; 2] {
         [0, 1].map(|a| Window {
@@ -281,25 +322,8 @@ impl AvgPool2d {
         })
     }
 
-    fn spans(win: &Window, out: usize, len: usize) -> Vec<Span> {
-        (0..out)
-            .map(|o| {
-                let start = (o * win.stride) as isize - win.padding as isize;
-                let end = (start + win.kernel as isize).min((len + win.padding) as isize);
-                let padded_extent = (end - start) as usize;
-                let start = start.max(0) as usize;
-                let end = (end.max(0) as usize).min(len);
-                Span {
-                    start,
-                    end: end.max(start),
-                    padded_extent,
-                }
-            })
-            .collect()
-    }
-
-    /// Per-axis spans and the output shape.
-    fn geometry(&self, x: &Shape) -> Result<(Planes, [Vec<Span>; 2], Shape)> {
+    /// Per-axis windows and the output shape.
+    fn geometry(&self, x: &Shape) -> Result<(Planes, [AvgAxis; 2], Shape)> {
         let op = self.name();
         let p = planes(op, x)?;
         check_padding(op, self.kernel_size, self.padding)?;
@@ -318,11 +342,19 @@ impl AvgPool2d {
             .count(op, "width", p.w, self.ceil_mode)
             .map_err(with_shape)?;
         let shape = pooled_shape(x, oh, ow)?;
-        Ok((
-            p,
-            [Self::spans(&wh, oh, p.h), Self::spans(&ww, ow, p.w)],
-            shape,
-        ))
+        let axes = [
+            AvgAxis {
+                win: wh,
+                out: oh,
+                len: p.h,
+            },
+            AvgAxis {
+                win: ww,
+                out: ow,
+                len: p.w,
+            },
+        ];
+        Ok((p, axes, shape))
     }
 
     fn divisor(&self, sh: &Span, sw: &Span) -> usize {
@@ -339,9 +371,9 @@ impl AvgPool2d {
         let src = x.data();
         let mut out = Vec::with_capacity(shape.numel());
         for base in (0..p.planes).map(|i| i * p.h * p.w) {
-            for sh in &hs {
-                for sw in &ws {
-                    let div = self.divisor(sh, sw);
+            for sh in hs.spans() {
+                for sw in ws.spans() {
+                    let div = self.divisor(&sh, &sw);
                     if div == 0 {
                         out.push(S::ZERO);
                         continue;
@@ -387,12 +419,12 @@ impl OpRules for AvgPool2d {
         let mut dx = vec![S::ZERO; in_shape.numel()];
         let mut g = cot.data().iter();
         for base in (0..p.planes).map(|i| i * p.h * p.w) {
-            for sh in &hs {
-                for sw in &ws {
+            for sh in hs.spans() {
+                for sw in ws.spans() {
                     let gv = *g.next().ok_or_else(|| {
                         Error::invalid("avg_pool2d", "cotangent shorter than the output")
                     })?;
-                    let div = self.divisor(sh, sw);
+                    let div = self.divisor(&sh, &sw);
                     if div == 0 {
                         continue;
                     }
@@ -544,5 +576,42 @@ impl std::fmt::Display for AvgPool2d {
 impl std::fmt::Display for AdaptiveAvgPool2d {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "adaptive_avg_pool2d(output_size={:?})", self.output_size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The edge windows are exactly the windows that reach outside the input, so checking only
+    /// them finds an empty window whenever there is one.
+    #[test]
+    fn edge_windows_cover_every_window_that_leaves_the_input() {
+        for len in 1..7 {
+            for kernel in 1..5 {
+                for stride in 1..4 {
+                    for padding in 0..=kernel / 2 {
+                        for dilation in 1..4 {
+                            let win = Window {
+                                kernel,
+                                stride,
+                                padding,
+                                dilation,
+                            };
+                            let Ok(out) = win.count("t", "h", len, false) else {
+                                continue;
+                            };
+                            let span = dilation * (kernel - 1) + 1;
+                            let edges: Vec<usize> = edge_windows(&win, out, len).collect();
+                            for o in 0..out {
+                                let start = (o * stride) as isize - padding as isize;
+                                let outside = start < 0 || start + span as isize > len as isize;
+                                assert_eq!(edges.contains(&o), outside, "{win:?} len {len} o {o}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }
