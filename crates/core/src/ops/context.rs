@@ -44,6 +44,10 @@ impl Saves {
         let mut mask = 0u64;
         let mut i = 0;
         while i < indices.len() {
+            assert!(
+                indices[i] < 64,
+                "Saves::inputs: argument index must be below 64"
+            );
             mask |= 1 << indices[i];
             i += 1;
         }
@@ -163,6 +167,9 @@ impl<S: Scalar> Saved<S> {
         forward: &Forward<S>,
         needs: Vec<bool>,
     ) -> Self {
+        // A VJP that no argument needs will never run: keep shapes only.
+        let any_needed = needs.iter().any(|&n| n);
+        let saves = if any_needed { saves } else { Saves::NOTHING };
         Saved {
             inputs: inputs
                 .iter()
@@ -172,7 +179,11 @@ impl<S: Scalar> Saved<S> {
             input_shapes: inputs.iter().map(|t| t.shape().clone()).collect(),
             output: saves.output.then(|| forward.value.clone()),
             output_shape: forward.value.shape().clone(),
-            aux: forward.aux.clone(),
+            aux: if any_needed {
+                forward.aux.clone()
+            } else {
+                Aux::None
+            },
             needs,
         }
     }

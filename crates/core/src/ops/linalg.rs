@@ -2,6 +2,10 @@
 //! and permute. VJPs use transposed GEMMs and never materialise a transposed copy of an operand.
 
 use super::{Arity, Forward, OpRules, Saves, VjpContext};
+use tapegrad_tensor::kernels::layout::inverse_permutation;
+use tapegrad_tensor::kernels::{
+    batched_matmul, broadcast_shape, permute, sum_axes, sum_to, transpose,
+};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// Linear-algebra and axis-reordering ops.
@@ -18,6 +22,185 @@ pub enum LinalgOp {
 }
 
 use LinalgOp as L;
+
+/// The output shape of `a @ b` under torch.matmul's rules.
+fn matmul_shape(a: &Shape, b: &Shape) -> Result<Shape> {
+    let fail = |why: String| {
+        Error::invalid(
+            "matmul",
+            format!("cannot multiply shapes {a} and {b}: {why}"),
+        )
+    };
+    if a.rank() == 0 || b.rank() == 0 {
+        return Err(fail("both operands need at least one dimension".into()));
+    }
+    let (ra, rb) = (a.rank(), b.rank());
+    let k_a = a.dims()[ra - 1];
+    let k_b = b.dims()[rb.saturating_sub(2)];
+    if k_a != k_b {
+        return Err(fail(format!(
+            "contraction dimensions {k_a} and {k_b} differ"
+        )));
+    }
+    let a_batch = Shape::new(&a.dims()[..ra.saturating_sub(2)])?;
+    let b_batch = Shape::new(&b.dims()[..rb.saturating_sub(2)])?;
+    let batch = broadcast_shape("matmul", &a_batch, &b_batch).map_err(|_| {
+        fail(format!(
+            "batch dimensions {a_batch} and {b_batch} do not broadcast"
+        ))
+    })?;
+    let mut dims = batch.dims().to_vec();
+    if ra >= 2 {
+        dims.push(a.dims()[ra - 2]);
+    }
+    if rb >= 2 {
+        dims.push(b.dims()[rb - 1]);
+    }
+    Shape::new(dims).map_err(|_| fail("the result has too many elements".into()))
+}
+
+/// The output shape of `linear(x, w[, b])`.
+fn linear_shape(x: &Shape, w: &Shape, b: Option<&Shape>) -> Result<Shape> {
+    let fail = |why: String| {
+        Error::invalid(
+            "linear",
+            format!("input shape {x} and weight shape {w} are incompatible: {why}"),
+        )
+    };
+    if x.rank() == 0 {
+        return Err(fail("the input needs at least one dimension".into()));
+    }
+    if w.rank() != 2 {
+        return Err(fail(
+            "the weight must be (out_features, in_features)".into(),
+        ));
+    }
+    let (out, inn) = (w.dim(0), w.dim(1));
+    if x.dim(x.rank() - 1) != inn {
+        return Err(fail(format!(
+            "the input's last dimension {} differs from in_features {inn}",
+            x.dim(x.rank() - 1)
+        )));
+    }
+    if let Some(b) = b {
+        if b.dims() != [out] {
+            return Err(Error::invalid(
+                "linear",
+                format!(
+                    "bias shape {b} does not match weight shape {w} (input shape {x}, expected bias [{out}])"
+                ),
+            ));
+        }
+    }
+    let mut dims = x.dims().to_vec();
+    dims[x.rank() - 1] = out;
+    Shape::new(dims)
+}
+
+/// Normalises one signed dimension against `shape` (a rank-0 shape accepts 0 and -1, as PyTorch).
+fn resolve_dim(op: &'static str, what: &str, d: isize, shape: &Shape) -> Result<usize> {
+    let r = shape.rank().max(1) as isize;
+    let a = if d < 0 { d.saturating_add(r) } else { d };
+    if a < 0 || a >= r {
+        return Err(Error::invalid(
+            op,
+            format!("{what} {d} is out of range for input of shape {shape}"),
+        ));
+    }
+    Ok(a as usize)
+}
+
+/// The normalised permutation, checked to be one.
+fn resolve_permutation(dims: &[isize], shape: &Shape) -> Result<Vec<usize>> {
+    let rank = shape.rank();
+    let fail = || {
+        Error::invalid(
+            "permute",
+            format!("dims {dims:?} is not a permutation of the axes of shape {shape}"),
+        )
+    };
+    if dims.len() != rank {
+        return Err(fail());
+    }
+    let mut seen = vec![false; rank];
+    let mut out = Vec::with_capacity(rank);
+    for &d in dims {
+        let r = rank as isize;
+        let a = if d < 0 { d.saturating_add(r) } else { d };
+        if a < 0 || a >= r || seen[a as usize] {
+            return Err(fail());
+        }
+        seen[a as usize] = true;
+        out.push(a as usize);
+    }
+    Ok(out)
+}
+
+/// Rows of `x` seen as a matrix `(prod(leading dims), last dim)`.
+fn as_rows(shape: &Shape) -> [usize; 2] {
+    let r = shape.rank();
+    [shape.dims()[..r - 1].iter().product(), shape.dim(r - 1)]
+}
+
+/// `a` and `b` as operands of rank >= 2: a 1-D `a` becomes a row, a 1-D `b` a column, as in
+/// torch.matmul. Reshapes share buffers.
+fn promote_operands<S: Scalar>(a: &Tensor<S>, b: &Tensor<S>) -> Result<(Tensor<S>, Tensor<S>)> {
+    let a2 = if a.rank() == 1 {
+        a.reshape(&[1, a.dims()[0]])?
+    } else {
+        a.clone()
+    };
+    let b2 = if b.rank() == 1 {
+        b.reshape(&[b.dims()[0], 1])?
+    } else {
+        b.clone()
+    };
+    Ok((a2, b2))
+}
+
+/// The promoted operands and the output-shaped `g` with the promoted axes restored.
+fn promote<S: Scalar>(
+    a: &Tensor<S>,
+    b: &Tensor<S>,
+    g: &Tensor<S>,
+) -> Result<(Tensor<S>, Tensor<S>, Tensor<S>)> {
+    let (a2, b2) = promote_operands(a, b)?;
+    let batch_rank = g.rank() - usize::from(a.rank() >= 2) - usize::from(b.rank() >= 2);
+    let mut dims = g.dims()[..batch_rank].to_vec();
+    dims.push(a2.dims()[a2.rank() - 2]);
+    dims.push(b2.dims()[b2.rank() - 1]);
+    let g2 = g.reshape(&dims)?;
+    Ok((a2, b2, g2))
+}
+
+/// `a @ b` with torch.matmul's rules. The promoted operands go through one batched GEMM and the
+/// result is reshaped to the output shape, which drops the axes added for 1-D operands. (Not
+/// `kernels::matmul`: for a 1-D `a` and a matrix `b` it removes the wrong axis and errors.)
+fn matmul_forward<S: Scalar>(a: &Tensor<S>, b: &Tensor<S>) -> Result<Tensor<S>> {
+    let shape = matmul_shape(a.shape(), b.shape())?;
+    let (a2, b2) = promote_operands(a, b)?;
+    batched_matmul(&a2, false, &b2, false)?.reshape_to(&shape)
+}
+
+/// `x @ w^T (+ b)` on the flattened `(rows, in)` view of `x`; returns `(rows, out)`.
+fn linear_rows<S: Scalar>(
+    x2: &Tensor<S>,
+    w: &Tensor<S>,
+    b: Option<&Tensor<S>>,
+) -> Result<Tensor<S>> {
+    let mut y = batched_matmul(x2, false, w, true)?;
+    if let Some(b) = b {
+        let out = b.numel();
+        if out > 0 {
+            for row in y.data_mut().chunks_mut(out) {
+                for (v, &bias) in row.iter_mut().zip(b.data()) {
+                    *v += bias;
+                }
+            }
+        }
+    }
+    Ok(y)
+}
 
 impl OpRules for LinalgOp {
     fn name(&self) -> &'static str {
@@ -38,37 +221,175 @@ impl OpRules for LinalgOp {
     }
 
     fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
-        Ok(inputs[0].clone())
+        match self {
+            L::Matmul => matmul_shape(inputs[0], inputs[1]),
+            L::Linear { bias } => linear_shape(inputs[0], inputs[1], bias.then(|| inputs[2])),
+            L::Transpose { dim0, dim1 } => {
+                let s = inputs[0];
+                let a = resolve_dim("transpose", "dim0", *dim0, s)?;
+                let b = resolve_dim("transpose", "dim1", *dim1, s)?;
+                let mut dims = s.dims().to_vec();
+                if s.rank() > 0 {
+                    dims.swap(a, b);
+                }
+                Shape::new(dims)
+            }
+            L::Permute { dims } => {
+                let s = inputs[0];
+                let p = resolve_permutation(dims, s)?;
+                Shape::new(p.iter().map(|&d| s.dim(d)).collect::<Vec<_>>())
+            }
+        }
     }
 
     fn saves(&self) -> Saves {
-        Saves::NOTHING
+        match self {
+            L::Matmul | L::Linear { .. } => Saves::inputs(&[0, 1]),
+            L::Transpose { .. } | L::Permute { .. } => Saves::NOTHING,
+        }
     }
 
-    fn forward<S: Scalar>(&self, _x: &[&Tensor<S>]) -> Result<Forward<S>> {
-        Err(Error::invalid(self.name(), "not implemented yet"))
+    fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
+        let out = match self {
+            L::Matmul => matmul_forward(x[0], x[1])?,
+            L::Linear { bias } => {
+                let shape = linear_shape(x[0].shape(), x[1].shape(), bias.then(|| x[2].shape()))?;
+                let x2 = x[0].reshape(&as_rows(x[0].shape()))?;
+                linear_rows(&x2, x[1], bias.then(|| x[2]))?.reshape_to(&shape)?
+            }
+            L::Transpose { .. } | L::Permute { .. } => self.reorder(x[0], false)?,
+        };
+        Ok(Forward::new(out))
     }
 
     fn vjp<S: Scalar>(
         &self,
-        _ctx: &VjpContext<'_, S>,
-        _cot: &Tensor<S>,
+        ctx: &VjpContext<'_, S>,
+        cot: &Tensor<S>,
     ) -> Result<Vec<Option<Tensor<S>>>> {
-        Err(Error::invalid(self.name(), "not implemented yet"))
+        let name = self.name();
+        Ok(match self {
+            L::Matmul => {
+                let (a, b) = (ctx.input(name, 0)?, ctx.input(name, 1)?);
+                let (a2, b2, g2) = promote(a, b, cot)?;
+                let da = if ctx.needs(0) {
+                    // dA = G @ B^T, with broadcast batch axes summed back.
+                    let full = batched_matmul(&g2, false, &b2, true)?;
+                    Some(sum_to(&full, a2.shape())?.reshape_to(a.shape())?)
+                } else {
+                    None
+                };
+                let db = if ctx.needs(1) {
+                    let full = if b2.rank() == 2 && a2.rank() > 2 {
+                        // A shared matrix: fold a's batch into rows so one GEMM does the sum.
+                        let a_rows = a2.reshape(&as_rows(a2.shape()))?;
+                        let g_rows = g2.reshape(&as_rows(g2.shape()))?;
+                        batched_matmul(&a_rows, true, &g_rows, false)?
+                    } else {
+                        sum_to(&batched_matmul(&a2, true, &g2, false)?, b2.shape())?
+                    };
+                    Some(full.reshape_to(b.shape())?)
+                } else {
+                    None
+                };
+                vec![da, db]
+            }
+            L::Linear { bias } => {
+                let x_shape = &ctx.input_shapes[0];
+                let g2 = cot.reshape(&as_rows(cot.shape()))?;
+                let dx = if ctx.needs(0) {
+                    let w = ctx.input(name, 1)?;
+                    Some(batched_matmul(&g2, false, w, false)?.reshape_to(x_shape)?)
+                } else {
+                    None
+                };
+                let dw = if ctx.needs(1) {
+                    let x = ctx.input(name, 0)?;
+                    let x2 = x.reshape(&as_rows(x.shape()))?;
+                    Some(batched_matmul(&g2, true, &x2, false)?)
+                } else {
+                    None
+                };
+                let mut grads = vec![dx, dw];
+                if *bias {
+                    grads.push(if ctx.needs(2) {
+                        Some(sum_axes(&g2, &[0], false)?)
+                    } else {
+                        None
+                    });
+                }
+                grads
+            }
+            L::Transpose { .. } | L::Permute { .. } => {
+                vec![if ctx.needs(0) {
+                    Some(self.reorder(cot, true)?)
+                } else {
+                    None
+                }]
+            }
+        })
     }
 
     fn jvp<S: Scalar>(
         &self,
-        _x: &[&Tensor<S>],
-        _out: &Forward<S>,
-        _t: &[&Tensor<S>],
+        x: &[&Tensor<S>],
+        out: &Forward<S>,
+        t: &[&Tensor<S>],
     ) -> Result<Tensor<S>> {
-        Err(Error::invalid(self.name(), "not implemented yet"))
+        let name = self.name();
+        Ok(match self {
+            L::Matmul => {
+                let l = matmul_forward(t[0], x[1])?;
+                let r = matmul_forward(x[0], t[1])?;
+                l.zip_map(&r, name, |l, r| l + r)?
+            }
+            L::Linear { bias } => {
+                let rows = as_rows(x[0].shape());
+                let (x2, t2) = (x[0].reshape(&rows)?, t[0].reshape(&rows)?);
+                // d(x W^T + b) = dx W^T + x dW^T + db
+                let l = linear_rows(&t2, x[1], bias.then(|| t[2]))?;
+                let r = batched_matmul(&x2, false, t[1], true)?;
+                l.zip_map(&r, name, |l, r| l + r)?
+                    .reshape_to(out.value.shape())?
+            }
+            L::Transpose { .. } | L::Permute { .. } => self.reorder(t[0], false)?,
+        })
+    }
+}
+
+impl LinalgOp {
+    /// Applies the axis reordering of transpose/permute, or its inverse.
+    fn reorder<S: Scalar>(&self, t: &Tensor<S>, inverse: bool) -> Result<Tensor<S>> {
+        match self {
+            L::Transpose { dim0, dim1 } => {
+                let a = resolve_dim("transpose", "dim0", *dim0, t.shape())?;
+                let b = resolve_dim("transpose", "dim1", *dim1, t.shape())?;
+                if t.rank() == 0 || a == b {
+                    Ok(t.clone())
+                } else {
+                    transpose(t, a, b)
+                }
+            }
+            L::Permute { dims } => {
+                let p = resolve_permutation(dims, t.shape())?;
+                if inverse {
+                    permute(t, &inverse_permutation(&p))
+                } else {
+                    permute(t, &p)
+                }
+            }
+            _ => Err(Error::invalid(self.name(), "is not an axis reordering")),
+        }
     }
 }
 
 impl std::fmt::Display for LinalgOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        match self {
+            L::Matmul => f.write_str("matmul"),
+            L::Linear { bias } => write!(f, "linear(bias={bias})"),
+            L::Transpose { dim0, dim1 } => write!(f, "transpose(dim0={dim0}, dim1={dim1})"),
+            L::Permute { dims } => write!(f, "permute(dims={dims:?})"),
+        }
     }
 }

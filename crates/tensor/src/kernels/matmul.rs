@@ -61,13 +61,19 @@ pub fn matmul<S: Scalar>(a: &Tensor<S>, b: &Tensor<S>) -> Result<Tensor<S>> {
         },
         other => other,
     })?;
+    // Drop the axes that promotion added: b's column axis (last), then a's row axis (second to
+    // last before b's removal, so last after it when b was 1-D).
     let mut dims = out.dims().to_vec();
-    if b.rank() == 1 {
-        dims.pop();
-    }
-    if a.rank() == 1 {
-        let r = dims.len();
-        dims.remove(r - 1);
+    let r = dims.len();
+    match (a.rank() == 1, b.rank() == 1) {
+        (true, true) => dims.truncate(r - 2),
+        (true, false) => {
+            dims.remove(r - 2);
+        }
+        (false, true) => {
+            dims.pop();
+        }
+        (false, false) => {}
     }
     out.reshape(&dims)
 }
@@ -156,4 +162,29 @@ pub fn batched_matmul<S: Scalar>(
         );
     });
     Tensor::from_shape(out_shape, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(dims: &[usize], v: &[f64]) -> Tensor<f64> {
+        Tensor::new(dims, v.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn one_dimensional_operands_follow_torch_matmul() {
+        let v = t(&[2], &[1.0, 2.0]);
+        let m = t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(matmul(&v, &v).unwrap().dims(), &[] as &[usize]);
+        assert_eq!(matmul(&v, &v).unwrap().data(), &[5.0]);
+        let vm = matmul(&v, &m).unwrap();
+        assert_eq!((vm.dims(), vm.data()), (&[2usize][..], &[7.0, 10.0][..]));
+        let mv = matmul(&m, &v).unwrap();
+        assert_eq!((mv.dims(), mv.data()), (&[2usize][..], &[5.0, 11.0][..]));
+        let batched = t(&[3, 2, 4], &[1.0; 24]);
+        let vb = matmul(&t(&[2], &[1.0, 1.0]), &batched).unwrap();
+        assert_eq!(vb.dims(), &[3, 4]);
+        assert!(vb.data().iter().all(|&x| x == 2.0));
+    }
 }

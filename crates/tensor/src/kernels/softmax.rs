@@ -32,7 +32,7 @@ fn along_axis<S: Scalar>(
 pub fn softmax<S: Scalar>(t: &Tensor<S>, axis: usize) -> Result<Tensor<S>> {
     along_axis(t, axis, |x, len, stride| {
         let m = (0..len).fold(S::NEG_INFINITY, |m, j| m.max_nan(x[j * stride]));
-        // An all -inf row has no finite maximum; shifting by 0 keeps it from becoming NaN - NaN.
+        // A row with no finite maximum is not shifted; an all -inf row then gives NaN, as in PyTorch.
         let m = if m.is_finite() { m } else { S::ZERO };
         let mut total = S::ZERO;
         for j in 0..len {
