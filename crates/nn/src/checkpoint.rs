@@ -162,7 +162,26 @@ pub fn save<S: Scalar>(path: impl AsRef<Path>, trainer: &Trainer<S>) -> NnResult
     meta.insert("checksum".into(), sum);
     let bytes = safetensors::serialize(tensors.iter().map(|(k, v)| (k.as_str(), v)), Some(meta.into_iter().collect()))
         .map_err(|e| NnError::checkpoint(path, format!("cannot serialise: {e}")))?;
-    write_atomic(path, &bytes)
+    write_atomic(path, &canonical(&bytes).map_err(|m| NnError::checkpoint(path, m))?)
+}
+
+/// The same safetensors file with its JSON header's keys sorted, so that equal states give
+/// byte-identical files (safetensors writes the metadata map in hash order). The header stays
+/// padded with spaces to a multiple of 8 bytes, as the format asks.
+fn canonical(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    let n = u64::from_le_bytes(bytes[..8].try_into().map_err(|_| "short buffer")?) as usize;
+    let header: serde_json::Value =
+        serde_json::from_slice(&bytes[8..8 + n]).map_err(|e| format!("cannot reorder the header: {e}"))?;
+    // serde_json's map is a BTreeMap (no `preserve_order`), so this prints keys sorted.
+    let mut text = serde_json::to_vec(&header).map_err(|e| format!("cannot reorder the header: {e}"))?;
+    while text.len() % 8 != 0 {
+        text.push(b' ');
+    }
+    let mut out = Vec::with_capacity(8 + text.len() + bytes.len() - 8 - n);
+    out.extend_from_slice(&(text.len() as u64).to_le_bytes());
+    out.extend_from_slice(&text);
+    out.extend_from_slice(&bytes[8 + n..]);
+    Ok(out)
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same folder, fsynced and renamed,

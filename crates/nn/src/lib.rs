@@ -18,7 +18,9 @@ pub mod optim;
 pub mod params;
 pub mod plot;
 pub mod rng;
+pub mod runlog;
 pub mod schedule;
+pub mod summary;
 pub mod trainer;
 
 pub use backend::{make_backend, Backend, BackendKind};

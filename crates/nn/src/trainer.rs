@@ -262,3 +262,14 @@ fn check_fits<S: Scalar>(spec: &ModelSpec, data: &Prepared<S>) -> NnResult<()> {
     }
     Ok(())
 }
+
+impl TrainConfig {
+    /// The name of the column the run predicts (`label` for digits, `mpg` for Auto MPG).
+    pub fn data_target_name(&self) -> Option<String> {
+        match &self.data {
+            DataSource::Digits => Some("label".into()),
+            DataSource::AutoMpg => Some("mpg".into()),
+            DataSource::Csv { target, .. } => Some(target.clone()),
+        }
+    }
+}
