@@ -56,7 +56,11 @@ fn predict_typed<S: Scalar>(args: &PredictArgs, ckpt: &Checkpoint) -> CliResult 
         if table.header.len() < names.len() {
             return Err(NnError::data(
                 &path,
-                format!("the model needs {} feature columns, the file has {}", names.len(), table.header.len()),
+                format!(
+                    "the model needs {} feature columns, the file has {}",
+                    names.len(),
+                    table.header.len()
+                ),
             )
             .into());
         }
@@ -91,9 +95,17 @@ fn predict_typed<S: Scalar>(args: &PredictArgs, ckpt: &Checkpoint) -> CliResult 
                 text.push_str(&format!("{i},{p}\n"));
             }
             if let Some(c) = target_col {
-                let truth: Option<Vec<f64>> = table.rows.iter().map(|r| r[c].trim().parse().ok()).collect();
+                let truth: Option<Vec<f64>> = table
+                    .rows
+                    .iter()
+                    .map(|r| r[c].trim().parse().ok())
+                    .collect();
                 if let Some(truth) = truth {
-                    eprintln!("rmse against column '{}': {:.4}", table.header[c], metrics::rmse(&preds, &truth)?);
+                    eprintln!(
+                        "rmse against column '{}': {:.4}",
+                        table.header[c],
+                        metrics::rmse(&preds, &truth)?
+                    );
                 }
             }
         }
@@ -102,13 +114,20 @@ fn predict_typed<S: Scalar>(args: &PredictArgs, ckpt: &Checkpoint) -> CliResult 
             let k = classes.len();
             let pred = metrics::argmax_rows(&out)?;
             for (i, &p) in pred.iter().enumerate() {
-                let row: Vec<f64> = out.data()[i * k..(i + 1) * k].iter().map(|v| v.to_f64()).collect();
+                let row: Vec<f64> = out.data()[i * k..(i + 1) * k]
+                    .iter()
+                    .map(|v| v.to_f64())
+                    .collect();
                 let max = row[p];
                 let z: f64 = row.iter().map(|v| (v - max).exp()).sum();
                 text.push_str(&format!("{i},{},{:.6}\n", classes[p], 1.0 / z));
             }
             if let Some(c) = target_col {
-                let hits = pred.iter().zip(&table.rows).filter(|(&p, r)| r[c].trim() == classes[p]).count();
+                let hits = pred
+                    .iter()
+                    .zip(&table.rows)
+                    .filter(|(&p, r)| r[c].trim() == classes[p])
+                    .count();
                 eprintln!(
                     "accuracy against column '{}': {:.2}%",
                     table.header[c],
@@ -121,10 +140,12 @@ fn predict_typed<S: Scalar>(args: &PredictArgs, ckpt: &Checkpoint) -> CliResult 
         Some(p) => checkpoint::write_atomic(p, text.as_bytes())?,
         None => {
             let mut stdout = std::io::stdout().lock();
-            stdout.write_all(text.as_bytes()).map_err(|e| CliError::Io {
-                path: "standard output".into(),
-                source: e,
-            })?;
+            stdout
+                .write_all(text.as_bytes())
+                .map_err(|e| CliError::Io {
+                    path: "standard output".into(),
+                    source: e,
+                })?;
         }
     }
     Ok(std::process::ExitCode::SUCCESS)

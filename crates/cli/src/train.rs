@@ -248,7 +248,9 @@ impl Plan {
         let (preset, data, hidden, opt, lr, schedule, batch, epochs) = match (&a.csv, a.preset) {
             (Some(path), _) => {
                 let target = a.target.clone().ok_or_else(|| {
-                    CliError::Usage("--csv needs --target COLUMN (a name, a 0-based index or `last`)".into())
+                    CliError::Usage(
+                        "--csv needs --target COLUMN (a name, a 0-based index or `last`)".into(),
+                    )
                 })?;
                 let task = match a.task.unwrap_or(TaskArg::Regression) {
                     TaskArg::Regression => TaskKind::Regression,
@@ -259,11 +261,27 @@ impl Plan {
                     target,
                     task,
                 };
-                ("csv", data, vec![32], "adam", 0.01, ScheduleArg::Cosine, 32, 100)
+                (
+                    "csv",
+                    data,
+                    vec![32],
+                    "adam",
+                    0.01,
+                    ScheduleArg::Cosine,
+                    32,
+                    100,
+                )
             }
-            (None, Some(Preset::Mlp)) => {
-                ("mlp", DataSource::AutoMpg, vec![32], "adam", 0.01, ScheduleArg::Cosine, 32, 100)
-            }
+            (None, Some(Preset::Mlp)) => (
+                "mlp",
+                DataSource::AutoMpg,
+                vec![32],
+                "adam",
+                0.01,
+                ScheduleArg::Cosine,
+                32,
+                100,
+            ),
             (None, Some(Preset::Digits) | None) => (
                 "digits",
                 DataSource::Digits,
@@ -313,16 +331,26 @@ fn apply_optimizer_flags(opt: &mut OptimizerConfig, a: &TrainArgs) -> Result<(),
     }
     if let Some(m) = a.momentum {
         match opt {
-            OptimizerConfig::Sgd { momentum, .. } | OptimizerConfig::RmsProp { momentum, .. } => *momentum = m,
+            OptimizerConfig::Sgd { momentum, .. } | OptimizerConfig::RmsProp { momentum, .. } => {
+                *momentum = m
+            }
             other => {
-                return Err(CliError::Usage(format!("--momentum applies to sgd and rmsprop, not {}", other.name())))
+                return Err(CliError::Usage(format!(
+                    "--momentum applies to sgd and rmsprop, not {}",
+                    other.name()
+                )))
             }
         }
     }
     if a.nesterov {
         match opt {
             OptimizerConfig::Sgd { nesterov, .. } => *nesterov = true,
-            other => return Err(CliError::Usage(format!("--nesterov applies to sgd, not {}", other.name()))),
+            other => {
+                return Err(CliError::Usage(format!(
+                    "--nesterov applies to sgd, not {}",
+                    other.name()
+                )))
+            }
         }
     }
     opt.validate()?;
@@ -400,7 +428,10 @@ fn fresh_typed<S: Scalar>(args: &TrainArgs, plan: Plan) -> CliResult {
             gamma: args.gamma.unwrap_or(0.1),
         },
         ScheduleArg::Cosine => Decay::Cosine {
-            t_max: args.schedule_steps.unwrap_or(steps.saturating_sub(warmup)).max(1),
+            t_max: args
+                .schedule_steps
+                .unwrap_or(steps.saturating_sub(warmup))
+                .max(1),
             eta_min: 0.0,
         },
     };
@@ -416,7 +447,10 @@ fn fresh_typed<S: Scalar>(args: &TrainArgs, plan: Plan) -> CliResult {
         seed: plan.seed,
     };
     if !args.quiet && !dataset.dropped.is_empty() {
-        println!("note: text columns left out of the features: {}", dataset.dropped.join(", "));
+        println!(
+            "note: text columns left out of the features: {}",
+            dataset.dropped.join(", ")
+        );
     }
     let trainer = Trainer::new(config, data, make_backend::<S>(args.backend.kind())?)?;
     drive(args, trainer, steps)
@@ -428,9 +462,18 @@ fn resume_typed<S: Scalar>(args: &TrainArgs, ckpt: &Checkpoint) -> CliResult {
     let steps = args
         .steps
         .or(args.epochs.map(|e| e * batches))
-        .ok_or_else(|| CliError::Usage("--resume needs --steps N or --epochs N: how much further to train".into()))?;
+        .ok_or_else(|| {
+            CliError::Usage(
+                "--resume needs --steps N or --epochs N: how much further to train".into(),
+            )
+        })?;
     if !args.quiet {
-        println!("resuming {} at step {} (epoch {})", ckpt.path.display(), trainer.step, trainer.order.epoch());
+        println!(
+            "resuming {} at step {} (epoch {})",
+            ckpt.path.display(),
+            trainer.step,
+            trainer.order.epoch()
+        );
         let schedule = trainer.config.schedule;
         if let Decay::Cosine { t_max, eta_min } = schedule.decay {
             if trainer.step + steps > schedule.warmup + t_max {
@@ -480,7 +523,15 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
     };
     let start_step = trainer.step;
     if let Some(log) = &mut log {
-        log.record("validation", start_step, trainer.order.epoch(), before_val.loss, before_val.metric, None, 0.0)?;
+        log.record(
+            "validation",
+            start_step,
+            trainer.order.epoch(),
+            before_val.loss,
+            before_val.metric,
+            None,
+            0.0,
+        )?;
     }
     let mut curves = Curves {
         train: Vec::new(),
@@ -489,8 +540,10 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
     let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
         let bar = ProgressBar::new(steps);
         bar.set_style(
-            ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} steps  {msg}  {per_sec}  eta {eta}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template(
+                "{bar:30.cyan/blue} {pos}/{len} steps  {msg}  {per_sec}  eta {eta}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         bar
     });
@@ -507,14 +560,30 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
         let seconds = started.elapsed().as_secs_f64();
         curves.train.push((rec.step as f64, rec.loss));
         if let Some(log) = &mut log {
-            log.record("train", rec.step, rec.epoch, rec.loss, rec.metric, Some(rec.lr), seconds)?;
+            log.record(
+                "train",
+                rec.step,
+                rec.epoch,
+                rec.loss,
+                rec.metric,
+                Some(rec.lr),
+                seconds,
+            )?;
         }
         let is_eval = (i + 1) % eval_every == 0 || i + 1 == steps;
         if is_eval {
             last_val = trainer.evaluate(Which::Validation)?;
             curves.val.push((rec.step as f64, last_val.loss));
             if let Some(log) = &mut log {
-                log.record("validation", rec.step, rec.epoch, last_val.loss, last_val.metric, None, seconds)?;
+                log.record(
+                    "validation",
+                    rec.step,
+                    rec.epoch,
+                    last_val.loss,
+                    last_val.metric,
+                    None,
+                    seconds,
+                )?;
             }
             evals_done += 1;
             if bar.is_none() && !quiet && (evals_done % print_every == 0 || i + 1 == steps) {
@@ -552,8 +621,16 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
     let after_val = last_val;
 
     let mut table = Table::new(&["", "before", "after"]);
-    table.row(vec!["train loss".into(), format!("{:.4}", before_train.loss), format!("{:.4}", after_train.loss)]);
-    table.row(vec!["validation loss".into(), format!("{:.4}", before_val.loss), format!("{:.4}", after_val.loss)]);
+    table.row(vec![
+        "train loss".into(),
+        format!("{:.4}", before_train.loss),
+        format!("{:.4}", after_train.loss),
+    ]);
+    table.row(vec![
+        "validation loss".into(),
+        format!("{:.4}", before_val.loss),
+        format!("{:.4}", after_val.loss),
+    ]);
     table.row(vec![
         format!("train {metric_label}"),
         format_metric(metric, before_train.metric),
@@ -581,11 +658,20 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
     if let Some(path) = &args.save {
         checkpoint::save(path, &trainer)?;
         if !quiet {
-            println!("saved checkpoint {} (step {})", path.display(), trainer.step);
+            println!(
+                "saved checkpoint {} (step {})",
+                path.display(),
+                trainer.step
+            );
         }
     }
     if let Some(path) = &args.plot {
-        let title = format!("{}: {} ({})", trainer.config.preset, trainer.model.spec.name(), trainer.config.optimizer.name());
+        let title = format!(
+            "{}: {} ({})",
+            trainer.config.preset,
+            trainer.model.spec.name(),
+            trainer.config.optimizer.name()
+        );
         let window = (batches as usize).clamp(1, 50);
         let series = vec![
             Series {

@@ -81,8 +81,16 @@ fn dtype_name(d: Dtype) -> String {
 
 fn to_stored<S: Scalar>(t: &Tensor<S>) -> Stored {
     let bytes = match S::DTYPE {
-        DType::F32 => t.data().iter().flat_map(|v| (v.to_f64() as f32).to_le_bytes()).collect(),
-        DType::F64 => t.data().iter().flat_map(|v| v.to_f64().to_le_bytes()).collect(),
+        DType::F32 => t
+            .data()
+            .iter()
+            .flat_map(|v| (v.to_f64() as f32).to_le_bytes())
+            .collect(),
+        DType::F64 => t
+            .data()
+            .iter()
+            .flat_map(|v| v.to_f64().to_le_bytes())
+            .collect(),
     };
     Stored {
         dtype: st_dtype(S::DTYPE),
@@ -133,12 +141,23 @@ pub fn save<S: Scalar>(path: impl AsRef<Path>, trainer: &Trainer<S>) -> NnResult
     for p in trainer.model.params.iter() {
         tensors.insert(format!("model.{}", p.name), to_stored(&p.value));
     }
-    let names: Vec<&str> = trainer.model.params.trainable().map(|p| p.name.as_str()).collect();
+    let names: Vec<&str> = trainer
+        .model
+        .params
+        .trainable()
+        .map(|p| p.name.as_str())
+        .collect();
     for (slot, i, t) in trainer.optimizer.state_entries() {
         tensors.insert(format!("optim.{slot}.{}", names[i]), to_stored(t));
     }
-    tensors.insert("data.feature_mean".into(), f64_stored(&trainer.data.features.mean));
-    tensors.insert("data.feature_std".into(), f64_stored(&trainer.data.features.std));
+    tensors.insert(
+        "data.feature_mean".into(),
+        f64_stored(&trainer.data.features.mean),
+    );
+    tensors.insert(
+        "data.feature_std".into(),
+        f64_stored(&trainer.data.features.std),
+    );
     if let Some(t) = &trainer.data.target {
         tensors.insert("data.target_mean".into(), f64_stored(&t.mean));
         tensors.insert("data.target_std".into(), f64_stored(&t.std));
@@ -153,16 +172,25 @@ pub fn save<S: Scalar>(path: impl AsRef<Path>, trainer: &Trainer<S>) -> NnResult
     meta.insert("seed".into(), trainer.config.seed.to_string());
     meta.insert("epoch".into(), trainer.order.epoch().to_string());
     meta.insert("cursor".into(), trainer.order.cursor().to_string());
-    meta.insert("optimizer_steps".into(), trainer.optimizer.steps().to_string());
+    meta.insert(
+        "optimizer_steps".into(),
+        trainer.optimizer.steps().to_string(),
+    );
     meta.insert("config".into(), json(&trainer.config)?);
     meta.insert("task".into(), json(&trainer.data.task)?);
     meta.insert("features".into(), json(&trainer.data.feature_names)?);
     meta.insert("model".into(), trainer.model.describe());
     let sum = checksum(&tensors, &meta);
     meta.insert("checksum".into(), sum);
-    let bytes = safetensors::serialize(tensors.iter().map(|(k, v)| (k.as_str(), v)), Some(meta.into_iter().collect()))
-        .map_err(|e| NnError::checkpoint(path, format!("cannot serialise: {e}")))?;
-    write_atomic(path, &canonical(&bytes).map_err(|m| NnError::checkpoint(path, m))?)
+    let bytes = safetensors::serialize(
+        tensors.iter().map(|(k, v)| (k.as_str(), v)),
+        Some(meta.into_iter().collect()),
+    )
+    .map_err(|e| NnError::checkpoint(path, format!("cannot serialise: {e}")))?;
+    write_atomic(
+        path,
+        &canonical(&bytes).map_err(|m| NnError::checkpoint(path, m))?,
+    )
 }
 
 /// The same safetensors file with its JSON header's keys sorted, so that equal states give
@@ -170,10 +198,11 @@ pub fn save<S: Scalar>(path: impl AsRef<Path>, trainer: &Trainer<S>) -> NnResult
 /// padded with spaces to a multiple of 8 bytes, as the format asks.
 fn canonical(bytes: &[u8]) -> Result<Vec<u8>, String> {
     let n = u64::from_le_bytes(bytes[..8].try_into().map_err(|_| "short buffer")?) as usize;
-    let header: serde_json::Value =
-        serde_json::from_slice(&bytes[8..8 + n]).map_err(|e| format!("cannot reorder the header: {e}"))?;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n])
+        .map_err(|e| format!("cannot reorder the header: {e}"))?;
     // serde_json's map is a BTreeMap (no `preserve_order`), so this prints keys sorted.
-    let mut text = serde_json::to_vec(&header).map_err(|e| format!("cannot reorder the header: {e}"))?;
+    let mut text =
+        serde_json::to_vec(&header).map_err(|e| format!("cannot reorder the header: {e}"))?;
     while text.len() % 8 != 0 {
         text.push(b' ');
     }
@@ -207,11 +236,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> NnResult<()> {
         if tmp.is_file() {
             let _ = std::fs::remove_file(&tmp);
         }
-        return Err(NnError::checkpoint(path, format!("cannot write the temporary file {}: {e}", tmp.display())));
+        return Err(NnError::checkpoint(
+            path,
+            format!("cannot write the temporary file {}: {e}", tmp.display()),
+        ));
     }
     if let Err(e) = std::fs::rename(&tmp, path) {
         let _ = std::fs::remove_file(&tmp);
-        return Err(NnError::checkpoint(path, format!("cannot replace the file: {e}")));
+        return Err(NnError::checkpoint(
+            path,
+            format!("cannot replace the file: {e}"),
+        ));
     }
     #[cfg(unix)]
     if let Ok(d) = std::fs::File::open(&dir) {
@@ -240,11 +275,11 @@ impl Checkpoint {
                 bytes.len()
             ))
         })?;
-        let (_, metadata) = SafeTensors::read_metadata(&bytes).map_err(|e| err(format!("unreadable header: {e}")))?;
-        let meta: HashMap<String, String> = metadata
-            .metadata()
-            .clone()
-            .ok_or_else(|| err("the file has no tapegrad metadata (not a tapegrad checkpoint?)".into()))?;
+        let (_, metadata) = SafeTensors::read_metadata(&bytes)
+            .map_err(|e| err(format!("unreadable header: {e}")))?;
+        let meta: HashMap<String, String> = metadata.metadata().clone().ok_or_else(|| {
+            err("the file has no tapegrad metadata (not a tapegrad checkpoint?)".into())
+        })?;
         let mut tensors = BTreeMap::new();
         for (name, view) in st.iter() {
             tensors.insert(
@@ -257,11 +292,17 @@ impl Checkpoint {
             );
         }
         let field = |k: &str| -> NnResult<&String> {
-            meta.get(k)
-                .ok_or_else(|| err(format!("metadata field '{k}' is missing (not a tapegrad checkpoint?)")))
+            meta.get(k).ok_or_else(|| {
+                err(format!(
+                    "metadata field '{k}' is missing (not a tapegrad checkpoint?)"
+                ))
+            })
         };
         if field("format")? != FORMAT {
-            return Err(err(format!("metadata says format '{}', expected '{FORMAT}'", field("format")?)));
+            return Err(err(format!(
+                "metadata says format '{}', expected '{FORMAT}'",
+                field("format")?
+            )));
         }
         let version: u32 = parse(path, "format_version", field("format_version")?)?;
         if version != FORMAT_VERSION {
@@ -415,19 +456,30 @@ impl Checkpoint {
                 model.params.find(p).is_some()
             } else if let Some(rest) = name.strip_prefix("optim.") {
                 // Present optimizer slots were checked by `optimizer`; any other name is foreign.
-                self.header.config.optimizer.slot_names().iter().any(|slot| {
-                    rest.strip_prefix(slot)
-                        .and_then(|r| r.strip_prefix('.'))
-                        .is_some_and(|p| model.params.find(p).is_some())
-                })
+                self.header
+                    .config
+                    .optimizer
+                    .slot_names()
+                    .iter()
+                    .any(|slot| {
+                        rest.strip_prefix(slot)
+                            .and_then(|r| r.strip_prefix('.'))
+                            .is_some_and(|p| model.params.find(p).is_some())
+                    })
             } else {
                 matches!(
                     name.as_str(),
-                    "data.feature_mean" | "data.feature_std" | "data.target_mean" | "data.target_std"
+                    "data.feature_mean"
+                        | "data.feature_std"
+                        | "data.target_mean"
+                        | "data.target_std"
                 )
             };
             if !known {
-                return Err(self.err(format!("tensor '{name}' does not belong to the model {}", model.spec.name())));
+                return Err(self.err(format!(
+                    "tensor '{name}' does not belong to the model {}",
+                    model.spec.name()
+                )));
             }
         }
         Ok(())
@@ -442,14 +494,31 @@ impl Checkpoint {
         let config = self.header.config.clone();
         let data = Prepared::<S>::new(&config.data.load()?, config.val_fraction, config.seed)?;
         let (features, target) = self.standardizers()?;
-        if data.features != features || data.target != target || data.feature_names != self.header.feature_names {
+        if data.features != features
+            || data.target != target
+            || data.feature_names != self.header.feature_names
+        {
             return Err(self.err(format!(
                 "the data from {} differs from the data this checkpoint was trained on (feature columns or statistics changed)",
                 config.data.describe()
             )));
         }
-        let order = BatchOrder::at(data.train.len(), config.batch_size, config.seed, self.header.epoch, self.header.cursor)?;
-        Trainer::from_parts(config, model, optimizer, data, order, self.header.step, backend)
+        let order = BatchOrder::at(
+            data.train.len(),
+            config.batch_size,
+            config.seed,
+            self.header.epoch,
+            self.header.cursor,
+        )?;
+        Trainer::from_parts(
+            config,
+            model,
+            optimizer,
+            data,
+            order,
+            self.header.step,
+            backend,
+        )
     }
 
     /// The model for evaluation or prediction, with every stored tensor checked.
@@ -469,18 +538,24 @@ fn decode<S: Scalar>(bytes: &[u8]) -> Vec<S> {
             .collect(),
         DType::F64 => bytes
             .chunks_exact(8)
-            .map(|c| S::from_f64(f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])))
+            .map(|c| {
+                S::from_f64(f64::from_le_bytes([
+                    c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
+                ]))
+            })
             .collect(),
     }
 }
 
 fn parse<T: std::str::FromStr>(path: &Path, key: &str, v: &str) -> NnResult<T> {
-    v.parse()
-        .map_err(|_| NnError::checkpoint(path, format!("metadata field '{key}' is not valid: '{v}'")))
+    v.parse().map_err(|_| {
+        NnError::checkpoint(path, format!("metadata field '{key}' is not valid: '{v}'"))
+    })
 }
 
 fn json_field<T: serde::de::DeserializeOwned>(path: &Path, key: &str, v: &str) -> NnResult<T> {
-    serde_json::from_str(v).map_err(|e| NnError::checkpoint(path, format!("metadata field '{key}' is not valid: {e}")))
+    serde_json::from_str(v)
+        .map_err(|e| NnError::checkpoint(path, format!("metadata field '{key}' is not valid: {e}")))
 }
 
 mod erased {
@@ -493,7 +568,8 @@ mod erased {
 
     impl<T: serde::Serialize> Json for T {
         fn to_json(&self) -> NnResult<String> {
-            serde_json::to_string(self).map_err(|e| NnError::Config(format!("cannot serialise metadata: {e}")))
+            serde_json::to_string(self)
+                .map_err(|e| NnError::Config(format!("cannot serialise metadata: {e}")))
         }
     }
 }

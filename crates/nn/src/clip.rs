@@ -32,7 +32,12 @@ pub fn global_norm<S: Scalar>(grads: &[Tensor<S>]) -> f64 {
     grads
         .iter()
         .map(|g| {
-            let n = g.data().iter().map(|v| v.to_f64() * v.to_f64()).sum::<f64>().sqrt();
+            let n = g
+                .data()
+                .iter()
+                .map(|v| v.to_f64() * v.to_f64())
+                .sum::<f64>()
+                .sqrt();
             n * n
         })
         .sum::<f64>()

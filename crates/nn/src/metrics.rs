@@ -45,7 +45,10 @@ pub fn cross_entropy<S: Scalar>(logits: &Tensor<S>, labels: &[usize]) -> Result<
                 bound: classes,
             });
         }
-        let row: Vec<f64> = d[r * classes..(r + 1) * classes].iter().map(|v| v.to_f64()).collect();
+        let row: Vec<f64> = d[r * classes..(r + 1) * classes]
+            .iter()
+            .map(|v| v.to_f64())
+            .collect();
         let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let lse = max + row.iter().map(|v| (v - max).exp()).sum::<f64>().ln();
         total += lse - row[label];
@@ -56,7 +59,11 @@ pub fn cross_entropy<S: Scalar>(logits: &Tensor<S>, labels: &[usize]) -> Result<
 /// Mean of squared differences.
 pub fn mse(pred: &[f64], target: &[f64]) -> Result<f64> {
     check_len("mse", pred.len(), target.len())?;
-    let s: f64 = pred.iter().zip(target).map(|(p, t)| (p - t) * (p - t)).sum();
+    let s: f64 = pred
+        .iter()
+        .zip(target)
+        .map(|(p, t)| (p - t) * (p - t))
+        .sum();
     Ok(s / pred.len().max(1) as f64)
 }
 
@@ -68,13 +75,22 @@ pub fn rmse(pred: &[f64], target: &[f64]) -> Result<f64> {
 fn rows_cols<S: Scalar>(t: &Tensor<S>, op: &'static str) -> Result<(usize, usize)> {
     match t.dims() {
         [r, c] => Ok((*r, *c)),
-        _ => Err(Error::invalid(op, format!("expected logits of shape [rows, classes], found {}", t.shape()))),
+        _ => Err(Error::invalid(
+            op,
+            format!(
+                "expected logits of shape [rows, classes], found {}",
+                t.shape()
+            ),
+        )),
     }
 }
 
 fn check_len(op: &'static str, a: usize, b: usize) -> Result<()> {
     if a != b {
-        return Err(Error::invalid(op, format!("{a} predictions but {b} targets")));
+        return Err(Error::invalid(
+            op,
+            format!("{a} predictions but {b} targets"),
+        ));
     }
     Ok(())
 }

@@ -106,7 +106,12 @@ impl<S: Scalar> Model<S> {
 /// An MLP with layer widths `sizes` (`sizes[0]` inputs, last outputs): `Linear` layers with
 /// `activation` (and `Dropout(dropout)` when positive) between them. Tensors are named as in a
 /// PyTorch `nn.Sequential`: `0.weight`, `0.bias`, `2.weight`, ...
-pub fn mlp<S: Scalar>(b: &mut Builder<'_, S>, sizes: &[usize], activation: Activation, dropout: f64) -> Result<Sequential> {
+pub fn mlp<S: Scalar>(
+    b: &mut Builder<'_, S>,
+    sizes: &[usize],
+    activation: Activation,
+    dropout: f64,
+) -> Result<Sequential> {
     if sizes.len() < 2 || sizes.contains(&0) {
         return Err(Error::invalid(
             "mlp",

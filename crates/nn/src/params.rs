@@ -45,7 +45,12 @@ impl<S: Scalar> ParamSet<S> {
     }
 
     /// Adds a tensor; a repeated name is an error.
-    pub fn add(&mut self, name: impl Into<String>, value: Tensor<S>, kind: ParamKind) -> Result<ParamId> {
+    pub fn add(
+        &mut self,
+        name: impl Into<String>,
+        value: Tensor<S>,
+        kind: ParamKind,
+    ) -> Result<ParamId> {
         let name = name.into();
         if self.params.iter().any(|p| p.name == name) {
             return Err(Error::invalid(
@@ -93,7 +98,9 @@ impl<S: Scalar> ParamSet<S> {
 
     /// The trainable tensors in registration order.
     pub fn trainable(&self) -> impl Iterator<Item = &Param<S>> {
-        self.params.iter().filter(|p| p.kind == ParamKind::Trainable)
+        self.params
+            .iter()
+            .filter(|p| p.kind == ParamKind::Trainable)
     }
 
     /// The trainable tensors, mutably.

@@ -22,7 +22,10 @@ const TOP: f64 = 40.0;
 const BOTTOM: f64 = 50.0;
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// A moving average over `window` points (shorter at the start).
@@ -45,7 +48,11 @@ fn ticks(lo: f64, hi: f64, count: usize) -> Vec<f64> {
     let span = (hi - lo).max(1e-12);
     let raw = span / count.max(1) as f64;
     let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(10.0 * mag);
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * mag);
     let mut t = (lo / step).ceil() * step;
     let mut out = Vec::new();
     while t <= hi + step * 1e-9 {
@@ -102,33 +109,83 @@ pub fn svg(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> Stri
     let sy = |y: f64| TOP + ph - (ty(y) - ly0) / (ly1 - ly0) * ph;
 
     let mut out = String::new();
-    let _ = writeln!(out, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#);
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
+    );
     let _ = writeln!(out, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
-    let _ = writeln!(out, r#"<text x="{}" y="24" text-anchor="middle" font-size="15">{}</text>"#, W / 2.0, escape(title));
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="24" text-anchor="middle" font-size="15">{}</text>"#,
+        W / 2.0,
+        escape(title)
+    );
     // Grid and ticks.
     for t in ticks(x0, x1, 6) {
         let x = sx(t);
-        let _ = writeln!(out, r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{:.1}" stroke="#e5e5e5"/>"##, TOP + ph);
-        let _ = writeln!(out, r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#, TOP + ph + 16.0, fmt_num(t));
+        let _ = writeln!(
+            out,
+            r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{:.1}" stroke="#e5e5e5"/>"##,
+            TOP + ph
+        );
+        let _ = writeln!(
+            out,
+            r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+            TOP + ph + 16.0,
+            fmt_num(t)
+        );
     }
     let ytick_values: Vec<f64> = if log {
-        ticks(ly0.floor(), ly1.ceil(), (ly1.ceil() - ly0.floor()).max(1.0) as usize)
-            .into_iter()
-            .filter(|e| *e >= ly0 - 1e-9 && *e <= ly1 + 1e-9)
-            .map(|e| 10f64.powf(e))
-            .collect()
+        ticks(
+            ly0.floor(),
+            ly1.ceil(),
+            (ly1.ceil() - ly0.floor()).max(1.0) as usize,
+        )
+        .into_iter()
+        .filter(|e| *e >= ly0 - 1e-9 && *e <= ly1 + 1e-9)
+        .map(|e| 10f64.powf(e))
+        .collect()
     } else {
         ticks(ly0, ly1, 5)
     };
     for t in ytick_values {
         let y = sy(t);
-        let _ = writeln!(out, r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#e5e5e5"/>"##, LEFT + pw);
-        let _ = writeln!(out, r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#, LEFT - 6.0, y + 4.0, fmt_num(t));
+        let _ = writeln!(
+            out,
+            r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#e5e5e5"/>"##,
+            LEFT + pw
+        );
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+            LEFT - 6.0,
+            y + 4.0,
+            fmt_num(t)
+        );
     }
-    let _ = writeln!(out, r##"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>"##);
-    let _ = writeln!(out, r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#, LEFT + pw / 2.0, H - 12.0, escape(x_label));
-    let ylab = if log { format!("{y_label} (log scale)") } else { y_label.to_string() };
-    let _ = writeln!(out, r#"<text x="16" y="{:.1}" text-anchor="middle" transform="rotate(-90 16 {:.1})">{}</text>"#, TOP + ph / 2.0, TOP + ph / 2.0, escape(&ylab));
+    let _ = writeln!(
+        out,
+        r##"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>"##
+    );
+    let _ = writeln!(
+        out,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+        LEFT + pw / 2.0,
+        H - 12.0,
+        escape(x_label)
+    );
+    let ylab = if log {
+        format!("{y_label} (log scale)")
+    } else {
+        y_label.to_string()
+    };
+    let _ = writeln!(
+        out,
+        r#"<text x="16" y="{:.1}" text-anchor="middle" transform="rotate(-90 16 {:.1})">{}</text>"#,
+        TOP + ph / 2.0,
+        TOP + ph / 2.0,
+        escape(&ylab)
+    );
     // Curves.
     for s in series {
         let pts: Vec<String> = s
@@ -138,17 +195,39 @@ pub fn svg(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> Stri
             .map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(y)))
             .collect();
         if pts.len() == 1 {
-            let _ = writeln!(out, r#"<circle cx="{}" r="3" fill="{}"/>"#, pts[0].replace(',', "\" cy=\""), escape(&s.color));
+            let _ = writeln!(
+                out,
+                r#"<circle cx="{}" r="3" fill="{}"/>"#,
+                pts[0].replace(',', "\" cy=\""),
+                escape(&s.color)
+            );
         } else if !pts.is_empty() {
-            let _ = writeln!(out, r#"<polyline fill="none" stroke="{}" stroke-width="{}" points="{}"/>"#, escape(&s.color), s.width, pts.join(" "));
+            let _ = writeln!(
+                out,
+                r#"<polyline fill="none" stroke="{}" stroke-width="{}" points="{}"/>"#,
+                escape(&s.color),
+                s.width,
+                pts.join(" ")
+            );
         }
     }
     // Legend.
     for (i, s) in series.iter().enumerate() {
         let y = TOP + 14.0 + 18.0 * i as f64;
         let x = LEFT + pw - 180.0;
-        let _ = writeln!(out, r#"<line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{}" stroke-width="3"/>"#, x + 24.0, escape(&s.color));
-        let _ = writeln!(out, r#"<text x="{}" y="{}">{}</text>"#, x + 30.0, y + 4.0, escape(&s.name));
+        let _ = writeln!(
+            out,
+            r#"<line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{}" stroke-width="3"/>"#,
+            x + 24.0,
+            escape(&s.color)
+        );
+        let _ = writeln!(
+            out,
+            r#"<text x="{}" y="{}">{}</text>"#,
+            x + 30.0,
+            y + 4.0,
+            escape(&s.name)
+        );
     }
     out.push_str("</svg>\n");
     out

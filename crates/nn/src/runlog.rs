@@ -26,7 +26,16 @@ impl RunLog {
     }
 
     /// Appends one record.
-    pub fn record(&mut self, split: &str, step: u64, epoch: u64, loss: f64, metric: f64, lr: Option<f64>, seconds: f64) -> NnResult<()> {
+    pub fn record(
+        &mut self,
+        split: &str,
+        step: u64,
+        epoch: u64,
+        loss: f64,
+        metric: f64,
+        lr: Option<f64>,
+        seconds: f64,
+    ) -> NnResult<()> {
         let mut obj = serde_json::json!({
             "split": split,
             "step": step,

@@ -41,12 +41,20 @@ impl Schedule {
     /// Rejects schedules that would divide by zero or grow without bound.
     pub fn validate(&self) -> Result<()> {
         match self.decay {
-            Decay::Step { step_size: 0, .. } => Err(Error::invalid("schedule", "step decay needs a step size of at least 1")),
-            Decay::Step { gamma, .. } if !(gamma > 0.0 && gamma.is_finite()) => Err(Error::invalid(
+            Decay::Step { step_size: 0, .. } => Err(Error::invalid(
                 "schedule",
-                format!("step decay needs a positive finite gamma, found {gamma}"),
+                "step decay needs a step size of at least 1",
             )),
-            Decay::Cosine { t_max: 0, .. } => Err(Error::invalid("schedule", "cosine annealing needs t_max of at least 1")),
+            Decay::Step { gamma, .. } if !(gamma > 0.0 && gamma.is_finite()) => {
+                Err(Error::invalid(
+                    "schedule",
+                    format!("step decay needs a positive finite gamma, found {gamma}"),
+                ))
+            }
+            Decay::Cosine { t_max: 0, .. } => Err(Error::invalid(
+                "schedule",
+                "cosine annealing needs t_max of at least 1",
+            )),
             _ => Ok(()),
         }
     }
@@ -65,7 +73,9 @@ impl Schedule {
             Decay::Cosine { t_max, eta_min } => {
                 let t = t.min(t_max) as f64;
                 eta_min
-                    + (base - eta_min) * (1.0 + (std::f64::consts::PI * t / t_max.max(1) as f64).cos()) / 2.0
+                    + (base - eta_min)
+                        * (1.0 + (std::f64::consts::PI * t / t_max.max(1) as f64).cos())
+                        / 2.0
             }
         }
     }

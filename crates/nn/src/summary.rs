@@ -23,7 +23,10 @@ impl Table {
 
     /// The table as lines: first column left-aligned, others right-aligned.
     pub fn render(&self) -> String {
-        let cols = self.header.len().max(self.rows.iter().map(Vec::len).max().unwrap_or(0));
+        let cols = self
+            .header
+            .len()
+            .max(self.rows.iter().map(Vec::len).max().unwrap_or(0));
         let mut widths = vec![0; cols];
         for r in std::iter::once(&self.header).chain(&self.rows) {
             for (i, c) in r.iter().enumerate() {

@@ -87,7 +87,11 @@ pub struct Trainer<S: Scalar> {
 
 impl<S: Scalar> Trainer<S> {
     /// A fresh run of `config` on `data` (prepared with the config's seed and split).
-    pub fn new(config: TrainConfig, data: Prepared<S>, backend: Box<dyn Backend<S>>) -> NnResult<Self> {
+    pub fn new(
+        config: TrainConfig,
+        data: Prepared<S>,
+        backend: Box<dyn Backend<S>>,
+    ) -> NnResult<Self> {
         config.schedule.validate()?;
         let model = Model::new(&config.model, config.seed)?;
         check_fits(&config.model, &data)?;
@@ -133,7 +137,9 @@ impl<S: Scalar> Trainer<S> {
 
     /// The learning rate of the next step.
     pub fn current_lr(&self) -> f64 {
-        self.config.schedule.lr(self.config.optimizer.lr(), self.step)
+        self.config
+            .schedule
+            .lr(self.config.optimizer.lr(), self.step)
     }
 
     /// One optimizer step on the next mini-batch.
@@ -189,12 +195,21 @@ impl<S: Scalar> Trainer<S> {
             Which::Train => &self.data.train,
             Which::Validation => &self.data.val,
         };
-        evaluate_split(self.backend.as_mut(), &self.model, split, self.data.target.as_ref().map(|t| (t.mean[0], t.std[0])))
+        evaluate_split(
+            self.backend.as_mut(),
+            &self.model,
+            split,
+            self.data.target.as_ref().map(|t| (t.mean[0], t.std[0])),
+        )
     }
 }
 
 /// Runs `model` on `x` in chunks of rows (bounded memory for large tables).
-pub fn predict_in_chunks<S: Scalar>(backend: &mut dyn Backend<S>, model: &Model<S>, x: &Tensor<S>) -> NnResult<Tensor<S>> {
+pub fn predict_in_chunks<S: Scalar>(
+    backend: &mut dyn Backend<S>,
+    model: &Model<S>,
+    x: &Tensor<S>,
+) -> NnResult<Tensor<S>> {
     const CHUNK: usize = 1024;
     let rows = x.dims()[0];
     let width = x.dims()[1];
@@ -205,7 +220,10 @@ pub fn predict_in_chunks<S: Scalar>(backend: &mut dyn Backend<S>, model: &Model<
     let mut out_width = 0;
     for start in (0..rows).step_by(CHUNK) {
         let end = (start + CHUNK).min(rows);
-        let chunk = Tensor::new(&[end - start, width], x.data()[start * width..end * width].to_vec())?;
+        let chunk = Tensor::new(
+            &[end - start, width],
+            x.data()[start * width..end * width].to_vec(),
+        )?;
         let y = backend.infer(model, &chunk)?;
         out_width = y.dims()[1];
         out.extend_from_slice(y.data());

@@ -5,7 +5,9 @@
 use tapegrad_nn::checkpoint::{self, Checkpoint};
 use tapegrad_nn::data::{DataSource, Prepared};
 use tapegrad_nn::layers::Activation;
-use tapegrad_nn::{make_backend, BackendKind, ModelSpec, OptimizerConfig, Schedule, TrainConfig, Trainer};
+use tapegrad_nn::{
+    make_backend, BackendKind, ModelSpec, OptimizerConfig, Schedule, TrainConfig, Trainer,
+};
 use tapegrad_tensor::Scalar;
 
 fn config(hidden: usize) -> TrainConfig {
@@ -30,7 +32,12 @@ fn config(hidden: usize) -> TrainConfig {
 
 fn trained<S: Scalar>(cfg: &TrainConfig, steps: usize) -> Trainer<S> {
     let data = Prepared::<S>::new(&cfg.data.load().unwrap(), cfg.val_fraction, cfg.seed).unwrap();
-    let mut t = Trainer::new(cfg.clone(), data, make_backend::<S>(BackendKind::Eager).unwrap()).unwrap();
+    let mut t = Trainer::new(
+        cfg.clone(),
+        data,
+        make_backend::<S>(BackendKind::Eager).unwrap(),
+    )
+    .unwrap();
     for _ in 0..steps {
         t.train_step().unwrap();
     }
@@ -70,7 +77,10 @@ fn round_trip_restores_everything() {
     assert_eq!(features, t.data.features);
     assert_eq!(target, t.data.target);
     // No temporary file is left behind.
-    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(names.len(), 1, "{names:?}");
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -86,8 +96,15 @@ fn truncated_and_corrupted_files_are_rejected_and_left_alone() {
     let truncated = dir.join("truncated.safetensors");
     std::fs::write(&truncated, &bytes[..bytes.len() - 10]).unwrap();
     let e = read_err(&truncated);
-    assert!(e.contains("truncated.safetensors") && e.contains("truncated or corrupted"), "{e}");
-    assert_eq!(std::fs::read(&truncated).unwrap(), &bytes[..bytes.len() - 10], "reading must not modify the file");
+    assert!(
+        e.contains("truncated.safetensors") && e.contains("truncated or corrupted"),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read(&truncated).unwrap(),
+        &bytes[..bytes.len() - 10],
+        "reading must not modify the file"
+    );
 
     let short = dir.join("short.safetensors");
     std::fs::write(&short, &bytes[..5]).unwrap();
@@ -100,7 +117,10 @@ fn truncated_and_corrupted_files_are_rejected_and_left_alone() {
     f[last] ^= 0x10;
     std::fs::write(&flipped, &f).unwrap();
     let e = read_err(&flipped);
-    assert!(e.contains("checksum mismatch") && e.contains("corrupted"), "{e}");
+    assert!(
+        e.contains("checksum mismatch") && e.contains("corrupted"),
+        "{e}"
+    );
     assert_eq!(std::fs::read(&flipped).unwrap(), f);
 
     let garbage = dir.join("garbage.safetensors");
@@ -116,7 +136,8 @@ fn truncated_and_corrupted_files_are_rejected_and_left_alone() {
 fn a_safetensors_file_without_our_metadata_is_rejected() {
     let dir = tempdir("foreign");
     let data: Vec<u8> = 1.5f32.to_le_bytes().to_vec();
-    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![1], &data).unwrap();
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![1], &data).unwrap();
     let bytes = safetensors::serialize([("w", view)], None).unwrap();
     let path = dir.join("foreign.safetensors");
     std::fs::write(&path, bytes).unwrap();
@@ -132,7 +153,10 @@ fn mismatched_model_names_the_tensor_and_both_shapes() {
     checkpoint::save(&path, &t).unwrap();
     let ck = Checkpoint::read(&path).unwrap();
     let e = ck.model_from::<f32>(&config(12)).err().unwrap().to_string();
-    assert!(e.contains("'model.0.weight'") && e.contains("[8, 7]") && e.contains("[12, 7]"), "{e}");
+    assert!(
+        e.contains("'model.0.weight'") && e.contains("[8, 7]") && e.contains("[12, 7]"),
+        "{e}"
+    );
     let e = ck.model::<f64>().err().unwrap().to_string();
     assert!(e.contains("f32") && e.contains("f64"), "{e}");
     std::fs::remove_dir_all(dir).unwrap();
@@ -146,9 +170,15 @@ fn a_failed_save_leaves_the_old_file_intact() {
     let before = std::fs::read(&path).unwrap();
     // Occupy the temporary file's name with a folder so writing it fails.
     std::fs::create_dir(dir.join(".c.safetensors.tmp")).unwrap();
-    let e = checkpoint::save(&path, &trained::<f32>(&config(8), 4)).unwrap_err().to_string();
+    let e = checkpoint::save(&path, &trained::<f32>(&config(8), 4))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("cannot write the temporary file"), "{e}");
-    assert_eq!(std::fs::read(&path).unwrap(), before, "the old checkpoint must survive");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the old checkpoint must survive"
+    );
     assert_eq!(Checkpoint::read(&path).unwrap().header.step, 2);
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -5,7 +5,9 @@
 use tapegrad_nn::checkpoint::{self, Checkpoint};
 use tapegrad_nn::data::{DataSource, Prepared};
 use tapegrad_nn::layers::Activation;
-use tapegrad_nn::{make_backend, BackendKind, Decay, ModelSpec, OptimizerConfig, Schedule, TrainConfig, Trainer};
+use tapegrad_nn::{
+    make_backend, BackendKind, Decay, ModelSpec, OptimizerConfig, Schedule, TrainConfig, Trainer,
+};
 use tapegrad_tensor::Scalar;
 
 fn config(data: DataSource, optimizer: &str, lr: f64, dropout: f64, seed: u64) -> TrainConfig {
@@ -26,7 +28,10 @@ fn config(data: DataSource, optimizer: &str, lr: f64, dropout: f64, seed: u64) -
         optimizer: OptimizerConfig::by_name(optimizer, lr).unwrap(),
         schedule: Schedule {
             warmup: 3,
-            decay: Decay::Step { step_size: 7, gamma: 0.5 },
+            decay: Decay::Step {
+                step_size: 7,
+                gamma: 0.5,
+            },
         },
         clip_norm: Some(1.0),
         batch_size: 50,
@@ -37,14 +42,28 @@ fn config(data: DataSource, optimizer: &str, lr: f64, dropout: f64, seed: u64) -
 
 fn trainer<S: Scalar>(cfg: &TrainConfig) -> Trainer<S> {
     let data = Prepared::<S>::new(&cfg.data.load().unwrap(), cfg.val_fraction, cfg.seed).unwrap();
-    Trainer::new(cfg.clone(), data, make_backend::<S>(BackendKind::Eager).unwrap()).unwrap()
+    Trainer::new(
+        cfg.clone(),
+        data,
+        make_backend::<S>(BackendKind::Eager).unwrap(),
+    )
+    .unwrap()
 }
 
 fn bits<S: Scalar>(t: &Trainer<S>) -> Vec<(String, Vec<u64>)> {
     t.model
         .params
         .iter()
-        .map(|p| (p.name.clone(), p.value.data().iter().map(|v| v.to_f64().to_bits()).collect()))
+        .map(|p| {
+            (
+                p.name.clone(),
+                p.value
+                    .data()
+                    .iter()
+                    .map(|v| v.to_f64().to_bits())
+                    .collect(),
+            )
+        })
         .collect()
 }
 
@@ -65,9 +84,16 @@ fn same_seed_gives_identical_bits_and_other_seeds_differ() {
         steps(&mut a, 40);
         steps(&mut b, 40);
         assert_eq!(bits(&a), bits(&b));
-        let mut c = trainer::<f32>(&TrainConfig { seed: 6, ..cfg.clone() });
+        let mut c = trainer::<f32>(&TrainConfig {
+            seed: 6,
+            ..cfg.clone()
+        });
         steps(&mut c, 40);
-        assert_ne!(bits(&a), bits(&c), "a different seed must give a different run");
+        assert_ne!(
+            bits(&a),
+            bits(&c),
+            "a different seed must give a different run"
+        );
         // The parameters moved: the test would be vacuous if training did nothing.
         assert_ne!(bits(&a), bits(&trainer::<f32>(&cfg)));
     }
@@ -81,19 +107,34 @@ fn resume_case<S: Scalar>(cfg: TrainConfig, n: usize, m: usize) {
     checkpoint::save(&saved, &first).unwrap();
     drop(first);
     let ckpt = Checkpoint::read(&saved).unwrap();
-    let mut resumed: Trainer<S> = ckpt.resume(make_backend::<S>(BackendKind::Eager).unwrap()).unwrap();
+    let mut resumed: Trainer<S> = ckpt
+        .resume(make_backend::<S>(BackendKind::Eager).unwrap())
+        .unwrap();
     assert_eq!(resumed.step, n as u64);
     steps(&mut resumed, m);
 
     let mut straight = trainer::<S>(&cfg);
     steps(&mut straight, n + m);
-    assert_eq!(bits(&resumed), bits(&straight), "{} {}: parameters differ", cfg.optimizer.name(), S::DTYPE);
-    assert_eq!(resumed.optimizer, straight.optimizer, "optimizer state differs");
+    assert_eq!(
+        bits(&resumed),
+        bits(&straight),
+        "{} {}: parameters differ",
+        cfg.optimizer.name(),
+        S::DTYPE
+    );
+    assert_eq!(
+        resumed.optimizer, straight.optimizer,
+        "optimizer state differs"
+    );
     assert_eq!(resumed.order, straight.order, "data position differs");
     let (a, b) = (dir.join("a.safetensors"), dir.join("b.safetensors"));
     checkpoint::save(&a, &resumed).unwrap();
     checkpoint::save(&b, &straight).unwrap();
-    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap(), "checkpoint files differ");
+    assert_eq!(
+        std::fs::read(&a).unwrap(),
+        std::fs::read(&b).unwrap(),
+        "checkpoint files differ"
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -116,9 +157,14 @@ fn resume_at_step_zero_is_a_fresh_run() {
 
 #[test]
 fn compiled_backend_reports_that_it_is_missing() {
-    let e = make_backend::<f32>(BackendKind::Compiled).err().expect("compiled is not built yet");
+    let e = make_backend::<f32>(BackendKind::Compiled)
+        .err()
+        .expect("compiled is not built yet");
     let msg = e.to_string();
-    assert!(msg.contains("compiled backend is not available") && msg.contains("--backend eager"), "{msg}");
+    assert!(
+        msg.contains("compiled backend is not available") && msg.contains("--backend eager"),
+        "{msg}"
+    );
 }
 
 fn tempdir() -> std::path::PathBuf {

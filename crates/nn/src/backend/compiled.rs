@@ -12,7 +12,8 @@ use tapegrad_tensor::{Scalar, Tensor};
 /// Runs a saved graph each step (not available yet).
 pub struct Compiled;
 
-const NOT_AVAILABLE: &str = "the compiled backend is not available yet: it runs the saved graph of \
+const NOT_AVAILABLE: &str =
+    "the compiled backend is not available yet: it runs the saved graph of \
 tapegrad_core::graph, which this build does not have; use --backend eager";
 
 impl Compiled {
@@ -27,7 +28,12 @@ impl<S: Scalar> Backend<S> for Compiled {
         BackendKind::Compiled
     }
 
-    fn train_step(&mut self, _model: &Model<S>, _batch: &Batch<S>, _rng: ChaCha8Rng) -> NnResult<StepOutput<S>> {
+    fn train_step(
+        &mut self,
+        _model: &Model<S>,
+        _batch: &Batch<S>,
+        _rng: ChaCha8Rng,
+    ) -> NnResult<StepOutput<S>> {
         Err(NnError::Config(NOT_AVAILABLE.into()))
     }
 

@@ -36,7 +36,12 @@ impl<S: Scalar> Backend<S> for Eager<S> {
         BackendKind::Eager
     }
 
-    fn train_step(&mut self, model: &Model<S>, batch: &Batch<S>, rng: ChaCha8Rng) -> NnResult<StepOutput<S>> {
+    fn train_step(
+        &mut self,
+        model: &Model<S>,
+        batch: &Batch<S>,
+        rng: ChaCha8Rng,
+    ) -> NnResult<StepOutput<S>> {
         self.session.reset();
         let mut ctx = Ctx::new(&mut self.session, &model.params, Mode::Train, rng)?;
         let x = ctx.session().input(batch.x.clone());
@@ -57,7 +62,12 @@ impl<S: Scalar> Backend<S> for Eager<S> {
     fn infer(&mut self, model: &Model<S>, x: &Tensor<S>) -> NnResult<Tensor<S>> {
         self.session.reset();
         // Eval mode draws nothing from the stream; any seed will do.
-        let mut ctx = Ctx::new(&mut self.session, &model.params, Mode::Eval, dropout_rng(0, 0))?;
+        let mut ctx = Ctx::new(
+            &mut self.session,
+            &model.params,
+            Mode::Eval,
+            dropout_rng(0, 0),
+        )?;
         let x = ctx.session().input(x.clone());
         let out = model.forward(&mut ctx, x)?;
         let value = ctx.session().value(out)?.clone();

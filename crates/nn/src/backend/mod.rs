@@ -40,7 +40,9 @@ impl std::str::FromStr for BackendKind {
         match s {
             "eager" => Ok(BackendKind::Eager),
             "compiled" => Ok(BackendKind::Compiled),
-            other => Err(format!("unknown backend '{other}' (expected eager or compiled)")),
+            other => Err(format!(
+                "unknown backend '{other}' (expected eager or compiled)"
+            )),
         }
     }
 }
@@ -63,7 +65,12 @@ pub trait Backend<S: Scalar> {
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
     /// Forward in training mode, loss, backward. `rng` is the step's dropout stream.
-    fn train_step(&mut self, model: &Model<S>, batch: &Batch<S>, rng: ChaCha8Rng) -> NnResult<StepOutput<S>>;
+    fn train_step(
+        &mut self,
+        model: &Model<S>,
+        batch: &Batch<S>,
+        rng: ChaCha8Rng,
+    ) -> NnResult<StepOutput<S>>;
     /// Forward in eval mode: the model's outputs for `x`.
     fn infer(&mut self, model: &Model<S>, x: &Tensor<S>) -> NnResult<Tensor<S>>;
 }
@@ -77,7 +84,11 @@ pub fn make_backend<S: Scalar>(kind: BackendKind) -> NnResult<Box<dyn Backend<S>
 }
 
 /// Records the task's loss on `out`: MSE against values, cross entropy against classes.
-pub fn record_loss<S: Scalar>(session: &mut Session<S>, out: Var, y: &BatchTargets<S>) -> Result<Var> {
+pub fn record_loss<S: Scalar>(
+    session: &mut Session<S>,
+    out: Var,
+    y: &BatchTargets<S>,
+) -> Result<Var> {
     match y {
         BatchTargets::Values(t) => {
             let shape = session.value(out)?.shape().clone();

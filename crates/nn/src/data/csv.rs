@@ -32,10 +32,7 @@ impl Table {
         }
         Err(NnError::data(
             &self.name,
-            format!(
-                "no column '{name}' (columns: {})",
-                self.header.join(", ")
-            ),
+            format!("no column '{name}' (columns: {})", self.header.join(", ")),
         ))
     }
 }
@@ -127,7 +124,9 @@ pub fn parse_csv(name: &str, text: &str, has_header: bool) -> NnResult<Table> {
     let header = if has_header {
         header
     } else {
-        (0..width.unwrap_or(0)).map(|i| format!("column_{i}")).collect()
+        (0..width.unwrap_or(0))
+            .map(|i| format!("column_{i}"))
+            .collect()
     };
     Ok(Table {
         name: name.to_string(),

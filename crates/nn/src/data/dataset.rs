@@ -21,7 +21,10 @@ pub enum Targets {
     /// One value per row.
     Values(Vec<f64>),
     /// One class index per row; `names[i]` is the label text of class `i`.
-    Classes { labels: Vec<usize>, names: Vec<String> },
+    Classes {
+        labels: Vec<usize>,
+        names: Vec<String>,
+    },
 }
 
 /// A numeric data set.
@@ -56,7 +59,11 @@ impl Dataset {
             if c == target_col {
                 continue;
             }
-            let numeric = table.rows.iter().filter(|r| parse_number(&r[c]).is_some()).count();
+            let numeric = table
+                .rows
+                .iter()
+                .filter(|r| parse_number(&r[c]).is_some())
+                .count();
             if numeric * 2 > table.rows.len() {
                 feature_cols.push(c);
             } else {
@@ -66,7 +73,10 @@ impl Dataset {
         if feature_cols.is_empty() {
             return Err(NnError::data(
                 &table.name,
-                format!("no numeric feature columns besides the target '{}'", table.header[target_col]),
+                format!(
+                    "no numeric feature columns besides the target '{}'",
+                    table.header[target_col]
+                ),
             ));
         }
         let features = numeric_matrix(table, &feature_cols)?;
@@ -79,7 +89,10 @@ impl Dataset {
         };
         Ok(Dataset {
             name: table.name.clone(),
-            feature_names: feature_cols.iter().map(|&c| table.header[c].clone()).collect(),
+            feature_names: feature_cols
+                .iter()
+                .map(|&c| table.header[c].clone())
+                .collect(),
             features,
             rows: table.rows.len(),
             targets,
@@ -133,7 +146,11 @@ fn numeric_matrix(table: &Table, cols: &[usize]) -> NnResult<Vec<f64>> {
 }
 
 fn class_targets(table: &Table, col: usize) -> NnResult<Targets> {
-    let cells: Vec<String> = table.rows.iter().map(|r| r[col].trim().to_string()).collect();
+    let cells: Vec<String> = table
+        .rows
+        .iter()
+        .map(|r| r[col].trim().to_string())
+        .collect();
     let mut names: Vec<String> = cells.clone();
     names.sort();
     names.dedup();
@@ -143,7 +160,11 @@ fn class_targets(table: &Table, col: usize) -> NnResult<Targets> {
     if names.len() < 2 {
         return Err(NnError::data(
             &table.name,
-            format!("classification needs at least 2 classes in column '{}', found {}", table.header[col], names.len()),
+            format!(
+                "classification needs at least 2 classes in column '{}', found {}",
+                table.header[col],
+                names.len()
+            ),
         ));
     }
     let labels = cells

@@ -51,12 +51,21 @@ impl BatchOrder {
     }
 
     /// The order at `(epoch, cursor)` (as saved in a checkpoint).
-    pub fn at(rows: usize, batch_size: usize, seed: u64, epoch: u64, cursor: usize) -> Result<Self> {
+    pub fn at(
+        rows: usize,
+        batch_size: usize,
+        seed: u64,
+        epoch: u64,
+        cursor: usize,
+    ) -> Result<Self> {
         if rows == 0 {
             return Err(Error::invalid("batches", "the training split has no rows"));
         }
         if batch_size == 0 {
-            return Err(Error::invalid("batches", "the batch size must be at least 1"));
+            return Err(Error::invalid(
+                "batches",
+                "the batch size must be at least 1",
+            ));
         }
         if cursor >= rows {
             return Err(Error::invalid(

@@ -32,7 +32,10 @@ impl Task {
 #[derive(Debug, Clone, PartialEq)]
 pub enum SplitTargets<S> {
     /// Standardised values (what the loss sees) and the original values (for metrics).
-    Values { standardized: Vec<S>, raw: Vec<f64> },
+    Values {
+        standardized: Vec<S>,
+        raw: Vec<f64>,
+    },
     Classes(Vec<usize>),
 }
 
@@ -68,7 +71,9 @@ impl<S: Scalar> Split<S> {
                 &[rows.len(), 1],
                 rows.iter().map(|&r| standardized[r]).collect(),
             )?),
-            SplitTargets::Classes(labels) => BatchTargets::Classes(rows.iter().map(|&r| labels[r]).collect()),
+            SplitTargets::Classes(labels) => {
+                BatchTargets::Classes(rows.iter().map(|&r| labels[r]).collect())
+            }
         };
         Ok(Batch { x, y })
     }
@@ -134,25 +139,39 @@ impl<S: Scalar> Prepared<S> {
         Ok(prepared)
     }
 
-    fn split(data: &Dataset, features: &Standardizer, target: Option<&Standardizer>, rows: &[usize]) -> NnResult<Split<S>> {
+    fn split(
+        data: &Dataset,
+        features: &Standardizer,
+        target: Option<&Standardizer>,
+        rows: &[usize],
+    ) -> NnResult<Split<S>> {
         let x = standardize_rows(&data.features, features, rows)?;
         let y = match &data.targets {
             Targets::Values(v) => {
                 let t = target.expect("regression data has target statistics");
                 let raw: Vec<f64> = rows.iter().map(|&r| v[r]).collect();
                 SplitTargets::Values {
-                    standardized: raw.iter().map(|&y| S::from_f64((y - t.mean[0]) / t.std[0])).collect(),
+                    standardized: raw
+                        .iter()
+                        .map(|&y| S::from_f64((y - t.mean[0]) / t.std[0]))
+                        .collect(),
                     raw,
                 }
             }
-            Targets::Classes { labels, .. } => SplitTargets::Classes(rows.iter().map(|&r| labels[r]).collect()),
+            Targets::Classes { labels, .. } => {
+                SplitTargets::Classes(rows.iter().map(|&r| labels[r]).collect())
+            }
         };
         Ok(Split { x, y })
     }
 }
 
 /// Standardises rows `rows` of the row-major matrix `data` into a `[rows, width]` tensor.
-pub fn standardize_rows<S: Scalar>(data: &[f64], stats: &Standardizer, rows: &[usize]) -> NnResult<Tensor<S>> {
+pub fn standardize_rows<S: Scalar>(
+    data: &[f64],
+    stats: &Standardizer,
+    rows: &[usize],
+) -> NnResult<Tensor<S>> {
     let width = stats.width();
     let mut out = Vec::with_capacity(rows.len() * width);
     let mut row = vec![0.0; width];

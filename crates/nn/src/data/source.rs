@@ -25,8 +25,12 @@ impl DataSource {
     /// Reads the table and builds the data set.
     pub fn load(&self) -> NnResult<Dataset> {
         match self {
-            DataSource::Digits => Dataset::from_table(&embedded::digits()?, "label", TaskKind::Classification),
-            DataSource::AutoMpg => Dataset::from_table(&embedded::auto_mpg()?, "mpg", TaskKind::Regression),
+            DataSource::Digits => {
+                Dataset::from_table(&embedded::digits()?, "label", TaskKind::Classification)
+            }
+            DataSource::AutoMpg => {
+                Dataset::from_table(&embedded::auto_mpg()?, "mpg", TaskKind::Regression)
+            }
             DataSource::Csv { path, target, task } => {
                 let text = std::fs::read_to_string(path).map_err(|e| NnError::io(path, e))?;
                 Dataset::from_table(&parse_csv(path, &text, true)?, target, *task)

@@ -22,7 +22,11 @@ impl Standardizer {
         mean.iter_mut().for_each(|m| *m /= n);
         let mut var = vec![0.0; width];
         for &r in rows {
-            for ((s, v), m) in var.iter_mut().zip(&data[r * width..(r + 1) * width]).zip(&mean) {
+            for ((s, v), m) in var
+                .iter_mut()
+                .zip(&data[r * width..(r + 1) * width])
+                .zip(&mean)
+            {
                 *s += (v - m) * (v - m);
             }
         }

@@ -11,7 +11,9 @@ use tapegrad_tensor::{Result, Scalar};
 #[serde(rename_all = "snake_case")]
 pub enum Activation {
     Relu,
-    LeakyRelu { negative_slope: f64 },
+    LeakyRelu {
+        negative_slope: f64,
+    },
     Tanh,
     Sigmoid,
     /// GELU, exact (erf) form.

@@ -19,16 +19,35 @@ impl<'a, S: Scalar> Builder<'a, S> {
     }
 
     /// Adds a trainable tensor `prefix.name` of `dims`, filled by `init`.
-    pub fn trainable(&mut self, prefix: &str, name: &str, dims: &[usize], init: Init) -> Result<ParamId> {
+    pub fn trainable(
+        &mut self,
+        prefix: &str,
+        name: &str,
+        dims: &[usize],
+        init: Init,
+    ) -> Result<ParamId> {
         self.add(prefix, name, dims, init, ParamKind::Trainable)
     }
 
     /// Adds a buffer `prefix.name` of `dims`, filled by `init`.
-    pub fn buffer(&mut self, prefix: &str, name: &str, dims: &[usize], init: Init) -> Result<ParamId> {
+    pub fn buffer(
+        &mut self,
+        prefix: &str,
+        name: &str,
+        dims: &[usize],
+        init: Init,
+    ) -> Result<ParamId> {
         self.add(prefix, name, dims, init, ParamKind::Buffer)
     }
 
-    fn add(&mut self, prefix: &str, name: &str, dims: &[usize], init: Init, kind: ParamKind) -> Result<ParamId> {
+    fn add(
+        &mut self,
+        prefix: &str,
+        name: &str,
+        dims: &[usize],
+        init: Init,
+        kind: ParamKind,
+    ) -> Result<ParamId> {
         let shape = Shape::new(dims)?;
         let value = init.tensor(&shape, self.rng)?;
         let full = if prefix.is_empty() {

@@ -27,7 +27,12 @@ pub struct Ctx<'s, S: Scalar> {
 impl<'s, S: Scalar> Ctx<'s, S> {
     /// Registers `params` on `session` (which the caller has reset) and returns the context. In
     /// eval mode gradient recording is switched off for the whole pass.
-    pub fn new(session: &'s mut Session<S>, params: &ParamSet<S>, mode: Mode, rng: ChaCha8Rng) -> Result<Self> {
+    pub fn new(
+        session: &'s mut Session<S>,
+        params: &ParamSet<S>,
+        mode: Mode,
+        rng: ChaCha8Rng,
+    ) -> Result<Self> {
         session.set_grad_enabled(mode == Mode::Train);
         let mut vars = Vec::with_capacity(params.len());
         for p in params.iter() {

@@ -36,7 +36,13 @@ impl Dropout {
         let scale = S::ONE / S::from_f64(keep);
         let rng = ctx.rng();
         let mask: Vec<S> = (0..shape.numel())
-            .map(|_| if rng.random::<f64>() < keep { scale } else { S::ZERO })
+            .map(|_| {
+                if rng.random::<f64>() < keep {
+                    scale
+                } else {
+                    S::ZERO
+                }
+            })
             .collect();
         let mask = ctx.session().constant(Tensor::from_shape(shape, mask)?);
         ctx.session().mul(x, mask)

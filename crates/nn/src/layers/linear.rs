@@ -19,7 +19,13 @@ pub struct Linear {
 
 impl Linear {
     /// A layer with PyTorch's default initialisation; tensors named `prefix.weight`, `prefix.bias`.
-    pub fn new<S: Scalar>(b: &mut Builder<'_, S>, prefix: &str, in_features: usize, out_features: usize, bias: bool) -> Result<Self> {
+    pub fn new<S: Scalar>(
+        b: &mut Builder<'_, S>,
+        prefix: &str,
+        in_features: usize,
+        out_features: usize,
+        bias: bool,
+    ) -> Result<Self> {
         let bound = 1.0 / (in_features.max(1) as f64).sqrt();
         Self::with_init(
             b,
@@ -27,7 +33,10 @@ impl Linear {
             in_features,
             out_features,
             Init::KaimingUniform { a: 5f64.sqrt() },
-            bias.then_some(Init::Uniform { low: -bound, high: bound }),
+            bias.then_some(Init::Uniform {
+                low: -bound,
+                high: bound,
+            }),
         )
     }
 

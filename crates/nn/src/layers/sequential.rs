@@ -12,7 +12,10 @@ pub enum Layer {
     Activation(Activation),
     Dropout(Dropout),
     /// Merges axes `start_dim..=end_dim` (PyTorch's `nn.Flatten`, default `1..=-1`).
-    Flatten { start_dim: isize, end_dim: isize },
+    Flatten {
+        start_dim: isize,
+        end_dim: isize,
+    },
     /// Reshapes to a fixed shape (one `-1` is inferred), e.g. `[-1, 1, 8, 8]`.
     Reshape(Vec<isize>),
     Sequential(Sequential),

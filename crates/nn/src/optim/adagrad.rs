@@ -14,7 +14,14 @@ use tapegrad_tensor::Scalar;
 
 const SUM: usize = 0;
 
-pub(super) fn update<S: Scalar>(config: &OptimizerConfig, lr: f64, step: u64, p: &mut [S], grad: &[S], mut state: Slots<'_, S>) {
+pub(super) fn update<S: Scalar>(
+    config: &OptimizerConfig,
+    lr: f64,
+    step: u64,
+    p: &mut [S],
+    grad: &[S],
+    mut state: Slots<'_, S>,
+) {
     let OptimizerConfig::Adagrad {
         lr_decay,
         weight_decay,
@@ -30,7 +37,11 @@ pub(super) fn update<S: Scalar>(config: &OptimizerConfig, lr: f64, step: u64, p:
     let eps = s::<S>(eps);
     let sum = state.zeroed(SUM);
     for i in 0..p.len() {
-        let g = if weight_decay != 0.0 { grad[i] + wd * p[i] } else { grad[i] };
+        let g = if weight_decay != 0.0 {
+            grad[i] + wd * p[i]
+        } else {
+            grad[i]
+        };
         sum[i] += S::ONE * g * g;
         p[i] += neg_clr * g / (sum[i].sqrt() + eps);
     }

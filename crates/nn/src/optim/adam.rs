@@ -29,7 +29,14 @@ pub(super) fn lerp<S: Scalar>(start: S, end: S, weight: S, weight_f64: f64) -> S
     }
 }
 
-pub(super) fn update<S: Scalar>(config: &OptimizerConfig, lr: f64, step: u64, p: &mut [S], grad: &[S], mut state: Slots<'_, S>) {
+pub(super) fn update<S: Scalar>(
+    config: &OptimizerConfig,
+    lr: f64,
+    step: u64,
+    p: &mut [S],
+    grad: &[S],
+    mut state: Slots<'_, S>,
+) {
     let (beta1, beta2, eps, weight_decay, decoupled) = match *config {
         OptimizerConfig::Adam {
             beta1,
@@ -65,7 +72,11 @@ pub(super) fn update<S: Scalar>(config: &OptimizerConfig, lr: f64, step: u64, p:
     let eps = s::<S>(eps);
     let (m, v) = state.two(EXP_AVG, EXP_AVG_SQ);
     for i in 0..p.len() {
-        let g = if coupled_decay { grad[i] + wd * p[i] } else { grad[i] };
+        let g = if coupled_decay {
+            grad[i] + wd * p[i]
+        } else {
+            grad[i]
+        };
         m[i] = lerp(m[i], g, w1_s, w1);
         v[i] = v[i] * b2 + w2 * g * g;
         let denom = v[i].sqrt() / bc2_sqrt + eps;

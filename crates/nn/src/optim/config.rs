@@ -89,12 +89,12 @@ impl OptimizerConfig {
                 initial_accumulator_value: 0.0,
                 eps: 1e-10,
             },
-            other => {
-                return Err(Error::invalid(
-                    "optimizer",
-                    format!("unknown optimizer '{other}' (expected sgd, adam, adamw, rmsprop or adagrad)"),
-                ))
-            }
+            other => return Err(Error::invalid(
+                "optimizer",
+                format!(
+                    "unknown optimizer '{other}' (expected sgd, adam, adamw, rmsprop or adagrad)"
+                ),
+            )),
         })
     }
 
@@ -136,7 +136,9 @@ impl OptimizerConfig {
     pub fn slot_names(&self) -> &'static [&'static str] {
         match self {
             OptimizerConfig::Sgd { .. } => &["momentum_buffer"],
-            OptimizerConfig::Adam { .. } | OptimizerConfig::AdamW { .. } => &["exp_avg", "exp_avg_sq"],
+            OptimizerConfig::Adam { .. } | OptimizerConfig::AdamW { .. } => {
+                &["exp_avg", "exp_avg_sq"]
+            }
             OptimizerConfig::RmsProp { .. } => &["square_avg", "momentum_buffer", "grad_avg"],
             OptimizerConfig::Adagrad { .. } => &["sum"],
         }
@@ -160,7 +162,9 @@ impl OptimizerConfig {
                     vec![]
                 }
             }
-            OptimizerConfig::RmsProp { momentum, centered, .. } => {
+            OptimizerConfig::RmsProp {
+                momentum, centered, ..
+            } => {
                 let mut v = Vec::new();
                 if started {
                     v.push("square_avg");

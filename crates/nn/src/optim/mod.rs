@@ -102,7 +102,9 @@ impl<S: Scalar> Optimizer<S> {
                 OptimizerConfig::Adam { .. } | OptimizerConfig::AdamW { .. } => {
                     adam::update(&self.config, lr, step, value, grad, state)
                 }
-                OptimizerConfig::RmsProp { .. } => rmsprop::update(&self.config, lr, value, grad, state),
+                OptimizerConfig::RmsProp { .. } => {
+                    rmsprop::update(&self.config, lr, value, grad, state)
+                }
                 OptimizerConfig::Adagrad { .. } => {
                     adagrad::update(&self.config, lr, step, value, grad, state)
                 }

@@ -19,7 +19,13 @@ const SQUARE_AVG: usize = 0;
 const MOMENTUM_BUFFER: usize = 1;
 const GRAD_AVG: usize = 2;
 
-pub(super) fn update<S: Scalar>(config: &OptimizerConfig, lr: f64, p: &mut [S], grad: &[S], mut state: Slots<'_, S>) {
+pub(super) fn update<S: Scalar>(
+    config: &OptimizerConfig,
+    lr: f64,
+    p: &mut [S],
+    grad: &[S],
+    mut state: Slots<'_, S>,
+) {
     let OptimizerConfig::RmsProp {
         alpha,
         eps,
@@ -33,7 +39,10 @@ pub(super) fn update<S: Scalar>(config: &OptimizerConfig, lr: f64, p: &mut [S], 
     };
     let g: Vec<S> = if weight_decay != 0.0 {
         let wd = s::<S>(weight_decay);
-        grad.iter().zip(p.iter()).map(|(&g, &p)| g + wd * p).collect()
+        grad.iter()
+            .zip(p.iter())
+            .map(|(&g, &p)| g + wd * p)
+            .collect()
     } else {
         grad.to_vec()
     };

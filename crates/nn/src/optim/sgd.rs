@@ -14,7 +14,13 @@ use tapegrad_tensor::Scalar;
 
 const MOMENTUM_BUFFER: usize = 0;
 
-pub(super) fn update<S: Scalar>(config: &OptimizerConfig, lr: f64, p: &mut [S], grad: &[S], mut state: Slots<'_, S>) {
+pub(super) fn update<S: Scalar>(
+    config: &OptimizerConfig,
+    lr: f64,
+    p: &mut [S],
+    grad: &[S],
+    mut state: Slots<'_, S>,
+) {
     let OptimizerConfig::Sgd {
         momentum,
         dampening,
@@ -27,7 +33,10 @@ pub(super) fn update<S: Scalar>(config: &OptimizerConfig, lr: f64, p: &mut [S], 
     };
     let mut g: Vec<S> = if weight_decay != 0.0 {
         let wd = s::<S>(weight_decay);
-        grad.iter().zip(p.iter()).map(|(&g, &p)| g + wd * p).collect()
+        grad.iter()
+            .zip(p.iter())
+            .map(|(&g, &p)| g + wd * p)
+            .collect()
     } else {
         grad.to_vec()
     };
