@@ -3,6 +3,8 @@
 //! This facade re-exports the layers: `tensor`, `core` (ops, tape, graph, laws), `nn`.
 
 #![forbid(unsafe_code)]
+// The README's examples compile and run as doc tests.
+#![doc = include_str!("../README.md")]
 
 pub use tapegrad_core as core;
 pub use tapegrad_core::{

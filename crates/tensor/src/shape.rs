@@ -5,26 +5,37 @@ use crate::{Error, Result};
 use std::fmt;
 
 /// Dimensions of a tensor, outermost first. `[]` is a scalar; a dimension may be zero.
-#[derive(Clone, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Shape {
     dims: Vec<usize>,
     numel: usize,
+}
+
+/// The scalar shape. (A derived `Default` gave `[]` with a count of 0, unlike `Shape::scalar()`.)
+impl Default for Shape {
+    fn default() -> Shape {
+        Shape::scalar()
+    }
 }
 
 impl Shape {
     /// A shape from its dimensions; errors when the element count overflows `usize`.
     pub fn new(dims: impl Into<Vec<usize>>) -> Result<Shape> {
         let dims = dims.into();
-        let mut numel: usize = 1;
-        for &d in &dims {
-            numel = numel
+        // The bound is on the product of the non-zero dims, not on numel: strides are products of
+        // trailing dims, so `[0, usize::MAX, 2]` (numel 0) would overflow in `strides()`, and
+        // checking the running product instead made validity depend on the order of the dims.
+        let mut nonzero: usize = 1;
+        for &d in dims.iter().filter(|&&d| d > 0) {
+            nonzero = nonzero
                 .checked_mul(d)
                 .ok_or_else(|| Error::Overflow { dims: dims.clone() })?;
         }
         // Byte counts are computed from numel later; keep headroom so `numel * 8` cannot overflow.
-        if numel > isize::MAX as usize / 16 {
+        if nonzero > isize::MAX as usize / 16 {
             return Err(Error::Overflow { dims });
         }
+        let numel = if dims.contains(&0) { 0 } else { nonzero };
         Ok(Shape { dims, numel })
     }
 

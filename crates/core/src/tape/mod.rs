@@ -1,6 +1,7 @@
 //! The eager engine: an append-only tape of nodes (DESIGN section 3), its three backward sweeps,
 //! the zero-preserving audit, and the imperative `Session` front-end built on it.
 
+mod anomaly;
 mod audit;
 mod node;
 mod session;

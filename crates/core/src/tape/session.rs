@@ -161,6 +161,11 @@ impl<S: Scalar> Session<S> {
         self.grad_enabled = enabled;
     }
 
+    /// Anomaly mode: the first NaN or infinity in forward or backward becomes an error naming the node.
+    pub fn set_detect_anomaly(&mut self, on: bool) {
+        self.tape.set_detect_anomaly(on);
+    }
+
     /// Whether gradient recording is on.
     pub fn grad_enabled(&self) -> bool {
         self.grad_enabled
@@ -201,6 +206,9 @@ impl<S: Scalar> Session<S> {
                 .map(|&i| self.tape.value(i))
                 .collect::<Result<Vec<_>>>()?;
             let value = op.forward(&inputs)?.value;
+            if self.tape.detect_anomaly() {
+                super::anomaly::check_forward(&self.tape, op.name(), &ids, &value)?;
+            }
             self.tape.leaf(value, false)
         };
         Ok(self.handle(id))

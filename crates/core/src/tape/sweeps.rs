@@ -11,7 +11,7 @@ const CONTEXT: &str = "backward";
 /// Adds `new` into `slot` as `existing + new` (existing on the left), in place when unshared.
 fn add_into<S: Scalar>(existing: &mut Tensor<S>, new: &Tensor<S>) {
     for (e, &n) in existing.data_mut().iter_mut().zip(new.data()) {
-        *e = *e + n;
+        *e += n; // existing + new, existing on the left
     }
 }
 
@@ -69,6 +69,11 @@ impl<S: Scalar> Tape<S> {
                 continue;
             };
             let contributions = node.backward(&cot);
+            for (pid, g) in contributions.as_ref().into_iter().flatten() {
+                if self.detect_anomaly {
+                    super::anomaly::check_backward(self, id, &cot, *pid, g)?;
+                }
+            }
             // Put the cotangent back before accumulating, so a rule that feeds its own id adds on top.
             slots[id] = Some(cot);
             for (pid, g) in contributions? {

@@ -9,6 +9,7 @@ use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 #[derive(Clone)]
 pub struct Tape<S> {
     pub(crate) nodes: Vec<Node<S>>,
+    pub(crate) detect_anomaly: bool,
 }
 
 impl<S: Scalar> Default for Tape<S> {
@@ -20,14 +21,29 @@ impl<S: Scalar> Default for Tape<S> {
 impl<S: Scalar> Tape<S> {
     /// An empty tape.
     pub fn new() -> Self {
-        Tape { nodes: Vec::new() }
+        Tape {
+            nodes: Vec::new(),
+            detect_anomaly: false,
+        }
     }
 
     /// An empty tape with room for `n` nodes.
     pub fn with_capacity(n: usize) -> Self {
         Tape {
             nodes: Vec::with_capacity(n),
+            detect_anomaly: false,
         }
+    }
+
+    /// Turns anomaly mode on or off: the first NaN or infinity made in forward or in the executed
+    /// backward sweep becomes an `Error::Anomaly` naming the node (see `tape::anomaly`).
+    pub fn set_detect_anomaly(&mut self, on: bool) {
+        self.detect_anomaly = on;
+    }
+
+    /// Whether anomaly mode is on.
+    pub fn detect_anomaly(&self) -> bool {
+        self.detect_anomaly
     }
 
     /// Number of nodes.
@@ -126,6 +142,9 @@ impl<S: Scalar> Tape<S> {
 
     /// Appends an op node whose forward result was already computed (used by lowering).
     pub fn record(&mut self, op: Op, args: &[usize], forward: Forward<S>) -> Result<usize> {
+        if self.detect_anomaly {
+            super::anomaly::check_forward(self, op.name(), args, &forward.value)?;
+        }
         let inputs = self.args(&op, args)?;
         let needs: Vec<bool> = args.iter().map(|&a| self.nodes[a].requires_grad).collect();
         let requires_grad = needs.iter().any(|&n| n);

@@ -73,6 +73,14 @@ pub fn slice<S: Scalar>(
     end: usize,
     step: usize,
 ) -> Result<Tensor<S>> {
+    // Checked here (as `transpose` does) so a bad axis is an error rather than an index panic.
+    if axis >= t.rank() {
+        return Err(Error::Axis {
+            op: "slice",
+            axis: axis as isize,
+            rank: t.rank(),
+        });
+    }
     let len = t.dims()[axis];
     if step == 0 || start > end || end > len {
         return Err(Error::invalid(

@@ -3,7 +3,28 @@
 
 use super::broadcast::broadcast_to;
 use super::strided_walk;
-use crate::{Result, Scalar, Shape, Tensor};
+use crate::{Error, Result, Scalar, Shape, Tensor};
+
+/// Checks that `axes` are in range and distinct. Without it an out-of-range axis was silently
+/// ignored by `sum_axes` (or panicked in `mean_axes`), and a repeated one made the mean count wrong.
+fn check_axes(op: &'static str, shape: &Shape, axes: &[usize]) -> Result<()> {
+    for (i, &a) in axes.iter().enumerate() {
+        if a >= shape.rank() {
+            return Err(Error::Axis {
+                op,
+                axis: a as isize,
+                rank: shape.rank(),
+            });
+        }
+        if axes[..i].contains(&a) {
+            return Err(Error::invalid(
+                op,
+                format!("axis {a} is repeated in {axes:?} (shape {shape})"),
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// Output shape of reducing `shape` over normalised `axes`.
 pub fn reduced_shape(shape: &Shape, axes: &[usize], keepdim: bool) -> Result<Shape> {
@@ -20,14 +41,16 @@ pub fn reduced_shape(shape: &Shape, axes: &[usize], keepdim: bool) -> Result<Sha
     Shape::new(dims)
 }
 
-/// Folds `t` over `axes` (normalised, sorted) with `f`, starting every output slot at `init`.
+/// Folds `t` over `axes` (normalised, distinct) with `f`, starting every output slot at `init`.
 fn fold_axes<S: Scalar>(
+    op: &'static str,
     t: &Tensor<S>,
     axes: &[usize],
     keepdim: bool,
     init: S,
     f: impl Fn(S, S) -> S,
 ) -> Result<Tensor<S>> {
+    check_axes(op, t.shape(), axes)?;
     let kept = reduced_shape(t.shape(), axes, true)?;
     let kept_strides = kept.strides();
     let walk_strides: Vec<usize> = (0..t.rank())
@@ -66,18 +89,21 @@ fn fold_axes<S: Scalar>(
 
 /// Sum over `axes` (normalised).
 pub fn sum_axes<S: Scalar>(t: &Tensor<S>, axes: &[usize], keepdim: bool) -> Result<Tensor<S>> {
-    fold_axes(t, axes, keepdim, S::ZERO, |a, b| a + b)
+    fold_axes("sum", t, axes, keepdim, S::ZERO, |a, b| a + b)
 }
 
 /// Mean over `axes` (normalised). The mean of zero elements is NaN, as in PyTorch.
 pub fn mean_axes<S: Scalar>(t: &Tensor<S>, axes: &[usize], keepdim: bool) -> Result<Tensor<S>> {
+    check_axes("mean", t.shape(), axes)?;
     let count: usize = axes.iter().map(|&a| t.dims()[a]).product();
-    let inv = S::ONE / S::from_usize(count);
-    Ok(sum_axes(t, axes, keepdim)?.map(|v| v * inv))
+    let count = S::from_usize(count);
+    // Divide rather than multiply by 1/count: `sum * fl(1/n)` is off by an ulp for e.g. 5/3.
+    Ok(sum_axes(t, axes, keepdim)?.map(|v| v / count))
 }
 
 /// Max over `axes` (normalised); NaN propagates. Errors on an empty reduction, as PyTorch does.
 pub fn max_axes<S: Scalar>(t: &Tensor<S>, axes: &[usize], keepdim: bool) -> Result<Tensor<S>> {
+    check_axes("amax", t.shape(), axes)?;
     if axes.iter().any(|&a| t.dims()[a] == 0) {
         return Err(crate::Error::invalid(
             "amax",
@@ -87,7 +113,9 @@ pub fn max_axes<S: Scalar>(t: &Tensor<S>, axes: &[usize], keepdim: bool) -> Resu
             ),
         ));
     }
-    fold_axes(t, axes, keepdim, S::NEG_INFINITY, |a, b| a.max_nan(b))
+    fold_axes("amax", t, axes, keepdim, S::NEG_INFINITY, |a, b| {
+        a.max_nan(b)
+    })
 }
 
 /// Broadcasts a gradient `g` of the reduced shape back to `in_shape` (the VJP of sum).
@@ -97,6 +125,17 @@ pub fn expand_reduced<S: Scalar>(
     axes: &[usize],
     keepdim: bool,
 ) -> Result<Tensor<S>> {
+    check_axes("expand_reduced", in_shape, axes)?;
+    // A gradient of any other shape with the right element count would otherwise be silently
+    // reinterpreted by the reshape below.
+    let expected = reduced_shape(in_shape, axes, keepdim)?;
+    if *g.shape() != expected {
+        return Err(Error::ShapeMismatch {
+            op: "expand_reduced",
+            expected,
+            found: g.shape().clone(),
+        });
+    }
     let kept = reduced_shape(in_shape, axes, true)?;
     let g = if keepdim {
         g.clone()

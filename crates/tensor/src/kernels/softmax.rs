@@ -1,7 +1,7 @@
 //! Numerically stable softmax and log-softmax along one axis: the maximum is subtracted before
 //! exponentiating, so large logits neither overflow nor lose the small ones.
 
-use crate::{Result, Scalar, Tensor};
+use crate::{Error, Result, Scalar, Tensor};
 
 /// Splits a shape around `axis` into (outer, len, inner) counts.
 pub fn split_at_axis(dims: &[usize], axis: usize) -> (usize, usize, usize) {
@@ -11,10 +11,19 @@ pub fn split_at_axis(dims: &[usize], axis: usize) -> (usize, usize, usize) {
 }
 
 fn along_axis<S: Scalar>(
+    op: &'static str,
     t: &Tensor<S>,
     axis: usize,
     row: impl Fn(&mut [S], usize, usize),
 ) -> Result<Tensor<S>> {
+    // `split_at_axis` would index out of bounds; a bad axis is the caller's error, not a panic.
+    if axis >= t.rank() {
+        return Err(Error::Axis {
+            op,
+            axis: axis as isize,
+            rank: t.rank(),
+        });
+    }
     let (outer, len, inner) = split_at_axis(t.dims(), axis);
     let mut out = t.data().to_vec();
     if len > 0 {
@@ -30,7 +39,7 @@ fn along_axis<S: Scalar>(
 
 /// Softmax along `axis` (normalised).
 pub fn softmax<S: Scalar>(t: &Tensor<S>, axis: usize) -> Result<Tensor<S>> {
-    along_axis(t, axis, |x, len, stride| {
+    along_axis("softmax", t, axis, |x, len, stride| {
         let m = (0..len).fold(S::NEG_INFINITY, |m, j| m.max_nan(x[j * stride]));
         // A row with no finite maximum is not shifted; an all -inf row then gives NaN, as in PyTorch.
         let m = if m.is_finite() { m } else { S::ZERO };
@@ -46,18 +55,20 @@ pub fn softmax<S: Scalar>(t: &Tensor<S>, axis: usize) -> Result<Tensor<S>> {
     })
 }
 
-/// Log-softmax along `axis` (normalised): `x - max - log(sum(exp(x - max)))`.
+/// Log-softmax along `axis` (normalised): `(x - max) - log(sum(exp(x - max)))`.
 pub fn log_softmax<S: Scalar>(t: &Tensor<S>, axis: usize) -> Result<Tensor<S>> {
-    along_axis(t, axis, |x, len, stride| {
+    along_axis("log_softmax", t, axis, |x, len, stride| {
         let m = (0..len).fold(S::NEG_INFINITY, |m, j| m.max_nan(x[j * stride]));
         let m = if m.is_finite() { m } else { S::ZERO };
         let mut total = S::ZERO;
         for j in 0..len {
             total += (x[j * stride] - m).exp();
         }
-        let lse = m + total.ln();
+        // `(x - m) - ln(total)`, not `x - (m + ln(total))`: at logits near 1000 the sum `m + ln`
+        // rounds to the ulp of 1000 (3e-5 in f32), which swamped small log-probabilities.
+        let log_total = total.ln();
         for j in 0..len {
-            x[j * stride] -= lse;
+            x[j * stride] = (x[j * stride] - m) - log_total;
         }
     })
 }
