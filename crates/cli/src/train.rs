@@ -96,9 +96,23 @@ pub enum ActivationArg {
     Silu,
 }
 
-/// Arguments of `tapegrad train`.
+/// Arguments of `tapegrad train` (boxed: the flags are many, and the subcommand enum stays small).
 #[derive(Debug, clap::Args)]
 pub struct TrainArgs {
+    #[command(flatten)]
+    pub options: Box<TrainOptions>,
+}
+
+impl std::ops::Deref for TrainArgs {
+    type Target = TrainOptions;
+    fn deref(&self) -> &TrainOptions {
+        &self.options
+    }
+}
+
+/// The flags of `tapegrad train`.
+#[derive(Debug, clap::Args)]
+pub struct TrainOptions {
     /// What to train: `digits` (default) or `mlp` (Auto MPG). Ignored with --csv.
     #[arg(value_enum)]
     pub preset: Option<Preset>,
@@ -319,7 +333,7 @@ impl Plan {
     }
 }
 
-fn apply_optimizer_flags(opt: &mut OptimizerConfig, a: &TrainArgs) -> Result<(), CliError> {
+fn apply_optimizer_flags(opt: &mut OptimizerConfig, a: &TrainOptions) -> Result<(), CliError> {
     if let Some(wd) = a.weight_decay {
         match opt {
             OptimizerConfig::Sgd { weight_decay, .. }

@@ -8,7 +8,7 @@ use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 /// Scales `grads` in place so their global 2-norm is at most about `max_norm`; returns the norm
 /// before clipping.
 pub fn clip_grad_norm<S: Scalar>(grads: &mut [Tensor<S>], max_norm: f64) -> Result<f64> {
-    if !(max_norm > 0.0) {
+    if max_norm.is_nan() || max_norm <= 0.0 {
         return Err(Error::invalid(
             "clip_grad_norm",
             format!("max_norm must be positive, found {max_norm}"),

@@ -67,7 +67,7 @@ impl Init {
         let data = match *self {
             Init::Constant(v) => vec![S::from_f64(v); n],
             Init::Uniform { low, high } => {
-                if !(low <= high) {
+                if low.is_nan() || high.is_nan() || low > high {
                     return Err(Error::invalid(
                         "init",
                         format!("uniform bounds must satisfy low <= high, found {low} > {high}"),

@@ -26,6 +26,7 @@ impl RunLog {
     }
 
     /// Appends one record.
+    #[allow(clippy::too_many_arguments)]
     pub fn record(
         &mut self,
         split: &str,

@@ -89,12 +89,14 @@ impl OptimizerConfig {
                 initial_accumulator_value: 0.0,
                 eps: 1e-10,
             },
-            other => return Err(Error::invalid(
-                "optimizer",
-                format!(
+            other => {
+                return Err(Error::invalid(
+                    "optimizer",
+                    format!(
                     "unknown optimizer '{other}' (expected sgd, adam, adamw, rmsprop or adagrad)"
                 ),
-            )),
+                ))
+            }
         })
     }
 
@@ -190,7 +192,7 @@ impl OptimizerConfig {
             ))
         };
         let lr = self.lr();
-        if !(lr >= 0.0) || !lr.is_finite() {
+        if !non_negative(lr) || !lr.is_finite() {
             return bad("learning rate", lr);
         }
         match *self {
@@ -201,10 +203,10 @@ impl OptimizerConfig {
                 weight_decay,
                 ..
             } => {
-                if !(momentum >= 0.0) {
+                if !non_negative(momentum) {
                     return bad("momentum", momentum);
                 }
-                if !(weight_decay >= 0.0) {
+                if !non_negative(weight_decay) {
                     return bad("weight decay", weight_decay);
                 }
                 if nesterov && (momentum <= 0.0 || dampening != 0.0) {
@@ -234,10 +236,10 @@ impl OptimizerConfig {
                 if !(0.0..1.0).contains(&beta2) {
                     return bad("beta2", beta2);
                 }
-                if !(eps >= 0.0) {
+                if !non_negative(eps) {
                     return bad("epsilon", eps);
                 }
-                if !(weight_decay >= 0.0) {
+                if !non_negative(weight_decay) {
                     return bad("weight decay", weight_decay);
                 }
             }
@@ -248,16 +250,16 @@ impl OptimizerConfig {
                 momentum,
                 ..
             } => {
-                if !(alpha >= 0.0) {
+                if !non_negative(alpha) {
                     return bad("alpha", alpha);
                 }
-                if !(eps >= 0.0) {
+                if !non_negative(eps) {
                     return bad("epsilon", eps);
                 }
-                if !(weight_decay >= 0.0) {
+                if !non_negative(weight_decay) {
                     return bad("weight decay", weight_decay);
                 }
-                if !(momentum >= 0.0) {
+                if !non_negative(momentum) {
                     return bad("momentum", momentum);
                 }
             }
@@ -268,20 +270,25 @@ impl OptimizerConfig {
                 eps,
                 ..
             } => {
-                if !(lr_decay >= 0.0) {
+                if !non_negative(lr_decay) {
                     return bad("lr decay", lr_decay);
                 }
-                if !(weight_decay >= 0.0) {
+                if !non_negative(weight_decay) {
                     return bad("weight decay", weight_decay);
                 }
-                if !(initial_accumulator_value >= 0.0) {
+                if !non_negative(initial_accumulator_value) {
                     return bad("initial accumulator value", initial_accumulator_value);
                 }
-                if !(eps >= 0.0) {
+                if !non_negative(eps) {
                     return bad("epsilon", eps);
                 }
             }
         }
         Ok(())
     }
+}
+
+/// `v >= 0`, false for NaN (so a NaN hyper-parameter is rejected).
+fn non_negative(v: f64) -> bool {
+    v >= 0.0
 }
