@@ -10,6 +10,6 @@ mod sweeps;
 mod tape;
 
 pub use audit::{audit, AuditFinding, AuditReport, FindingKind};
-pub use node::{CustomVjp, Node, Rule};
+pub use node::{Contributions, CustomVjp, Node, Rule};
 pub use session::{Gradients, Session, Var};
 pub use tape::Tape;
