@@ -25,7 +25,7 @@ use tapegrad_tensor::{DType, Scalar};
 impl From<NnError> for CliError {
     fn from(e: NnError) -> Self {
         match e {
-            NnError::Engine(e) => CliError::Engine(e),
+            NnError::Engine(e) => CliError::Engine(*e),
             NnError::Io { path, source } => CliError::Io { path, source },
             other => CliError::Other(other.to_string()),
         }
