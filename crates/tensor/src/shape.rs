@@ -5,7 +5,7 @@ use crate::{Error, Result};
 use std::fmt;
 
 /// Shapes up to this rank live inline; recording an op then allocates nothing for its shape.
-const INLINE_RANK: usize = 6;
+const INLINE_RANK: usize = 4;
 
 #[derive(Clone)]
 enum Dims {

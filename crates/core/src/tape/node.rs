@@ -17,8 +17,9 @@ pub type Contributions<S> = SmallVec<[(usize, Tensor<S>); 3]>;
 pub enum Rule<S> {
     /// A leaf: no contributions.
     Leaf,
-    /// A registered op with what its VJP saved; contribution i goes to `parents[i]`.
-    Op { op: Op, saved: Saved<S> },
+    /// A registered op with what its VJP saved; contribution i goes to `parents[i]`. Boxed so a
+    /// node stays small: nodes are moved on every append.
+    Op { op: Op, saved: Box<Saved<S>> },
     /// A custom rule (used to plant test cases and by extensions).
     Custom { label: String, vjp: CustomVjp<S> },
 }
