@@ -5,8 +5,9 @@
 
 use super::{Ctx, Mode};
 use rand::Rng;
+use rand_chacha::ChaCha8Rng;
 use tapegrad_core::Var;
-use tapegrad_tensor::{Error, Result, Scalar, Tensor};
+use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// Random zeroing during training.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -32,19 +33,26 @@ impl Dropout {
             return Ok(x);
         }
         let shape = ctx.session().value(x)?.shape().clone();
-        let keep = 1.0 - self.p;
-        let scale = S::ONE / S::from_f64(keep);
-        let rng = ctx.rng();
-        let mask: Vec<S> = (0..shape.numel())
-            .map(|_| {
-                if rng.random::<f64>() < keep {
-                    scale
-                } else {
-                    S::ZERO
-                }
-            })
-            .collect();
-        let mask = ctx.session().constant(Tensor::from_shape(shape, mask)?);
+        let mask = dropout_mask::<S>(&shape, self.p, ctx.rng())?;
+        let mask = ctx.session().constant(mask);
         ctx.session().mul(x, mask)
     }
+}
+
+/// A dropout mask of `shape`: each element `1 / (1 - p)` with probability `1 - p`, else 0, drawn
+/// in row-major order from `rng` (one uniform per element). Kept separate so that a backend that
+/// replays a traced model can redraw the masks of a step exactly as the eager pass does.
+pub fn dropout_mask<S: Scalar>(shape: &Shape, p: f64, rng: &mut ChaCha8Rng) -> Result<Tensor<S>> {
+    let keep = 1.0 - p;
+    let scale = S::ONE / S::from_f64(keep);
+    let mask = (0..shape.numel())
+        .map(|_| {
+            if rng.random::<f64>() < keep {
+                scale
+            } else {
+                S::ZERO
+            }
+        })
+        .collect();
+    Tensor::from_shape(shape.clone(), mask)
 }

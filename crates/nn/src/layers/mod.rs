@@ -13,6 +13,6 @@ mod sequential;
 pub use activation::Activation;
 pub use builder::Builder;
 pub use ctx::{Ctx, Mode};
-pub use dropout::Dropout;
+pub use dropout::{dropout_mask, Dropout};
 pub use linear::Linear;
 pub use sequential::{Layer, Sequential};
