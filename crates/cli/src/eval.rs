@@ -1,14 +1,67 @@
-//! `tapegrad eval` (not implemented yet).
+//! `tapegrad eval --load PATH`: reloads a checkpoint and its data (checked against the statistics
+//! stored with it) and reports the loss and metric on the validation (or training) split.
 
-use crate::error::{CliError, CliResult};
+use crate::error::CliResult;
+use crate::train::BackendArg;
+use clap::ValueEnum;
+use std::path::PathBuf;
+use tapegrad_nn::checkpoint::Checkpoint;
+use tapegrad_nn::data::DataSource;
+use tapegrad_nn::summary::format_metric;
+use tapegrad_nn::trainer::metric_name;
+use tapegrad_nn::{make_backend, Which};
+use tapegrad_tensor::{DType, Scalar};
+
+/// Which split `eval` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SplitArg {
+    Validation,
+    Train,
+}
 
 /// Arguments of `tapegrad eval`.
 #[derive(Debug, clap::Args)]
-pub struct EvalArgs {}
+pub struct EvalArgs {
+    /// The checkpoint to evaluate.
+    #[arg(long)]
+    pub load: PathBuf,
+    /// The split to report.
+    #[arg(long, value_enum, default_value = "validation")]
+    pub split: SplitArg,
+    /// eager or compiled.
+    #[arg(long, value_enum, default_value = "eager")]
+    pub backend: BackendArg,
+}
 
 /// Runs `tapegrad eval`.
-pub fn run(_args: EvalArgs) -> CliResult {
-    Err(CliError::Other(
-        "`tapegrad eval` is not implemented yet".into(),
-    ))
+pub fn run(args: EvalArgs) -> CliResult {
+    let ckpt = Checkpoint::read(&args.load)?;
+    match ckpt.header.dtype {
+        DType::F32 => eval_typed::<f32>(&args, &ckpt),
+        DType::F64 => eval_typed::<f64>(&args, &ckpt),
+    }
+}
+
+fn eval_typed<S: Scalar>(args: &EvalArgs, ckpt: &Checkpoint) -> CliResult {
+    let mut trainer = ckpt.resume::<S>(make_backend::<S>(args.backend.kind())?)?;
+    let (which, split, rows) = match args.split {
+        SplitArg::Validation => (Which::Validation, "validation", trainer.data.val.len()),
+        SplitArg::Train => (Which::Train, "train", trainer.data.train.len()),
+    };
+    let e = trainer.evaluate(which)?;
+    let metric = metric_name(&trainer.data.task);
+    let unit = match (&trainer.config.data, metric) {
+        (DataSource::AutoMpg, "rmse") => " (mpg)",
+        _ => "",
+    };
+    println!(
+        "{}: {} at step {}, {split} split ({rows} rows of {})",
+        args.load.display(),
+        trainer.model.spec.name(),
+        trainer.step,
+        trainer.config.data.describe()
+    );
+    println!("loss {:.6}", e.loss);
+    println!("{metric}{unit} {}", format_metric(metric, e.metric));
+    Ok(std::process::ExitCode::SUCCESS)
 }

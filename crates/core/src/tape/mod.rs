@@ -5,6 +5,7 @@ mod anomaly;
 mod audit;
 mod node;
 mod session;
+mod session_nn;
 mod sweeps;
 #[allow(clippy::module_inception)]
 mod tape;

@@ -1,0 +1,107 @@
+//! Backends: how a training step's loss and gradients are computed. `Eager` records every step on
+//! a fresh session tape; `Compiled` is meant to build the model's graph once and run its saved
+//! graph each step. Both implement `Backend`, so the trainer does not know which one runs and a
+//! new backend is one new file here.
+
+mod compiled;
+mod eager;
+
+pub use compiled::Compiled;
+pub use eager::Eager;
+
+use crate::data::{Batch, BatchTargets};
+use crate::error::NnResult;
+use crate::model::Model;
+use crate::params::ParamId;
+use rand_chacha::ChaCha8Rng;
+use tapegrad_core::{Session, Var};
+use tapegrad_tensor::{Error, Result, Scalar, Tensor};
+
+/// Which backend runs the steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Eager,
+    Compiled,
+}
+
+impl BackendKind {
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Eager => "eager",
+            BackendKind::Compiled => "compiled",
+        }
+    }
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "eager" => Ok(BackendKind::Eager),
+            "compiled" => Ok(BackendKind::Compiled),
+            other => Err(format!(
+                "unknown backend '{other}' (expected eager or compiled)"
+            )),
+        }
+    }
+}
+
+/// What one training step computed.
+#[derive(Debug, Clone)]
+pub struct StepOutput<S> {
+    /// The mean loss of the batch.
+    pub loss: f64,
+    /// The model's outputs on the batch.
+    pub outputs: Tensor<S>,
+    /// One gradient per trainable tensor, in the model's order.
+    pub grads: Vec<Tensor<S>>,
+    /// New buffer values (running statistics) from the forward pass.
+    pub updates: Vec<(ParamId, Tensor<S>)>,
+}
+
+/// Computes losses, gradients and predictions for a model.
+pub trait Backend<S: Scalar> {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+    /// Forward in training mode, loss, backward. `rng` is the step's dropout stream.
+    fn train_step(
+        &mut self,
+        model: &Model<S>,
+        batch: &Batch<S>,
+        rng: ChaCha8Rng,
+    ) -> NnResult<StepOutput<S>>;
+    /// Forward in eval mode: the model's outputs for `x`.
+    fn infer(&mut self, model: &Model<S>, x: &Tensor<S>) -> NnResult<Tensor<S>>;
+}
+
+/// A backend of the chosen kind.
+pub fn make_backend<S: Scalar>(kind: BackendKind) -> NnResult<Box<dyn Backend<S>>> {
+    Ok(match kind {
+        BackendKind::Eager => Box::new(Eager::new()),
+        BackendKind::Compiled => Box::new(Compiled::new()?),
+    })
+}
+
+/// Records the task's loss on `out`: MSE against values, cross entropy against classes.
+pub fn record_loss<S: Scalar>(
+    session: &mut Session<S>,
+    out: Var,
+    y: &BatchTargets<S>,
+) -> Result<Var> {
+    match y {
+        BatchTargets::Values(t) => {
+            let shape = session.value(out)?.shape().clone();
+            if shape != *t.shape() {
+                return Err(Error::ShapeMismatch {
+                    op: "mse_loss",
+                    expected: t.shape().clone(),
+                    found: shape,
+                });
+            }
+            let target = session.constant(t.clone());
+            session.mse_loss(out, target)
+        }
+        BatchTargets::Classes(labels) => session.cross_entropy(out, labels),
+    }
+}

@@ -1,0 +1,83 @@
+//! `Ctx`: one forward pass of a model on a `Session`. It registers every trainable tensor as a
+//! session parameter (so each gets a gradient, zero if unused, in the model's order), buffers as
+//! constants, and keeps the mode, the dropout stream and pending buffer updates.
+
+use crate::params::{ParamId, ParamKind, ParamSet};
+use rand_chacha::ChaCha8Rng;
+use tapegrad_core::{Session, Var};
+use tapegrad_tensor::{Result, Scalar, Tensor};
+
+/// Training mode (dropout active, batch statistics) or evaluation mode (no dropout, running
+/// statistics, no gradient recording).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Train,
+    Eval,
+}
+
+/// The state of one forward pass.
+pub struct Ctx<'s, S: Scalar> {
+    session: &'s mut Session<S>,
+    vars: Vec<Var>,
+    mode: Mode,
+    rng: ChaCha8Rng,
+    updates: Vec<(ParamId, Tensor<S>)>,
+}
+
+impl<'s, S: Scalar> Ctx<'s, S> {
+    /// Registers `params` on `session` (which the caller has reset) and returns the context. In
+    /// eval mode gradient recording is switched off for the whole pass.
+    pub fn new(
+        session: &'s mut Session<S>,
+        params: &ParamSet<S>,
+        mode: Mode,
+        rng: ChaCha8Rng,
+    ) -> Result<Self> {
+        session.set_grad_enabled(mode == Mode::Train);
+        let mut vars = Vec::with_capacity(params.len());
+        for p in params.iter() {
+            let v = match p.kind {
+                ParamKind::Trainable => session.parameter(p.name.clone(), p.value.clone())?,
+                ParamKind::Buffer => session.constant(p.value.clone()),
+            };
+            vars.push(v);
+        }
+        Ok(Ctx {
+            session,
+            vars,
+            mode,
+            rng,
+            updates: Vec::new(),
+        })
+    }
+
+    /// The session ops are recorded on.
+    pub fn session(&mut self) -> &mut Session<S> {
+        self.session
+    }
+
+    /// The handle of a model tensor in this pass.
+    pub fn param(&self, id: ParamId) -> Var {
+        self.vars[id.index()]
+    }
+
+    /// Train or eval.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The stream dropout masks are drawn from (seeded per step by the trainer).
+    pub fn rng(&mut self) -> &mut ChaCha8Rng {
+        &mut self.rng
+    }
+
+    /// Schedules a new value for a buffer, applied after the step.
+    pub fn update_buffer(&mut self, id: ParamId, value: Tensor<S>) {
+        self.updates.push((id, value));
+    }
+
+    /// The buffer updates this pass scheduled.
+    pub fn into_updates(self) -> Vec<(ParamId, Tensor<S>)> {
+        self.updates
+    }
+}

@@ -1,0 +1,18 @@
+//! Layers and the context they run in. A layer holds only its configuration and the ids of its
+//! tensors in the model's `ParamSet`; `forward` records ops on a `Session` through a `Ctx`, which
+//! registers every parameter once per step, carries the train/eval mode and the dropout stream,
+//! and collects buffer updates (running statistics) to apply after the step.
+
+mod activation;
+mod builder;
+mod ctx;
+mod dropout;
+mod linear;
+mod sequential;
+
+pub use activation::Activation;
+pub use builder::Builder;
+pub use ctx::{Ctx, Mode};
+pub use dropout::{dropout_mask, Dropout};
+pub use linear::Linear;
+pub use sequential::{Layer, Sequential};

@@ -1,0 +1,80 @@
+//! `Layer` (every layer kind behind one enum, so forward can be generic over the element type)
+//! and `Sequential`, which runs its layers in order.
+
+use super::{Activation, Ctx, Dropout, Linear};
+use tapegrad_core::Var;
+use tapegrad_tensor::{Result, Scalar};
+
+/// One layer of a model.
+#[derive(Debug, Clone)]
+pub enum Layer {
+    Linear(Linear),
+    Activation(Activation),
+    Dropout(Dropout),
+    /// Merges axes `start_dim..=end_dim` (PyTorch's `nn.Flatten`, default `1..=-1`).
+    Flatten {
+        start_dim: isize,
+        end_dim: isize,
+    },
+    /// Reshapes to a fixed shape (one `-1` is inferred), e.g. `[-1, 1, 8, 8]`.
+    Reshape(Vec<isize>),
+    Sequential(Sequential),
+}
+
+impl Layer {
+    /// Runs the layer.
+    pub fn forward<S: Scalar>(&self, ctx: &mut Ctx<'_, S>, x: Var) -> Result<Var> {
+        match self {
+            Layer::Linear(l) => l.forward(ctx, x),
+            Layer::Activation(a) => a.forward(ctx, x),
+            Layer::Dropout(d) => d.forward(ctx, x),
+            Layer::Flatten { start_dim, end_dim } => ctx.session().flatten(x, *start_dim, *end_dim),
+            Layer::Reshape(shape) => ctx.session().reshape(x, shape),
+            Layer::Sequential(s) => s.forward(ctx, x),
+        }
+    }
+
+    /// A one-line description in PyTorch's style.
+    pub fn describe(&self) -> String {
+        match self {
+            Layer::Linear(l) => format!("Linear({}, {})", l.in_features, l.out_features),
+            Layer::Activation(a) => format!("{}()", a.name()),
+            Layer::Dropout(d) => format!("Dropout(p={})", d.p),
+            Layer::Flatten { start_dim, end_dim } => format!("Flatten({start_dim}, {end_dim})"),
+            Layer::Reshape(s) => format!("Reshape({s:?})"),
+            Layer::Sequential(s) => s.describe(),
+        }
+    }
+}
+
+/// Layers run one after another.
+#[derive(Debug, Clone, Default)]
+pub struct Sequential {
+    pub layers: Vec<Layer>,
+}
+
+impl Sequential {
+    /// An empty stack.
+    pub fn new() -> Self {
+        Sequential { layers: Vec::new() }
+    }
+
+    /// Appends a layer.
+    pub fn push(&mut self, layer: Layer) {
+        self.layers.push(layer);
+    }
+
+    /// Runs every layer in order.
+    pub fn forward<S: Scalar>(&self, ctx: &mut Ctx<'_, S>, mut x: Var) -> Result<Var> {
+        for layer in &self.layers {
+            x = layer.forward(ctx, x)?;
+        }
+        Ok(x)
+    }
+
+    /// `Sequential(a -> b -> ...)`.
+    pub fn describe(&self) -> String {
+        let inner: Vec<String> = self.layers.iter().map(Layer::describe).collect();
+        format!("Sequential({})", inner.join(" -> "))
+    }
+}

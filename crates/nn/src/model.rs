@@ -1,0 +1,133 @@
+//! `ModelSpec` (a serialisable description of an architecture, stored in checkpoints) and
+//! `Model` (the spec built: a `Sequential` plus its `ParamSet`), with the MLP builder. Building a
+//! spec with a seed always gives the same parameters.
+
+use crate::layers::{Activation, Builder, Ctx, Dropout, Layer, Linear, Sequential};
+use crate::params::ParamSet;
+use crate::rng::init_rng;
+use serde::{Deserialize, Serialize};
+use tapegrad_core::Var;
+use tapegrad_tensor::{Error, Result, Scalar};
+
+/// An architecture.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ModelSpec {
+    /// `inputs -> hidden[0] -> ... -> outputs`, the activation (and dropout, if `dropout > 0`)
+    /// after every hidden layer.
+    Mlp {
+        inputs: usize,
+        hidden: Vec<usize>,
+        outputs: usize,
+        activation: Activation,
+        dropout: f64,
+    },
+}
+
+impl ModelSpec {
+    /// A short name for tables and plots.
+    pub fn name(&self) -> String {
+        match self {
+            ModelSpec::Mlp {
+                inputs,
+                hidden,
+                outputs,
+                ..
+            } => {
+                let mut sizes = vec![inputs.to_string()];
+                sizes.extend(hidden.iter().map(|h| h.to_string()));
+                sizes.push(outputs.to_string());
+                format!("mlp {}", sizes.join("-"))
+            }
+        }
+    }
+
+    /// Number of input features the model expects per row.
+    pub fn inputs(&self) -> usize {
+        match self {
+            ModelSpec::Mlp { inputs, .. } => *inputs,
+        }
+    }
+
+    /// Number of outputs per row.
+    pub fn outputs(&self) -> usize {
+        match self {
+            ModelSpec::Mlp { outputs, .. } => *outputs,
+        }
+    }
+}
+
+/// A built model: its layers and their tensors.
+#[derive(Debug, Clone)]
+pub struct Model<S> {
+    pub spec: ModelSpec,
+    pub params: ParamSet<S>,
+    pub net: Sequential,
+}
+
+impl<S: Scalar> Model<S> {
+    /// Builds `spec`, drawing initial parameters from the seed's initialisation stream.
+    pub fn new(spec: &ModelSpec, seed: u64) -> Result<Self> {
+        let mut params = ParamSet::new();
+        let mut rng = init_rng(seed);
+        let mut b = Builder::new(&mut params, &mut rng);
+        let net = match spec {
+            ModelSpec::Mlp {
+                inputs,
+                hidden,
+                outputs,
+                activation,
+                dropout,
+            } => {
+                let mut sizes = vec![*inputs];
+                sizes.extend(hidden);
+                sizes.push(*outputs);
+                mlp(&mut b, &sizes, *activation, *dropout)?
+            }
+        };
+        Ok(Model {
+            spec: spec.clone(),
+            params,
+            net,
+        })
+    }
+
+    /// Runs the model on `x` in `ctx`.
+    pub fn forward(&self, ctx: &mut Ctx<'_, S>, x: Var) -> Result<Var> {
+        self.net.forward(ctx, x)
+    }
+
+    /// The layer stack in PyTorch's style.
+    pub fn describe(&self) -> String {
+        self.net.describe()
+    }
+}
+
+/// An MLP with layer widths `sizes` (`sizes[0]` inputs, last outputs): `Linear` layers with
+/// `activation` (and `Dropout(dropout)` when positive) between them. Tensors are named as in a
+/// PyTorch `nn.Sequential`: `0.weight`, `0.bias`, `2.weight`, ...
+pub fn mlp<S: Scalar>(
+    b: &mut Builder<'_, S>,
+    sizes: &[usize],
+    activation: Activation,
+    dropout: f64,
+) -> Result<Sequential> {
+    if sizes.len() < 2 || sizes.contains(&0) {
+        return Err(Error::invalid(
+            "mlp",
+            format!("needs at least an input and an output width, all positive, found {sizes:?}"),
+        ));
+    }
+    let mut net = Sequential::new();
+    for (i, w) in sizes.windows(2).enumerate() {
+        let prefix = net.layers.len().to_string();
+        net.push(Layer::Linear(Linear::new(b, &prefix, w[0], w[1], true)?));
+        if i + 2 < sizes.len() {
+            net.push(Layer::Activation(activation));
+            if dropout > 0.0 {
+                net.push(Layer::Dropout(Dropout::new(dropout)?));
+            }
+        }
+    }
+    Ok(net)
+}

@@ -1,0 +1,197 @@
+//! Optimizers with PyTorch's update rules (SGD, Adam, AdamW, RMSProp, Adagrad), one file each,
+//! behind `Optimizer`, which owns the per-parameter state (named slots such as `exp_avg`, saved in
+//! checkpoints) and the step count. Updates are plain arithmetic on parameter tensors, outside any
+//! tape. Each rule follows `torch.optim`'s single-tensor (`foreach=False`) code in operation order;
+//! hyper-parameter arithmetic (bias corrections, step sizes) is done in f64 as Python does, then
+//! rounded to the element type. PyTorch's vectorised CPU kernels may fuse a multiply-add, so the
+//! last bit of an f32 result can differ from PyTorch's; the formula is the same.
+
+mod adagrad;
+mod adam;
+mod config;
+mod rmsprop;
+mod sgd;
+
+pub use config::OptimizerConfig;
+
+use crate::params::ParamSet;
+use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
+
+/// An optimizer: its configuration, how many steps it took, and per-parameter state slots.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Optimizer<S> {
+    config: OptimizerConfig,
+    steps: u64,
+    /// `state[param][slot]`, slots named by `config.slot_names()`; `None` until first written
+    /// (PyTorch creates state lazily on the first step).
+    state: Vec<Vec<Option<Tensor<S>>>>,
+}
+
+impl<S: Scalar> Optimizer<S> {
+    /// A fresh optimizer for the trainable tensors of `params`.
+    pub fn new(config: OptimizerConfig, params: &ParamSet<S>) -> Result<Self> {
+        config.validate()?;
+        let slots = config.slot_names().len();
+        let state = params
+            .trainable()
+            .map(|p| {
+                let mut slots = vec![None; slots];
+                // Adagrad fills its sum at construction, as torch.optim.Adagrad.__init__ does.
+                if let OptimizerConfig::Adagrad {
+                    initial_accumulator_value,
+                    ..
+                } = config
+                {
+                    slots[0] = Some(Tensor::full(
+                        p.value.shape(),
+                        S::from_f64(initial_accumulator_value),
+                    ));
+                }
+                slots
+            })
+            .collect();
+        Ok(Optimizer {
+            config,
+            steps: 0,
+            state,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &OptimizerConfig {
+        &self.config
+    }
+
+    /// Steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// One update of every trainable tensor of `params` with `grads` (one per trainable tensor,
+    /// in order) at learning rate `lr`.
+    pub fn step(&mut self, params: &mut ParamSet<S>, grads: &[Tensor<S>], lr: f64) -> Result<()> {
+        let count = params.trainable().count();
+        if grads.len() != count || self.state.len() != count {
+            return Err(Error::invalid(
+                "optimizer",
+                format!(
+                    "{} gradients and {} state entries for {count} trainable tensors",
+                    grads.len(),
+                    self.state.len()
+                ),
+            ));
+        }
+        self.steps += 1;
+        let step = self.steps;
+        for ((p, g), slots) in params.trainable_mut().zip(grads).zip(&mut self.state) {
+            if p.value.shape() != g.shape() {
+                return Err(Error::ShapeMismatch {
+                    op: "optimizer",
+                    expected: p.value.shape().clone(),
+                    found: g.shape().clone(),
+                });
+            }
+            let state = Slots {
+                slots,
+                shape: p.value.shape().clone(),
+            };
+            let value = p.value.data_mut();
+            let grad = g.data();
+            match self.config {
+                OptimizerConfig::Sgd { .. } => sgd::update(&self.config, lr, value, grad, state),
+                OptimizerConfig::Adam { .. } | OptimizerConfig::AdamW { .. } => {
+                    adam::update(&self.config, lr, step, value, grad, state)
+                }
+                OptimizerConfig::RmsProp { .. } => {
+                    rmsprop::update(&self.config, lr, value, grad, state)
+                }
+                OptimizerConfig::Adagrad { .. } => {
+                    adagrad::update(&self.config, lr, step, value, grad, state)
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every present state tensor as `(slot name, parameter index, tensor)`.
+    pub fn state_entries(&self) -> Vec<(&'static str, usize, &Tensor<S>)> {
+        let names = self.config.slot_names();
+        let mut out = Vec::new();
+        for (i, slots) in self.state.iter().enumerate() {
+            for (k, t) in slots.iter().enumerate() {
+                if let Some(t) = t {
+                    out.push((names[k], i, t));
+                }
+            }
+        }
+        out
+    }
+
+    /// Restores the step count and state (as read from a checkpoint). `lookup(slot, i)` returns
+    /// the saved tensor for slot `slot` of trainable tensor `i`, if the file has it.
+    pub fn restore(
+        &mut self,
+        steps: u64,
+        mut lookup: impl FnMut(&'static str, usize) -> Option<Tensor<S>>,
+    ) {
+        let names = self.config.slot_names();
+        self.steps = steps;
+        for (i, slots) in self.state.iter_mut().enumerate() {
+            for (k, slot) in slots.iter_mut().enumerate() {
+                *slot = lookup(names[k], i);
+            }
+        }
+    }
+
+    /// The slots a checkpoint of this optimizer must hold after `steps` steps.
+    pub fn required_slots(&self, steps: u64) -> Vec<&'static str> {
+        self.config.required_slots(steps)
+    }
+}
+
+/// Rounds an f64 hyper-parameter to the element type (as PyTorch does with a Python float).
+fn s<S: Scalar>(v: f64) -> S {
+    S::from_f64(v)
+}
+
+/// The state slots of one parameter, created lazily with the parameter's shape.
+struct Slots<'a, S> {
+    slots: &'a mut [Option<Tensor<S>>],
+    shape: Shape,
+}
+
+impl<S: Scalar> Slots<'_, S> {
+    /// Whether slot `k` exists yet.
+    fn has(&self, k: usize) -> bool {
+        self.slots[k].is_some()
+    }
+
+    /// Slot `k`, created as zeros on first use (PyTorch's `torch.zeros_like(p)`).
+    fn zeroed(&mut self, k: usize) -> &mut [S] {
+        let shape = &self.shape;
+        self.slots[k]
+            .get_or_insert_with(|| Tensor::zeros(shape))
+            .data_mut()
+    }
+
+    /// Slot `k` set to a copy of `values` (PyTorch's `torch.clone(d_p)` for a first momentum).
+    fn set(&mut self, k: usize, values: Vec<S>) {
+        self.slots[k] = Tensor::from_shape(self.shape.clone(), values).ok();
+    }
+
+    /// Slots `a` and `b` (distinct), both created as zeros on first use.
+    fn two(&mut self, a: usize, b: usize) -> (&mut [S], &mut [S]) {
+        self.zeroed(a);
+        self.zeroed(b);
+        let (lo, hi) = self.slots.split_at_mut(a.max(b));
+        let (first, second) = (
+            lo[a.min(b)].as_mut().expect("created above").data_mut(),
+            hi[0].as_mut().expect("created above").data_mut(),
+        );
+        if a < b {
+            (first, second)
+        } else {
+            (second, first)
+        }
+    }
+}

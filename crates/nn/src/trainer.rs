@@ -1,0 +1,293 @@
+//! The trainer: `TrainConfig` (everything that defines a run, stored in checkpoints) and
+//! `Trainer`, which takes optimizer steps on seeded mini-batches (learning-rate schedule, optional
+//! clipping by global norm) and evaluates the model on either split. A run is a pure function of
+//! its config and seed: the same config gives the same bits.
+
+use crate::backend::Backend;
+use crate::clip::clip_grad_norm;
+use crate::data::{BatchOrder, DataSource, Prepared, Split, SplitTargets, Task};
+use crate::error::{NnError, NnResult};
+use crate::metrics;
+use crate::model::{Model, ModelSpec};
+use crate::optim::{Optimizer, OptimizerConfig};
+use crate::rng::dropout_rng;
+use crate::schedule::Schedule;
+use serde::{Deserialize, Serialize};
+use tapegrad_tensor::{Scalar, Tensor};
+
+/// Everything that defines a training run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    /// The preset it came from (`digits`, `mlp`, `csv`).
+    pub preset: String,
+    pub data: DataSource,
+    pub model: ModelSpec,
+    pub optimizer: OptimizerConfig,
+    pub schedule: Schedule,
+    /// Clip gradients to this global 2-norm before each update.
+    pub clip_norm: Option<f64>,
+    pub batch_size: usize,
+    /// Fraction of rows held out for validation.
+    pub val_fraction: f64,
+    pub seed: u64,
+}
+
+/// Which split to evaluate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Which {
+    Train,
+    Validation,
+}
+
+/// What one optimizer step did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepRecord {
+    /// Steps taken, this one included.
+    pub step: u64,
+    /// Completed epochs after this step.
+    pub epoch: u64,
+    /// The batch's mean loss (before the update).
+    pub loss: f64,
+    /// The batch's metric (accuracy, or RMSE in the target's units).
+    pub metric: f64,
+    /// The learning rate used.
+    pub lr: f64,
+    /// Rows in the batch.
+    pub rows: usize,
+    /// Global gradient norm before clipping (when clipping is on).
+    pub grad_norm: Option<f64>,
+}
+
+/// Loss and metric on a split.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Evaluation {
+    pub loss: f64,
+    pub metric: f64,
+}
+
+/// The metric of a task: its name, unit, and whether higher is better.
+pub fn metric_name(task: &Task) -> &'static str {
+    match task {
+        Task::Regression => "rmse",
+        Task::Classification { .. } => "accuracy",
+    }
+}
+
+/// A model, its optimizer and its data, with the position in the run.
+pub struct Trainer<S: Scalar> {
+    pub config: TrainConfig,
+    pub model: Model<S>,
+    pub optimizer: Optimizer<S>,
+    pub data: Prepared<S>,
+    pub order: BatchOrder,
+    /// Optimizer steps taken.
+    pub step: u64,
+    backend: Box<dyn Backend<S>>,
+}
+
+impl<S: Scalar> Trainer<S> {
+    /// A fresh run of `config` on `data` (prepared with the config's seed and split).
+    pub fn new(
+        config: TrainConfig,
+        data: Prepared<S>,
+        backend: Box<dyn Backend<S>>,
+    ) -> NnResult<Self> {
+        config.schedule.validate()?;
+        let model = Model::new(&config.model, config.seed)?;
+        check_fits(&config.model, &data)?;
+        let optimizer = Optimizer::new(config.optimizer, &model.params)?;
+        let order = BatchOrder::new(data.train.len(), config.batch_size, config.seed)?;
+        Ok(Trainer {
+            config,
+            model,
+            optimizer,
+            data,
+            order,
+            step: 0,
+            backend,
+        })
+    }
+
+    /// Reassembles a trainer from saved parts (see `checkpoint`).
+    pub fn from_parts(
+        config: TrainConfig,
+        model: Model<S>,
+        optimizer: Optimizer<S>,
+        data: Prepared<S>,
+        order: BatchOrder,
+        step: u64,
+        backend: Box<dyn Backend<S>>,
+    ) -> NnResult<Self> {
+        check_fits(&config.model, &data)?;
+        Ok(Trainer {
+            config,
+            model,
+            optimizer,
+            data,
+            order,
+            step,
+            backend,
+        })
+    }
+
+    /// Swaps the backend (eager and compiled give the same bits).
+    pub fn set_backend(&mut self, backend: Box<dyn Backend<S>>) {
+        self.backend = backend;
+    }
+
+    /// The learning rate of the next step.
+    pub fn current_lr(&self) -> f64 {
+        self.config
+            .schedule
+            .lr(self.config.optimizer.lr(), self.step)
+    }
+
+    /// One optimizer step on the next mini-batch.
+    pub fn train_step(&mut self) -> NnResult<StepRecord> {
+        let rows = self.order.next_batch();
+        let batch = self.data.train.batch(&rows)?;
+        let rng = dropout_rng(self.config.seed, self.step);
+        let out = self.backend.train_step(&self.model, &batch, rng)?;
+        if !out.loss.is_finite() {
+            return Err(NnError::Config(format!(
+                "the loss became {} at step {}; try a smaller learning rate (--lr) or gradient clipping",
+                out.loss,
+                self.step + 1
+            )));
+        }
+        let mut grads = out.grads;
+        let grad_norm = match self.config.clip_norm {
+            Some(max) => Some(clip_grad_norm(&mut grads, max)?),
+            None => None,
+        };
+        let lr = self.current_lr();
+        self.optimizer.step(&mut self.model.params, &grads, lr)?;
+        for (id, value) in out.updates {
+            self.model.params.set(id, value)?;
+        }
+        self.step += 1;
+        let metric = match &batch.y {
+            crate::data::BatchTargets::Values(_) => {
+                let std = self.data.target.as_ref().map_or(1.0, |t| t.std[0]);
+                out.loss.sqrt() * std
+            }
+            crate::data::BatchTargets::Classes(labels) => metrics::accuracy(&out.outputs, labels)?,
+        };
+        Ok(StepRecord {
+            step: self.step,
+            epoch: self.order.epoch(),
+            loss: out.loss,
+            metric,
+            lr,
+            rows: rows.len(),
+            grad_norm,
+        })
+    }
+
+    /// The model's raw outputs for standardised rows `x`, in chunks, in eval mode.
+    pub fn predict(&mut self, x: &Tensor<S>) -> NnResult<Tensor<S>> {
+        predict_in_chunks(self.backend.as_mut(), &self.model, x)
+    }
+
+    /// Loss and metric on a split, in eval mode.
+    pub fn evaluate(&mut self, which: Which) -> NnResult<Evaluation> {
+        let split = match which {
+            Which::Train => &self.data.train,
+            Which::Validation => &self.data.val,
+        };
+        evaluate_split(
+            self.backend.as_mut(),
+            &self.model,
+            split,
+            self.data.target.as_ref().map(|t| (t.mean[0], t.std[0])),
+        )
+    }
+}
+
+/// Runs `model` on `x` in chunks of rows (bounded memory for large tables).
+pub fn predict_in_chunks<S: Scalar>(
+    backend: &mut dyn Backend<S>,
+    model: &Model<S>,
+    x: &Tensor<S>,
+) -> NnResult<Tensor<S>> {
+    const CHUNK: usize = 1024;
+    let rows = x.dims()[0];
+    let width = x.dims()[1];
+    if rows <= CHUNK {
+        return backend.infer(model, x);
+    }
+    let mut out = Vec::new();
+    let mut out_width = 0;
+    for start in (0..rows).step_by(CHUNK) {
+        let end = (start + CHUNK).min(rows);
+        let chunk = Tensor::new(
+            &[end - start, width],
+            x.data()[start * width..end * width].to_vec(),
+        )?;
+        let y = backend.infer(model, &chunk)?;
+        out_width = y.dims()[1];
+        out.extend_from_slice(y.data());
+    }
+    Ok(Tensor::new(&[rows, out_width], out)?)
+}
+
+/// Loss and metric of `model` on `split`; `target` holds the regression target's mean and std.
+pub fn evaluate_split<S: Scalar>(
+    backend: &mut dyn Backend<S>,
+    model: &Model<S>,
+    split: &Split<S>,
+    target: Option<(f64, f64)>,
+) -> NnResult<Evaluation> {
+    if split.is_empty() {
+        return Ok(Evaluation {
+            loss: f64::NAN,
+            metric: f64::NAN,
+        });
+    }
+    let out = predict_in_chunks(backend, model, &split.x)?;
+    match &split.y {
+        SplitTargets::Values { standardized, raw } => {
+            let (mean, std) = target.unwrap_or((0.0, 1.0));
+            let pred: Vec<f64> = out.data().iter().map(|v| v.to_f64()).collect();
+            let ys: Vec<f64> = standardized.iter().map(|v| v.to_f64()).collect();
+            let orig: Vec<f64> = pred.iter().map(|p| p * std + mean).collect();
+            Ok(Evaluation {
+                loss: metrics::mse(&pred, &ys)?,
+                metric: metrics::rmse(&orig, raw)?,
+            })
+        }
+        SplitTargets::Classes(labels) => Ok(Evaluation {
+            loss: metrics::cross_entropy(&out, labels)?,
+            metric: metrics::accuracy(&out, labels)?,
+        }),
+    }
+}
+
+fn check_fits<S: Scalar>(spec: &ModelSpec, data: &Prepared<S>) -> NnResult<()> {
+    let width = data.feature_names.len();
+    if spec.inputs() != width {
+        return Err(NnError::Config(format!(
+            "the model takes {} inputs but the data has {width} feature columns",
+            spec.inputs()
+        )));
+    }
+    if spec.outputs() != data.task.outputs() {
+        return Err(NnError::Config(format!(
+            "the model has {} outputs but the task needs {}",
+            spec.outputs(),
+            data.task.outputs()
+        )));
+    }
+    Ok(())
+}
+
+impl TrainConfig {
+    /// The name of the column the run predicts (`label` for digits, `mpg` for Auto MPG).
+    pub fn data_target_name(&self) -> Option<String> {
+        match &self.data {
+            DataSource::Digits => Some("label".into()),
+            DataSource::AutoMpg => Some("mpg".into()),
+            DataSource::Csv { target, .. } => Some(target.clone()),
+        }
+    }
+}

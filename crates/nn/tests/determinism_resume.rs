@@ -1,0 +1,180 @@
+//! Determinism: one seed gives bit-identical parameters; N steps, save, resume, M steps ends with
+//! the same bits (parameters, optimizer state, data position, file bytes) as N + M steps straight,
+//! for several optimizers, with dropout active, in f32 and f64. Also the backend contract.
+
+use tapegrad_nn::checkpoint::{self, Checkpoint};
+use tapegrad_nn::data::{DataSource, Prepared};
+use tapegrad_nn::layers::Activation;
+use tapegrad_nn::{
+    make_backend, BackendKind, Decay, ModelSpec, OptimizerConfig, Schedule, TrainConfig, Trainer,
+};
+use tapegrad_tensor::Scalar;
+
+fn config(data: DataSource, optimizer: &str, lr: f64, dropout: f64, seed: u64) -> TrainConfig {
+    let (inputs, outputs) = match data {
+        DataSource::Digits => (64, 10),
+        _ => (7, 1),
+    };
+    TrainConfig {
+        preset: "test".into(),
+        data,
+        model: ModelSpec::Mlp {
+            inputs,
+            hidden: vec![16],
+            outputs,
+            activation: Activation::Relu,
+            dropout,
+        },
+        optimizer: OptimizerConfig::by_name(optimizer, lr).unwrap(),
+        schedule: Schedule {
+            warmup: 3,
+            decay: Decay::Step {
+                step_size: 7,
+                gamma: 0.5,
+            },
+        },
+        clip_norm: Some(1.0),
+        batch_size: 50,
+        val_fraction: 0.2,
+        seed,
+    }
+}
+
+fn trainer<S: Scalar>(cfg: &TrainConfig) -> Trainer<S> {
+    let data = Prepared::<S>::new(&cfg.data.load().unwrap(), cfg.val_fraction, cfg.seed).unwrap();
+    Trainer::new(
+        cfg.clone(),
+        data,
+        make_backend::<S>(BackendKind::Eager).unwrap(),
+    )
+    .unwrap()
+}
+
+fn bits<S: Scalar>(t: &Trainer<S>) -> Vec<(String, Vec<u64>)> {
+    t.model
+        .params
+        .iter()
+        .map(|p| {
+            (
+                p.name.clone(),
+                p.value
+                    .data()
+                    .iter()
+                    .map(|v| v.to_f64().to_bits())
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+fn steps<S: Scalar>(t: &mut Trainer<S>, n: usize) {
+    for _ in 0..n {
+        t.train_step().unwrap();
+    }
+}
+
+#[test]
+fn same_seed_gives_identical_bits_and_other_seeds_differ() {
+    for cfg in [
+        config(DataSource::Digits, "adam", 1e-3, 0.2, 5),
+        config(DataSource::AutoMpg, "sgd", 0.05, 0.0, 5),
+    ] {
+        let mut a = trainer::<f32>(&cfg);
+        let mut b = trainer::<f32>(&cfg);
+        steps(&mut a, 40);
+        steps(&mut b, 40);
+        assert_eq!(bits(&a), bits(&b));
+        let mut c = trainer::<f32>(&TrainConfig {
+            seed: 6,
+            ..cfg.clone()
+        });
+        steps(&mut c, 40);
+        assert_ne!(
+            bits(&a),
+            bits(&c),
+            "a different seed must give a different run"
+        );
+        // The parameters moved: the test would be vacuous if training did nothing.
+        assert_ne!(bits(&a), bits(&trainer::<f32>(&cfg)));
+    }
+}
+
+fn resume_case<S: Scalar>(cfg: TrainConfig, n: usize, m: usize) {
+    let dir = tempdir();
+    let mut first = trainer::<S>(&cfg);
+    steps(&mut first, n);
+    let saved = dir.join("n.safetensors");
+    checkpoint::save(&saved, &first).unwrap();
+    drop(first);
+    let ckpt = Checkpoint::read(&saved).unwrap();
+    let mut resumed: Trainer<S> = ckpt
+        .resume(make_backend::<S>(BackendKind::Eager).unwrap())
+        .unwrap();
+    assert_eq!(resumed.step, n as u64);
+    steps(&mut resumed, m);
+
+    let mut straight = trainer::<S>(&cfg);
+    steps(&mut straight, n + m);
+    assert_eq!(
+        bits(&resumed),
+        bits(&straight),
+        "{} {}: parameters differ",
+        cfg.optimizer.name(),
+        S::DTYPE
+    );
+    assert_eq!(
+        resumed.optimizer, straight.optimizer,
+        "optimizer state differs"
+    );
+    assert_eq!(resumed.order, straight.order, "data position differs");
+    let (a, b) = (dir.join("a.safetensors"), dir.join("b.safetensors"));
+    checkpoint::save(&a, &resumed).unwrap();
+    checkpoint::save(&b, &straight).unwrap();
+    assert_eq!(
+        std::fs::read(&a).unwrap(),
+        std::fs::read(&b).unwrap(),
+        "checkpoint files differ"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn resume_equals_straight_run() {
+    // Digits has 29 batches per epoch (1438 training rows / 50): 17 steps stop mid-epoch and 40
+    // more cross the epoch boundary, the warm-up and several step decays; 29 stop exactly at the
+    // boundary. Auto MPG has 7 batches per epoch.
+    resume_case::<f32>(config(DataSource::Digits, "adam", 1e-3, 0.3, 11), 17, 40);
+    resume_case::<f64>(config(DataSource::Digits, "adamw", 1e-3, 0.0, 12), 29, 31);
+    resume_case::<f32>(config(DataSource::AutoMpg, "sgd", 0.05, 0.1, 13), 9, 20);
+    resume_case::<f64>(config(DataSource::AutoMpg, "rmsprop", 1e-3, 0.0, 14), 6, 10);
+    resume_case::<f32>(config(DataSource::AutoMpg, "adagrad", 0.05, 0.0, 15), 7, 8);
+}
+
+#[test]
+fn resume_at_step_zero_is_a_fresh_run() {
+    resume_case::<f32>(config(DataSource::AutoMpg, "adam", 1e-2, 0.0, 3), 0, 12);
+}
+
+#[test]
+fn compiled_backend_reports_that_it_is_missing() {
+    let e = make_backend::<f32>(BackendKind::Compiled)
+        .err()
+        .expect("compiled is not built yet");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("compiled backend is not available") && msg.contains("--backend eager"),
+        "{msg}"
+    );
+}
+
+fn tempdir() -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "tapegrad-nn-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
