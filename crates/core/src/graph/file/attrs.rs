@@ -3,6 +3,7 @@
 //! them back. One family file per op family maps op names to `Op` values and back.
 
 use super::numbers::{describe, format_f64, integer, number};
+use crate::ops::nn::IndexTensor;
 use crate::ops::Mask;
 use serde_json::{Map, Value};
 use tapegrad_tensor::{Error, Result};
@@ -107,6 +108,29 @@ impl Attrs {
         self.take(key).map(|v| self.to_usize(key, &v)).transpose()
     }
 
+    /// A non-negative integer, or `default` when absent.
+    pub fn usize_or(&mut self, key: &'static str, default: usize) -> Result<usize> {
+        Ok(self.usize(key)?.unwrap_or(default))
+    }
+
+    /// A 64-bit unsigned integer (a seed), or `default` when absent.
+    pub fn u64_or(&mut self, key: &'static str, default: u64) -> Result<u64> {
+        match self.take(key) {
+            None => Ok(default),
+            // Integers of more than 18 digits arrive as text (see `numbers::quote_decimals`).
+            Some(v) => match &v {
+                Value::String(s) => s.parse::<u64>().ok(),
+                other => other.as_u64(),
+            }
+            .ok_or_else(|| self.wrong(key, "a non-negative integer", &v)),
+        }
+    }
+
+    /// A required non-negative integer.
+    pub fn usize_req(&mut self, key: &'static str) -> Result<usize> {
+        self.usize(key)?.ok_or_else(|| self.missing(key))
+    }
+
     fn list(&self, key: &str, v: Value) -> Result<Vec<Value>> {
         match v {
             Value::Array(items) => Ok(items),
@@ -169,6 +193,43 @@ impl Attrs {
         Ok(Some([n, n]))
     }
 
+    /// A pair, or `default` when absent.
+    pub fn usize_pair_or(&mut self, key: &'static str, default: [usize; 2]) -> Result<[usize; 2]> {
+        Ok(self.usize_pair(key)?.unwrap_or(default))
+    }
+
+    /// A required pair.
+    pub fn usize_pair_req(&mut self, key: &'static str) -> Result<[usize; 2]> {
+        self.usize_pair(key)?.ok_or_else(|| self.missing(key))
+    }
+
+    /// Required indices: a list of non-negative integers (1-D), or
+    /// `{"shape": [...], "data": [...]}` for any shape.
+    pub fn indices_req(&mut self, key: &'static str) -> Result<IndexTensor> {
+        let v = self.take(key).ok_or_else(|| self.missing(key))?;
+        let expected = "a list of indices or an object {\"shape\": [...], \"data\": [...]}";
+        let (shape, data) = match &v {
+            Value::Array(items) => (vec![items.len()], items.as_slice()),
+            Value::Object(m) => match (m.get("shape"), m.get("data"), m.len()) {
+                (Some(Value::Array(dims)), Some(Value::Array(items)), 2) => {
+                    let dims = dims
+                        .iter()
+                        .map(|d| self.to_usize(key, d))
+                        .collect::<Result<Vec<_>>>()?;
+                    (dims, items.as_slice())
+                }
+                _ => return Err(self.wrong(key, expected, &v)),
+            },
+            _ => return Err(self.wrong(key, expected, &v)),
+        };
+        let data = data
+            .iter()
+            .map(|d| self.to_usize(key, d))
+            .collect::<Result<Vec<_>>>()?;
+        IndexTensor::new(&shape, data)
+            .map_err(|e| Error::invalid(self.op, format!("attribute '{key}': {e}")))
+    }
+
     /// One of `options` (a string), or `default` when absent.
     pub fn choice(
         &mut self,
@@ -186,9 +247,17 @@ impl Attrs {
         })
     }
 
-    /// A boolean mask written `{"shape": [...], "data": [true, false, ...]}` (0 and 1 accepted).
+    /// A required boolean mask (see [`Attrs::mask`]).
     pub fn mask_req(&mut self, key: &'static str) -> Result<Mask> {
-        let v = self.take(key).ok_or_else(|| self.missing(key))?;
+        self.mask(key)?.ok_or_else(|| self.missing(key))
+    }
+
+    /// An optional boolean mask written `{"shape": [...], "data": [true, false, ...]}` (0 and 1
+    /// accepted).
+    pub fn mask(&mut self, key: &'static str) -> Result<Option<Mask>> {
+        let Some(v) = self.take(key) else {
+            return Ok(None);
+        };
         let expected = "an object {\"shape\": [...], \"data\": [...]}";
         let Value::Object(m) = &v else {
             return Err(self.wrong(key, expected, &v));
@@ -218,6 +287,7 @@ impl Attrs {
             return Err(self.wrong(key, expected, &v));
         }
         Mask::new(&shape, data)
+            .map(Some)
             .map_err(|e| Error::invalid(self.op, format!("attribute '{key}': {e}")))
     }
 
@@ -277,6 +347,24 @@ impl AttrWriter {
     pub fn str(&mut self, key: &'static str, v: &str) {
         self.entries
             .push((key, Value::String(v.to_string()).to_string()));
+    }
+
+    /// A pair as a two-element list.
+    pub fn pair(&mut self, key: &'static str, v: [usize; 2]) {
+        self.ints(key, &v);
+    }
+
+    /// Indices: a plain list when 1-D, else `{"shape": [...], "data": [...]}`.
+    pub fn indices(&mut self, key: &'static str, ix: &IndexTensor) {
+        let data: Vec<String> = ix.data.iter().map(|i| i.to_string()).collect();
+        let list = format!("[{}]", data.join(", "));
+        let text = if ix.shape.rank() == 1 {
+            list
+        } else {
+            let dims: Vec<String> = ix.shape.dims().iter().map(|d| d.to_string()).collect();
+            format!("{{\"shape\": [{}], \"data\": {list}}}", dims.join(", "))
+        };
+        self.entries.push((key, text));
     }
 
     /// A mask as `{"shape": [...], "data": [...]}`.

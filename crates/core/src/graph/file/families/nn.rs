@@ -1,18 +1,223 @@
-//! Graph-file form of the neural-network family (conv, pooling, norms, ...). The family is being
-//! written; when an op lands, list its PyTorch name in `OPS`, build it in `parse` from PyTorch's
-//! argument names (`stride`, `padding`, `dilation`, `kernel_size` through `Attrs::usize_pair`;
-//! `normalized_shape`, `eps`, ...) and write the same names back in `write`.
+//! Graph-file form of the neural-network family, with torch.nn.functional's names and argument
+//! names: `stride`, `padding`, `dilation`, `kernel_size`, `output_size` as pairs (`[a, b]`, or one
+//! integer for both), `groups`, `normalized_shape`, `eps`, `momentum`, `training`, `num_groups`,
+//! `dim` and `index` for the indexing ops, `indices` for embedding, dropout's `p`, `training` and
+//! `seed`, attention's `is_causal`, `scale` and `attn_mask`. Optional tensor arguments (a conv
+//! bias, a norm's weight and bias) are present exactly when the node lists them, in PyTorch's order.
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
-use crate::ops::{NnOp, Op, OpRules};
+use crate::ops::nn::{
+    AdaptiveAvgPool2d, AvgPool2d, BatchNorm, Conv1d, Conv2d, Dropout, Embedding, Gather, GroupNorm,
+    IndexSelect, LayerNorm, MaxPool2d, ScaledDotProductAttention, ScatterAdd, Select,
+};
+use crate::ops::{NnOp as N, Op, OpRules};
 use tapegrad_tensor::Result;
 
-pub(super) const OPS: &[&str] = &[];
+pub(super) const OPS: &[&str] = &[
+    "conv1d",
+    "conv2d",
+    "max_pool2d",
+    "avg_pool2d",
+    "adaptive_avg_pool2d",
+    "layer_norm",
+    "batch_norm",
+    "group_norm",
+    "embedding",
+    "index_select",
+    "gather",
+    "scatter_add",
+    "select",
+    "dropout",
+    "scaled_dot_product_attention",
+];
 
-pub(super) fn parse(name: &'static str, _args: usize, _a: &mut Attrs) -> Result<Op> {
-    Err(not_writable(name))
+/// PyTorch's default `eps` of the norms.
+const EPS: f64 = 1e-5;
+
+/// `(weight, bias)` flags of a norm whose affine arguments follow `fixed` leading ones: one more
+/// argument is a weight, two more are a weight and a bias.
+fn affine(args: usize, fixed: usize) -> (bool, bool) {
+    let extra = args.saturating_sub(fixed);
+    (extra >= 1, extra >= 2)
 }
 
-pub(super) fn write(op: &NnOp, _w: &mut AttrWriter) -> Result<()> {
-    Err(not_writable(op.name()))
+pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op> {
+    let op = match name {
+        "conv1d" => N::Conv1d(Conv1d {
+            stride: a.usize_or("stride", 1)?,
+            padding: a.usize_or("padding", 0)?,
+            dilation: a.usize_or("dilation", 1)?,
+            groups: a.usize_or("groups", 1)?,
+            bias: args == 3,
+        }),
+        "conv2d" => N::Conv2d(Conv2d {
+            stride: a.usize_pair_or("stride", [1, 1])?,
+            padding: a.usize_pair_or("padding", [0, 0])?,
+            dilation: a.usize_pair_or("dilation", [1, 1])?,
+            groups: a.usize_or("groups", 1)?,
+            bias: args == 3,
+        }),
+        "max_pool2d" => {
+            let kernel_size = a.usize_pair_req("kernel_size")?;
+            N::MaxPool2d(MaxPool2d {
+                kernel_size,
+                stride: a.usize_pair_or("stride", kernel_size)?,
+                padding: a.usize_pair_or("padding", [0, 0])?,
+                dilation: a.usize_pair_or("dilation", [1, 1])?,
+                ceil_mode: a.bool_or("ceil_mode", false)?,
+            })
+        }
+        "avg_pool2d" => {
+            let kernel_size = a.usize_pair_req("kernel_size")?;
+            N::AvgPool2d(AvgPool2d {
+                kernel_size,
+                stride: a.usize_pair_or("stride", kernel_size)?,
+                padding: a.usize_pair_or("padding", [0, 0])?,
+                ceil_mode: a.bool_or("ceil_mode", false)?,
+                count_include_pad: a.bool_or("count_include_pad", true)?,
+            })
+        }
+        "adaptive_avg_pool2d" => N::AdaptiveAvgPool2d(AdaptiveAvgPool2d {
+            output_size: a.usize_pair_req("output_size")?,
+        }),
+        "layer_norm" => {
+            let (weight, bias) = affine(args, 1);
+            N::LayerNorm(LayerNorm {
+                normalized_shape: a.usizes_req("normalized_shape")?,
+                eps: a.f64_or("eps", EPS)?,
+                weight,
+                bias,
+            })
+        }
+        "batch_norm" => {
+            // PyTorch's F.batch_norm defaults to evaluation mode, whose arguments start with
+            // (input, running_mean, running_var).
+            let training = a.bool_or("training", false)?;
+            let (weight, bias) = affine(args, if training { 1 } else { 3 });
+            N::BatchNorm(BatchNorm {
+                training,
+                momentum: a.f64_or("momentum", 0.1)?,
+                eps: a.f64_or("eps", EPS)?,
+                weight,
+                bias,
+            })
+        }
+        "group_norm" => {
+            let (weight, bias) = affine(args, 1);
+            N::GroupNorm(GroupNorm {
+                num_groups: a.usize_req("num_groups")?,
+                eps: a.f64_or("eps", EPS)?,
+                weight,
+                bias,
+            })
+        }
+        "embedding" => N::Embedding(Embedding {
+            indices: a.indices_req("indices")?,
+        }),
+        "index_select" => N::IndexSelect(IndexSelect {
+            dim: a.isize_req("dim")?,
+            index: a.indices_req("index")?,
+        }),
+        "gather" => N::Gather(Gather {
+            dim: a.isize_req("dim")?,
+            index: a.indices_req("index")?,
+        }),
+        "scatter_add" => N::ScatterAdd(ScatterAdd {
+            dim: a.isize_req("dim")?,
+            index: a.indices_req("index")?,
+        }),
+        "select" => N::Select(Select {
+            dim: a.isize_req("dim")?,
+            index: a.isize_req("index")?,
+        }),
+        "dropout" => N::Dropout(Dropout {
+            p: a.f64_or("p", 0.5)?,
+            training: a.bool_or("training", true)?,
+            seed: a.u64_or("seed", 0)?,
+        }),
+        "scaled_dot_product_attention" => N::ScaledDotProductAttention(ScaledDotProductAttention {
+            is_causal: a.bool_or("is_causal", false)?,
+            scale: a.f64("scale")?,
+            attn_mask: a.mask("attn_mask")?,
+        }),
+        other => return Err(not_writable(other)),
+    };
+    Ok(Op::Nn(op))
+}
+
+pub(super) fn write(op: &N, w: &mut AttrWriter) -> Result<()> {
+    #[allow(unreachable_patterns)]
+    match op {
+        N::Conv1d(c) => {
+            w.int("stride", c.stride);
+            w.int("padding", c.padding);
+            w.int("dilation", c.dilation);
+            w.int("groups", c.groups);
+        }
+        N::Conv2d(c) => {
+            w.pair("stride", c.stride);
+            w.pair("padding", c.padding);
+            w.pair("dilation", c.dilation);
+            w.int("groups", c.groups);
+        }
+        N::MaxPool2d(p) => {
+            w.pair("kernel_size", p.kernel_size);
+            w.pair("stride", p.stride);
+            w.pair("padding", p.padding);
+            w.pair("dilation", p.dilation);
+            w.bool("ceil_mode", p.ceil_mode);
+        }
+        N::AvgPool2d(p) => {
+            w.pair("kernel_size", p.kernel_size);
+            w.pair("stride", p.stride);
+            w.pair("padding", p.padding);
+            w.bool("ceil_mode", p.ceil_mode);
+            w.bool("count_include_pad", p.count_include_pad);
+        }
+        N::AdaptiveAvgPool2d(p) => w.pair("output_size", p.output_size),
+        N::LayerNorm(n) => {
+            w.ints("normalized_shape", &n.normalized_shape);
+            w.f64("eps", n.eps);
+        }
+        N::BatchNorm(n) => {
+            w.bool("training", n.training);
+            w.f64("momentum", n.momentum);
+            w.f64("eps", n.eps);
+        }
+        N::GroupNorm(n) => {
+            w.int("num_groups", n.num_groups);
+            w.f64("eps", n.eps);
+        }
+        N::Embedding(e) => w.indices("indices", &e.indices),
+        N::IndexSelect(i) => {
+            w.int("dim", i.dim);
+            w.indices("index", &i.index);
+        }
+        N::Gather(i) => {
+            w.int("dim", i.dim);
+            w.indices("index", &i.index);
+        }
+        N::ScatterAdd(i) => {
+            w.int("dim", i.dim);
+            w.indices("index", &i.index);
+        }
+        N::Select(s) => {
+            w.int("dim", s.dim);
+            w.int("index", s.index);
+        }
+        N::Dropout(d) => {
+            w.f64("p", d.p);
+            w.bool("training", d.training);
+            w.int("seed", d.seed);
+        }
+        N::ScaledDotProductAttention(s) => {
+            w.bool("is_causal", s.is_causal);
+            w.opt_f64("scale", s.scale);
+            if let Some(mask) = &s.attn_mask {
+                w.mask("attn_mask", mask);
+            }
+        }
+        other => return Err(not_writable(other.name())),
+    }
+    Ok(())
 }
