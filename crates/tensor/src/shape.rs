@@ -4,10 +4,19 @@
 use crate::{Error, Result};
 use std::fmt;
 
+/// Shapes up to this rank live inline; recording an op then allocates nothing for its shape.
+const INLINE_RANK: usize = 6;
+
+#[derive(Clone)]
+enum Dims {
+    Inline { len: u8, dims: [usize; INLINE_RANK] },
+    Heap(Box<[usize]>),
+}
+
 /// Dimensions of a tensor, outermost first. `[]` is a scalar; a dimension may be zero.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone)]
 pub struct Shape {
-    dims: Vec<usize>,
+    dims: Dims,
     numel: usize,
 }
 
@@ -18,43 +27,75 @@ impl Default for Shape {
     }
 }
 
+impl PartialEq for Shape {
+    fn eq(&self, other: &Shape) -> bool {
+        self.dims() == other.dims()
+    }
+}
+
+impl Eq for Shape {}
+
+impl std::hash::Hash for Shape {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.dims().hash(state);
+    }
+}
+
 impl Shape {
     /// A shape from its dimensions; errors when the element count overflows `usize`.
-    pub fn new(dims: impl Into<Vec<usize>>) -> Result<Shape> {
-        let dims = dims.into();
+    pub fn new(dims: impl AsRef<[usize]>) -> Result<Shape> {
+        let dims = dims.as_ref();
         // The bound is on the product of the non-zero dims, not on numel: strides are products of
         // trailing dims, so `[0, usize::MAX, 2]` (numel 0) would overflow in `strides()`, and
         // checking the running product instead made validity depend on the order of the dims.
         let mut nonzero: usize = 1;
         for &d in dims.iter().filter(|&&d| d > 0) {
-            nonzero = nonzero
-                .checked_mul(d)
-                .ok_or_else(|| Error::Overflow { dims: dims.clone() })?;
+            nonzero = nonzero.checked_mul(d).ok_or_else(|| Error::Overflow {
+                dims: dims.to_vec(),
+            })?;
         }
         // Byte counts are computed from numel later; keep headroom so `numel * 8` cannot overflow.
         if nonzero > isize::MAX as usize / 16 {
-            return Err(Error::Overflow { dims });
+            return Err(Error::Overflow {
+                dims: dims.to_vec(),
+            });
         }
         let numel = if dims.contains(&0) { 0 } else { nonzero };
+        let dims = if dims.len() <= INLINE_RANK {
+            let mut inline = [0; INLINE_RANK];
+            inline[..dims.len()].copy_from_slice(dims);
+            Dims::Inline {
+                len: dims.len() as u8,
+                dims: inline,
+            }
+        } else {
+            Dims::Heap(dims.into())
+        };
         Ok(Shape { dims, numel })
     }
 
     /// The scalar shape `[]`.
     pub fn scalar() -> Shape {
         Shape {
-            dims: Vec::new(),
+            dims: Dims::Inline {
+                len: 0,
+                dims: [0; INLINE_RANK],
+            },
             numel: 1,
         }
     }
 
     /// The dimensions, outermost first.
     pub fn dims(&self) -> &[usize] {
-        &self.dims
+        match &self.dims {
+            Dims::Inline { len, dims } => &dims[..*len as usize],
+            Dims::Heap(dims) => dims,
+        }
     }
 
     /// Number of dimensions.
     pub fn rank(&self) -> usize {
-        self.dims.len()
+        self.dims().len()
     }
 
     /// Number of elements (1 for a scalar, 0 if any dimension is 0).
@@ -64,16 +105,17 @@ impl Shape {
 
     /// Row-major strides in elements.
     pub fn strides(&self) -> Vec<usize> {
-        let mut strides = vec![1; self.dims.len()];
-        for i in (0..self.dims.len().saturating_sub(1)).rev() {
-            strides[i] = strides[i + 1] * self.dims[i + 1];
+        let dims = self.dims();
+        let mut strides = vec![1; dims.len()];
+        for i in (0..dims.len().saturating_sub(1)).rev() {
+            strides[i] = strides[i + 1] * dims[i + 1];
         }
         strides
     }
 
     /// Dimension `axis`, which must already be normalised.
     pub fn dim(&self, axis: usize) -> usize {
-        self.dims[axis]
+        self.dims()[axis]
     }
 }
 
@@ -86,7 +128,7 @@ impl fmt::Debug for Shape {
 impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "[")?;
-        for (i, d) in self.dims.iter().enumerate() {
+        for (i, d) in self.dims().iter().enumerate() {
             if i > 0 {
                 write!(f, ", ")?;
             }

@@ -3,6 +3,8 @@
 
 mod gradcheck;
 pub mod program;
+pub mod registry;
 
 pub use gradcheck::{check_op, op_vjp, CheckReport, Tolerance};
-pub use program::{Program, ProgramNode};
+pub use program::{random_program, Program, ProgramConfig, ProgramNode};
+pub use registry::{op_cases, OpCase, OpKind};

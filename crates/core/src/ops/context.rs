@@ -1,6 +1,7 @@
 //! The data an op's rules exchange with the engines: arity, what a VJP saves, the forward result
 //! with its auxiliary data, the saved record a node keeps, and the context a VJP reads from.
 
+use smallvec::SmallVec;
 use std::sync::Arc;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
@@ -151,12 +152,12 @@ impl<S> Forward<S> {
 /// What a recorded node keeps for its VJP: only what the op's `saves` asked for, plus shapes.
 #[derive(Debug, Clone)]
 pub struct Saved<S> {
-    pub inputs: Vec<Option<Tensor<S>>>,
-    pub input_shapes: Vec<Shape>,
+    pub inputs: SmallVec<[Option<Tensor<S>>; 3]>,
+    pub input_shapes: SmallVec<[Shape; 3]>,
     pub output: Option<Tensor<S>>,
     pub output_shape: Shape,
     pub aux: Aux<S>,
-    pub needs: Vec<bool>,
+    pub needs: SmallVec<[bool; 4]>,
 }
 
 impl<S: Scalar> Saved<S> {
@@ -165,8 +166,9 @@ impl<S: Scalar> Saved<S> {
         saves: Saves,
         inputs: &[&Tensor<S>],
         forward: &Forward<S>,
-        needs: Vec<bool>,
+        needs: impl IntoIterator<Item = bool>,
     ) -> Self {
+        let needs: SmallVec<[bool; 4]> = needs.into_iter().collect();
         // A VJP that no argument needs will never run: keep shapes only.
         let any_needed = needs.iter().any(|&n| n);
         let saves = if any_needed { saves } else { Saves::NOTHING };

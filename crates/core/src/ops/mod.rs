@@ -20,6 +20,7 @@ pub use nn::NnOp;
 pub use reduce::ReduceOp;
 pub use structure::StructureOp;
 
+use smallvec::SmallVec;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// The rules every op family implements. Each method sees arguments already checked for arity.
@@ -120,7 +121,7 @@ impl Op {
 
     /// Checks shapes, then evaluates.
     pub fn forward<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<Forward<S>> {
-        let shapes: Vec<&Shape> = inputs.iter().map(|t| t.shape()).collect();
+        let shapes: SmallVec<[&Shape; 4]> = inputs.iter().map(|t| t.shape()).collect();
         let expected = self.output_shape(&shapes)?;
         let out = dispatch!(self, op => op.forward(inputs))?;
         if *out.value.shape() != expected {
@@ -135,7 +136,7 @@ impl Op {
 
     /// Checks the op's domain rules on these arguments (used by checked evaluation).
     pub fn check_domain<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<()> {
-        let shapes: Vec<&Shape> = inputs.iter().map(|t| t.shape()).collect();
+        let shapes: SmallVec<[&Shape; 4]> = inputs.iter().map(|t| t.shape()).collect();
         self.output_shape(&shapes)?;
         dispatch!(self, op => op.check_domain(inputs))
     }

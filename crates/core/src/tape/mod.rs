@@ -5,11 +5,12 @@ mod anomaly;
 mod audit;
 mod node;
 mod session;
+mod session_nn;
 mod sweeps;
 #[allow(clippy::module_inception)]
 mod tape;
 
 pub use audit::{audit, AuditFinding, AuditReport, FindingKind};
-pub use node::{CustomVjp, Node, Rule};
+pub use node::{Contributions, CustomVjp, Node, Rule};
 pub use session::{Gradients, Session, Var};
 pub use tape::Tape;

@@ -2,11 +2,15 @@
 //! the backward rule that maps a cotangent to ordered `(parent id, contribution)` pairs.
 
 use crate::ops::{Op, Saved};
+use smallvec::SmallVec;
 use std::sync::Arc;
 use tapegrad_tensor::{Result, Scalar, Tensor};
 
 /// A hand-written backward rule: cotangent in, `(parent id, contribution)` pairs out.
 pub type CustomVjp<S> = Arc<dyn Fn(&Tensor<S>) -> Result<Vec<(usize, Tensor<S>)>> + Send + Sync>;
+
+/// The `(parent id, contribution)` pairs of one backward step (inline for up to three parents).
+pub type Contributions<S> = SmallVec<[(usize, Tensor<S>); 3]>;
 
 /// How a node maps its cotangent to contributions.
 #[derive(Clone)]
@@ -26,7 +30,7 @@ pub struct Node<S> {
     pub value: Tensor<S>,
     pub requires_grad: bool,
     /// Parent ids, for display; the sweeps only use what `rule` emits.
-    pub parents: Vec<usize>,
+    pub parents: SmallVec<[usize; 4]>,
     pub rule: Rule<S>,
 }
 
@@ -41,9 +45,9 @@ impl<S: Scalar> Node<S> {
     }
 
     /// The ordered `(parent id, contribution)` pairs for cotangent `cot`.
-    pub fn backward(&self, cot: &Tensor<S>) -> Result<Vec<(usize, Tensor<S>)>> {
+    pub fn backward(&self, cot: &Tensor<S>) -> Result<Contributions<S>> {
         match &self.rule {
-            Rule::Leaf => Ok(Vec::new()),
+            Rule::Leaf => Ok(Contributions::new()),
             Rule::Op { op, saved } => {
                 let grads = op.vjp(&saved.context(), cot)?;
                 Ok(self
@@ -53,7 +57,7 @@ impl<S: Scalar> Node<S> {
                     .filter_map(|(&p, g)| g.map(|g| (p, g)))
                     .collect())
             }
-            Rule::Custom { vjp, .. } => vjp(cot),
+            Rule::Custom { vjp, .. } => Ok(vjp(cot)?.into_iter().collect()),
         }
     }
 

@@ -3,6 +3,7 @@
 
 use super::node::{CustomVjp, Node, Rule};
 use crate::ops::{Forward, Op, Saved, Saves};
+use smallvec::SmallVec;
 use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
 /// An append-only record of a computation.
@@ -68,7 +69,7 @@ impl<S: Scalar> Tape<S> {
 
     /// Node `id`, or an error naming the id and the tape length.
     pub fn node(&self, id: usize) -> Result<&Node<S>> {
-        self.nodes.get(id).ok_or(Error::BadId {
+        self.nodes.get(id).ok_or_else(|| Error::BadId {
             context: "tape",
             id,
             len: self.nodes.len(),
@@ -92,7 +93,7 @@ impl<S: Scalar> Tape<S> {
             name: None,
             value,
             requires_grad,
-            parents: Vec::new(),
+            parents: SmallVec::new(),
             rule: Rule::Leaf,
         })
     }
@@ -112,7 +113,7 @@ impl<S: Scalar> Tape<S> {
     /// Sets the display name of node `id`.
     pub fn set_name(&mut self, id: usize, name: impl Into<String>) -> Result<()> {
         let len = self.nodes.len();
-        let node = self.nodes.get_mut(id).ok_or(Error::BadId {
+        let node = self.nodes.get_mut(id).ok_or_else(|| Error::BadId {
             context: "set_name",
             id,
             len,
@@ -121,10 +122,10 @@ impl<S: Scalar> Tape<S> {
         Ok(())
     }
 
-    fn args(&self, op: &Op, args: &[usize]) -> Result<Vec<&Tensor<S>>> {
+    fn args(&self, op: &Op, args: &[usize]) -> Result<SmallVec<[&Tensor<S>; 4]>> {
         args.iter()
             .map(|&a| {
-                self.nodes.get(a).map(|n| &n.value).ok_or(Error::BadId {
+                self.nodes.get(a).map(|n| &n.value).ok_or_else(|| Error::BadId {
                     context: op.name(),
                     id: a,
                     len: self.nodes.len(),
@@ -137,31 +138,35 @@ impl<S: Scalar> Tape<S> {
     pub fn apply(&mut self, op: Op, args: &[usize]) -> Result<usize> {
         let inputs = self.args(&op, args)?;
         let forward = op.forward(&inputs)?;
-        self.record(op, args, forward)
+        let node = self.op_node(op, args, &inputs, forward)?;
+        drop(inputs);
+        Ok(self.push(node))
     }
 
     /// Appends an op node whose forward result was already computed (used by lowering).
     pub fn record(&mut self, op: Op, args: &[usize], forward: Forward<S>) -> Result<usize> {
+        let inputs = self.args(&op, args)?;
+        let node = self.op_node(op, args, &inputs, forward)?;
+        drop(inputs);
+        Ok(self.push(node))
+    }
+
+    fn op_node(&self, op: Op, args: &[usize], inputs: &[&Tensor<S>], forward: Forward<S>) -> Result<Node<S>> {
         if self.detect_anomaly {
             super::anomaly::check_forward(self, op.name(), args, &forward.value)?;
         }
-        let inputs = self.args(&op, args)?;
-        let needs: Vec<bool> = args.iter().map(|&a| self.nodes[a].requires_grad).collect();
-        let requires_grad = needs.iter().any(|&n| n);
+        let needs = args.iter().map(|&a| self.nodes[a].requires_grad);
+        let requires_grad = args.iter().any(|&a| self.nodes[a].requires_grad);
         // A node nobody differentiates through keeps nothing for a VJP that will never run.
-        let saves = if requires_grad {
-            op.saves()
-        } else {
-            Saves::NOTHING
-        };
-        let saved = Saved::keep(saves, &inputs, &forward, needs);
-        Ok(self.push(Node {
+        let saves = if requires_grad { op.saves() } else { Saves::NOTHING };
+        let saved = Saved::keep(saves, inputs, &forward, needs);
+        Ok(Node {
             name: None,
             value: forward.value,
             requires_grad,
-            parents: args.to_vec(),
+            parents: SmallVec::from_slice(args),
             rule: Rule::Op { op, saved },
-        }))
+        })
     }
 
     /// Appends a node with a hand-written backward rule; requires grad as any parent does.
@@ -180,7 +185,7 @@ impl<S: Scalar> Tape<S> {
             name: None,
             value,
             requires_grad,
-            parents: parents.to_vec(),
+            parents: SmallVec::from_slice(parents),
             rule: Rule::Custom {
                 label: label.into(),
                 vjp,

@@ -1,7 +1,9 @@
 //! Numeric kernels on contiguous row-major tensors: strided walks, broadcasting maps, reductions,
 //! softmax, layout changes (permute, slice, concat) and matmul on the `gemm` crate.
 
+pub mod alloc;
 pub mod broadcast;
+pub mod conv;
 pub mod layout;
 pub mod matmul;
 pub mod reduce;

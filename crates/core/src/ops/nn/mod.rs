@@ -1,51 +1,201 @@
-//! Neural-network operations (convolution, pooling, normalisation, indexing, dropout, attention).
-//! Placeholder: the family is being written; it currently holds no working op.
+//! Neural-network operations with PyTorch's names, layouts (NCHW, batch-first) and argument
+//! conventions: convolution, pooling, normalisation, embedding and indexing, dropout, attention.
+//! One file per family; `NnOp` dispatches to the op structs, each of which implements `OpRules`.
+
+mod attention;
+mod conv;
+mod dropout;
+mod index;
+mod norm;
+mod pool;
+
+pub use attention::ScaledDotProductAttention;
+pub use conv::{Conv1d, Conv2d};
+pub use dropout::{dropout_mask, Dropout};
+pub use index::{Embedding, Gather, IndexSelect, IndexTensor, ScatterAdd, Select};
+pub use norm::{batch_stats, BatchNorm, BatchStats, GroupNorm, LayerNorm};
+pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
 
 use super::{Arity, Forward, OpRules, Saves, VjpContext};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
-/// Neural-network operations.
+/// Neural-network operations; each variant holds the op's attributes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum NnOp {
-    /// Placeholder variant until the family lands.
-    Placeholder,
+    Conv1d(Conv1d),
+    Conv2d(Conv2d),
+    MaxPool2d(MaxPool2d),
+    AvgPool2d(AvgPool2d),
+    AdaptiveAvgPool2d(AdaptiveAvgPool2d),
+    LayerNorm(LayerNorm),
+    BatchNorm(BatchNorm),
+    GroupNorm(GroupNorm),
+    Embedding(Embedding),
+    IndexSelect(IndexSelect),
+    Gather(Gather),
+    ScatterAdd(ScatterAdd),
+    Select(Select),
+    Dropout(Dropout),
+    ScaledDotProductAttention(ScaledDotProductAttention),
+}
+
+macro_rules! each {
+    ($self:expr, $op:ident => $body:expr) => {
+        match $self {
+            NnOp::Conv1d($op) => $body,
+            NnOp::Conv2d($op) => $body,
+            NnOp::MaxPool2d($op) => $body,
+            NnOp::AvgPool2d($op) => $body,
+            NnOp::AdaptiveAvgPool2d($op) => $body,
+            NnOp::LayerNorm($op) => $body,
+            NnOp::BatchNorm($op) => $body,
+            NnOp::GroupNorm($op) => $body,
+            NnOp::Embedding($op) => $body,
+            NnOp::IndexSelect($op) => $body,
+            NnOp::Gather($op) => $body,
+            NnOp::ScatterAdd($op) => $body,
+            NnOp::Select($op) => $body,
+            NnOp::Dropout($op) => $body,
+            NnOp::ScaledDotProductAttention($op) => $body,
+        }
+    };
 }
 
 impl OpRules for NnOp {
     fn name(&self) -> &'static str {
-        "placeholder"
+        each!(self, op => op.name())
     }
     fn arity(&self) -> Arity {
-        Arity::Exact(1)
+        each!(self, op => op.arity())
     }
     fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
-        Ok(inputs[0].clone())
+        each!(self, op => op.output_shape(inputs))
     }
     fn saves(&self) -> Saves {
-        Saves::NOTHING
+        each!(self, op => op.saves())
     }
-    fn forward<S: Scalar>(&self, _x: &[&Tensor<S>]) -> Result<Forward<S>> {
-        Err(Error::invalid(self.name(), "not implemented yet"))
+    fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
+        each!(self, op => op.forward(x))
     }
     fn vjp<S: Scalar>(
         &self,
-        _ctx: &VjpContext<'_, S>,
-        _cot: &Tensor<S>,
+        ctx: &VjpContext<'_, S>,
+        cot: &Tensor<S>,
     ) -> Result<Vec<Option<Tensor<S>>>> {
-        Err(Error::invalid(self.name(), "not implemented yet"))
+        each!(self, op => op.vjp(ctx, cot))
     }
     fn jvp<S: Scalar>(
         &self,
-        _x: &[&Tensor<S>],
-        _out: &Forward<S>,
-        _t: &[&Tensor<S>],
+        x: &[&Tensor<S>],
+        out: &Forward<S>,
+        t: &[&Tensor<S>],
     ) -> Result<Tensor<S>> {
-        Err(Error::invalid(self.name(), "not implemented yet"))
+        each!(self, op => op.jvp(x, out, t))
+    }
+    fn check_domain<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<()> {
+        each!(self, op => op.check_domain(x))
     }
 }
 
 impl std::fmt::Display for NnOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        each!(self, op => write!(f, "{op}"))
     }
+}
+
+macro_rules! into_nn_op {
+    ($($variant:ident),*) => {
+        $(impl From<$variant> for NnOp {
+            fn from(op: $variant) -> NnOp {
+                NnOp::$variant(op)
+            }
+        }
+        impl From<$variant> for super::Op {
+            fn from(op: $variant) -> super::Op {
+                super::Op::Nn(NnOp::$variant(op))
+            }
+        })*
+    };
+}
+
+into_nn_op!(
+    Conv1d,
+    Conv2d,
+    MaxPool2d,
+    AvgPool2d,
+    AdaptiveAvgPool2d,
+    LayerNorm,
+    BatchNorm,
+    GroupNorm,
+    Embedding,
+    IndexSelect,
+    Gather,
+    ScatterAdd,
+    Select,
+    Dropout,
+    ScaledDotProductAttention
+);
+
+/// `1 + [weight] + [bias]`-style arity of ops with optional trailing arguments.
+fn arity_with(base: usize, optional: &[bool]) -> Arity {
+    Arity::Exact(base + optional.iter().filter(|&&b| b).count())
+}
+
+/// An error unless `eps` is finite and non-negative (a negative eps can make `var + eps` negative).
+fn check_eps(op: &'static str, eps: f64) -> Result<()> {
+    if eps.is_finite() && eps >= 0.0 {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            op,
+            format!("eps must be finite and non-negative, got {eps}"),
+        ))
+    }
+}
+
+/// An error unless `shape` equals `expected`, naming the argument.
+fn expect_shape(op: &'static str, what: &str, shape: &Shape, expected: &Shape) -> Result<()> {
+    if shape == expected {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            op,
+            format!("{what} must have shape {expected}, found {shape}"),
+        ))
+    }
+}
+
+/// `Some(f())` when argument `i` needs a gradient.
+fn when<S>(
+    ctx: &VjpContext<'_, S>,
+    i: usize,
+    f: impl FnOnce() -> Result<Tensor<S>>,
+) -> Result<Option<Tensor<S>>>
+where
+    S: Scalar,
+{
+    if ctx.needs(i) {
+        f().map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+/// The product of `dims`, or an error when the product of its non-zero factors overflows: that
+/// bound makes every partial product a kernel forms fit, even when another factor is 0 (a shape
+/// like [0, 2^40, 2^40] is valid but its trailing block size is not).
+fn product(op: &'static str, dims: &[usize]) -> Result<usize> {
+    let mut nonzero = dims.iter().filter(|&&d| d != 0);
+    match nonzero.try_fold(1usize, |acc, &d| acc.checked_mul(d)) {
+        Some(_) => Ok(dims.iter().product()),
+        None => Err(Error::invalid(
+            op,
+            format!("sizes {dims:?} have too many elements"),
+        )),
+    }
+}
+
+/// Converts an index for an `Error::Index` (indices beyond `i64` saturate).
+fn index_i64(i: usize) -> i64 {
+    i64::try_from(i).unwrap_or(i64::MAX)
 }

@@ -1,0 +1,294 @@
+//! `conv1d` and `conv2d` (PyTorch's `F.conv1d`/`F.conv2d`): stride, zero padding, dilation, groups
+//! and an optional bias, batched or unbatched input. Forward and both VJPs run on the GEMM through
+//! the im2col kernels; conv1d is conv2d on a height-1 image. Every rule is linear in each argument.
+
+use super::{arity_with, expect_shape, when};
+use crate::ops::{Arity, Forward, OpRules, Saves, VjpContext};
+use tapegrad_tensor::kernels::conv::{
+    conv2d_forward, conv2d_grad_bias, conv2d_grad_input, conv2d_grad_weight, Conv2dGeometry,
+};
+use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
+
+/// `F.conv2d(input, weight, bias, stride, padding, dilation, groups)`: input (N, C, H, W) or
+/// (C, H, W), weight (O, C / groups, kH, kW), bias (O) when `bias` is set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conv2d {
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+    pub groups: usize,
+    pub bias: bool,
+}
+
+impl Default for Conv2d {
+    fn default() -> Self {
+        Conv2d {
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+            bias: false,
+        }
+    }
+}
+
+/// `F.conv1d(input, weight, bias, stride, padding, dilation, groups)`: input (N, C, L) or (C, L),
+/// weight (O, C / groups, K), bias (O) when `bias` is set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conv1d {
+    pub stride: usize,
+    pub padding: usize,
+    pub dilation: usize,
+    pub groups: usize,
+    pub bias: bool,
+}
+
+impl Default for Conv1d {
+    fn default() -> Self {
+        Conv1d {
+            stride: 1,
+            padding: 0,
+            dilation: 1,
+            groups: 1,
+            bias: false,
+        }
+    }
+}
+
+/// The common form of both: a 2-D convolution over `spatial` trailing axes (1 or 2).
+struct Spec {
+    name: &'static str,
+    spatial: usize,
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
+    groups: usize,
+    bias: bool,
+}
+
+impl Conv2d {
+    fn spec(&self) -> Spec {
+        Spec {
+            name: "conv2d",
+            spatial: 2,
+            stride: self.stride,
+            padding: self.padding,
+            dilation: self.dilation,
+            groups: self.groups,
+            bias: self.bias,
+        }
+    }
+}
+
+impl Conv1d {
+    fn spec(&self) -> Spec {
+        Spec {
+            name: "conv1d",
+            spatial: 1,
+            stride: [1, self.stride],
+            padding: [0, self.padding],
+            dilation: [1, self.dilation],
+            groups: self.groups,
+            bias: self.bias,
+        }
+    }
+}
+
+impl Spec {
+    /// The geometry and output shape for these argument shapes.
+    fn geometry(&self, shapes: &[&Shape]) -> Result<(Conv2dGeometry, Shape)> {
+        let op = self.name;
+        let (x, w) = (shapes[0], shapes[1]);
+        let batched = x.rank() == self.spatial + 2;
+        if !batched && x.rank() != self.spatial + 1 {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "expected a {}-D (batched) or {}-D (unbatched) input, found shape {x} (weight {w})",
+                    self.spatial + 2,
+                    self.spatial + 1
+                ),
+            ));
+        }
+        if w.rank() != self.spatial + 2 {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "expected a {}-D weight (out_channels, in_channels / groups, kernel...), found shape {w} (input {x})",
+                    self.spatial + 2
+                ),
+            ));
+        }
+        let xd = x.dims();
+        let (batch, rest) = if batched { (xd[0], &xd[1..]) } else { (1, xd) };
+        let channels = rest[0];
+        let (in_h, in_w) = if self.spatial == 2 {
+            (rest[1], rest[2])
+        } else {
+            (1, rest[1])
+        };
+        let wd = w.dims();
+        let (out_channels, group_in) = (wd[0], wd[1]);
+        let (kh, kw) = if self.spatial == 2 {
+            (wd[2], wd[3])
+        } else {
+            (1, wd[2])
+        };
+        let g = self.groups;
+        if g == 0 || channels % g != 0 || out_channels % g != 0 {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "groups {g} must be positive and divide the input channels {channels} and the output channels {out_channels} (input {x}, weight {w})"
+                ),
+            ));
+        }
+        if group_in != channels / g {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "weight {w} expects {group_in} input channels per group, but input {x} has {channels} channels in {g} group(s)"
+                ),
+            ));
+        }
+        if self.bias {
+            let expected = Shape::new([out_channels])?;
+            expect_shape(op, "bias", shapes[2], &expected)?;
+        }
+        let geo = Conv2dGeometry::new(
+            op,
+            [batch, channels, in_h, in_w],
+            [out_channels, group_in, kh, kw],
+            self.stride,
+            self.padding,
+            self.dilation,
+            g,
+        )
+        .map_err(|e| match e {
+            Error::Invalid { op, message } => Error::Invalid {
+                op,
+                message: format!("{message} (input {x}, weight {w})"),
+            },
+            other => other,
+        })?;
+        let mut dims = if batched { vec![batch] } else { vec![] };
+        dims.push(out_channels);
+        if self.spatial == 2 {
+            dims.push(geo.out_h);
+        }
+        dims.push(geo.out_w);
+        Ok((geo, Shape::new(dims)?))
+    }
+
+    fn shapes_of<'a, S: Scalar>(inputs: &[&'a Tensor<S>]) -> Vec<&'a Shape> {
+        inputs.iter().map(|t| t.shape()).collect()
+    }
+
+    fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
+        let (geo, out) = self.geometry(&Self::shapes_of(x))?;
+        let bias = if self.bias { Some(x[2]) } else { None };
+        let data = conv2d_forward(&geo, x[0], x[1], bias)?;
+        Ok(Forward::new(Tensor::from_shape(out, data)?))
+    }
+
+    fn vjp<S: Scalar>(
+        &self,
+        ctx: &VjpContext<'_, S>,
+        cot: &Tensor<S>,
+    ) -> Result<Vec<Option<Tensor<S>>>> {
+        let op = self.name;
+        let shapes: Vec<&Shape> = ctx.input_shapes.iter().collect();
+        let (geo, _) = self.geometry(&shapes)?;
+        let shape = |i: usize| ctx.input_shapes[i].clone();
+        let mut grads = vec![
+            when(ctx, 0, || {
+                let data = conv2d_grad_input(&geo, cot, ctx.input(op, 1)?)?;
+                Tensor::from_shape(shape(0), data)
+            })?,
+            when(ctx, 1, || {
+                let data = conv2d_grad_weight(&geo, cot, ctx.input(op, 0)?)?;
+                Tensor::from_shape(shape(1), data)
+            })?,
+        ];
+        if self.bias {
+            grads.push(when(ctx, 2, || {
+                Tensor::from_shape(shape(2), conv2d_grad_bias(&geo, cot)?)
+            })?);
+        }
+        Ok(grads)
+    }
+
+    /// The convolution is bilinear in (input, weight) and affine in the bias, so its tangent is
+    /// `conv(dx, w) + conv(x, dw) + db`.
+    fn jvp<S: Scalar>(&self, x: &[&Tensor<S>], t: &[&Tensor<S>]) -> Result<Tensor<S>> {
+        let (geo, out) = self.geometry(&Self::shapes_of(x))?;
+        let bias = if self.bias { Some(t[2]) } else { None };
+        let mut data = conv2d_forward(&geo, t[0], x[1], bias)?;
+        let other = conv2d_forward(&geo, x[0], t[1], None)?;
+        for (d, o) in data.iter_mut().zip(other) {
+            *d += o;
+        }
+        Tensor::from_shape(out, data)
+    }
+}
+
+macro_rules! conv_rules {
+    ($ty:ident) => {
+        impl OpRules for $ty {
+            fn name(&self) -> &'static str {
+                self.spec().name
+            }
+            fn arity(&self) -> Arity {
+                arity_with(2, &[self.bias])
+            }
+            fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
+                Ok(self.spec().geometry(inputs)?.1)
+            }
+            /// The input gradient needs the weight and the weight gradient needs the input.
+            fn saves(&self) -> Saves {
+                Saves::inputs(&[0, 1])
+            }
+            fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
+                self.spec().forward(x)
+            }
+            fn vjp<S: Scalar>(
+                &self,
+                ctx: &VjpContext<'_, S>,
+                cot: &Tensor<S>,
+            ) -> Result<Vec<Option<Tensor<S>>>> {
+                self.spec().vjp(ctx, cot)
+            }
+            fn jvp<S: Scalar>(
+                &self,
+                x: &[&Tensor<S>],
+                _out: &Forward<S>,
+                t: &[&Tensor<S>],
+            ) -> Result<Tensor<S>> {
+                self.spec().jvp(x, t)
+            }
+        }
+    };
+}
+
+conv_rules!(Conv2d);
+conv_rules!(Conv1d);
+
+impl std::fmt::Display for Conv2d {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "conv2d(stride={:?}, padding={:?}, dilation={:?}, groups={}, bias={})",
+            self.stride, self.padding, self.dilation, self.groups, self.bias
+        )
+    }
+}
+
+impl std::fmt::Display for Conv1d {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "conv1d(stride={}, padding={}, dilation={}, groups={}, bias={})",
+            self.stride, self.padding, self.dilation, self.groups, self.bias
+        )
+    }
+}

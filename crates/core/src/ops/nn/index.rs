@@ -1,0 +1,582 @@
+//! Indexing ops whose indices are attributes (`IndexTensor`: a shape plus `Arc<Vec<usize>>`, not
+//! differentiable): `embedding` (gradients of repeated indices accumulate), `index_select`,
+//! `gather`, `scatter_add` and `select`. An out-of-range index is `Error::Index` naming it and the bound.
+
+use super::{index_i64, product, when};
+use crate::ops::{Arity, Forward, OpRules, Saves, VjpContext};
+use std::sync::Arc;
+use tapegrad_tensor::kernels::softmax::split_at_axis;
+use tapegrad_tensor::{normalize_axis, Error, Result, Scalar, Shape, Tensor};
+
+/// A tensor of indices with a shape: an op attribute, never differentiated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexTensor {
+    pub shape: Shape,
+    pub data: Arc<Vec<usize>>,
+}
+
+impl IndexTensor {
+    /// Indices of shape `dims`, row-major; errors when the length does not match.
+    pub fn new(dims: &[usize], data: Vec<usize>) -> Result<Self> {
+        let shape = Shape::new(dims)?;
+        if data.len() != shape.numel() {
+            return Err(Error::DataLength {
+                op: "index",
+                len: data.len(),
+                numel: shape.numel(),
+                shape,
+            });
+        }
+        Ok(IndexTensor {
+            shape,
+            data: Arc::new(data),
+        })
+    }
+
+    /// A 1-D index vector.
+    pub fn vector(data: Vec<usize>) -> Self {
+        IndexTensor {
+            // A shape rejects only lengths beyond isize::MAX / 16, which no Vec<usize> can reach.
+            shape: Shape::new([data.len()]).unwrap_or_default(),
+            data: Arc::new(data),
+        }
+    }
+
+    /// An error naming the first index `>= bound`.
+    fn check_bound(&self, op: &'static str, bound: usize) -> Result<()> {
+        match self.data.iter().find(|&&i| i >= bound) {
+            Some(&i) => Err(Error::Index {
+                op,
+                what: "index",
+                index: index_i64(i),
+                bound,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// An error unless the shape's element count matches the data (fields are public).
+    fn check_len(&self, op: &'static str) -> Result<()> {
+        if self.data.len() != self.shape.numel() {
+            return Err(Error::DataLength {
+                op,
+                len: self.data.len(),
+                numel: self.shape.numel(),
+                shape: self.shape.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for IndexTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const SHOWN: usize = 8;
+        write!(f, "{}[", self.shape)?;
+        for (i, v) in self.data.iter().take(SHOWN).enumerate() {
+            if i > 0 {
+                write!(f, ", ")?;
+            }
+            write!(f, "{v}")?;
+        }
+        if self.data.len() > SHOWN {
+            write!(f, ", ...")?;
+        }
+        write!(f, "]")
+    }
+}
+
+/// `F.embedding(indices, weight)`: rows of a (num_embeddings, embedding_dim) weight picked by
+/// `indices` (PyTorch calls them `input`); the output has shape `indices.shape + [embedding_dim]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embedding {
+    pub indices: IndexTensor,
+}
+
+/// `torch.index_select(input, dim, index)` with a 0-D or 1-D `index`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexSelect {
+    pub dim: isize,
+    pub index: IndexTensor,
+}
+
+/// `torch.gather(input, dim, index)`: `out[p] = input[p with p[dim] = index[p]]`; `index` has the
+/// input's rank and no larger extent off `dim`; the output has the index's shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gather {
+    pub dim: isize,
+    pub index: IndexTensor,
+}
+
+/// `torch.scatter_add(input, dim, index, src)`, arguments `(input, src)`:
+/// `out = input; out[p with p[dim] = index[p]] += src[p]` for every position `p` of `index`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScatterAdd {
+    pub dim: isize,
+    pub index: IndexTensor,
+}
+
+/// `torch.select(input, dim, index)`: the slice at `index` (negative counts from the end), with
+/// axis `dim` removed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Select {
+    pub dim: isize,
+    pub index: isize,
+}
+
+/// `out[(o, j, i)] = x[(o, index[j], i)]` over (outer, len, inner) blocks: index_select's kernel.
+fn take_along<S: Scalar>(
+    x: &[S],
+    outer: usize,
+    len: usize,
+    inner: usize,
+    index: &[usize],
+) -> Vec<S> {
+    let mut out = Vec::with_capacity(outer * index.len() * inner);
+    for o in 0..outer {
+        for &j in index {
+            let start = (o * len + j) * inner;
+            out.extend_from_slice(&x[start..start + inner]);
+        }
+    }
+    out
+}
+
+/// The adjoint of `take_along`: adds each output block back to its source row, in order, so
+/// repeated indices accumulate.
+fn put_along<S: Scalar>(
+    g: &[S],
+    outer: usize,
+    len: usize,
+    inner: usize,
+    index: &[usize],
+) -> Vec<S> {
+    let mut dx = vec![S::ZERO; outer * len * inner];
+    let k = index.len();
+    for o in 0..outer {
+        for (jj, &j) in index.iter().enumerate() {
+            let src = &g[(o * k + jj) * inner..][..inner];
+            let dst = &mut dx[(o * len + j) * inner..][..inner];
+            for (d, &v) in dst.iter_mut().zip(src) {
+                *d += v;
+            }
+        }
+    }
+    dx
+}
+
+impl Embedding {
+    fn check(&self, w: &Shape) -> Result<(usize, usize)> {
+        let op = "embedding";
+        self.indices.check_len(op)?;
+        if w.rank() != 2 {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "weight must be 2-D (num_embeddings, embedding_dim), found {w} (indices {})",
+                    self.indices.shape
+                ),
+            ));
+        }
+        self.indices.check_bound(op, w.dims()[0])?;
+        let mut out = self.indices.shape.dims().to_vec();
+        out.push(w.dims()[1]);
+        product(op, &out)?;
+        Ok((w.dims()[0], w.dims()[1]))
+    }
+}
+
+impl OpRules for Embedding {
+    fn name(&self) -> &'static str {
+        "embedding"
+    }
+    fn arity(&self) -> Arity {
+        Arity::Exact(1)
+    }
+    fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
+        let (_, d) = self.check(inputs[0])?;
+        let mut dims = self.indices.shape.dims().to_vec();
+        dims.push(d);
+        Shape::new(dims)
+    }
+    fn saves(&self) -> Saves {
+        Saves::NOTHING
+    }
+    fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
+        let shape = self.output_shape(&[x[0].shape()])?;
+        let (v, d) = self.check(x[0].shape())?;
+        let data = take_along(x[0].data(), 1, v, d, &self.indices.data);
+        Ok(Forward::new(Tensor::from_shape(shape, data)?))
+    }
+    fn vjp<S: Scalar>(
+        &self,
+        ctx: &VjpContext<'_, S>,
+        cot: &Tensor<S>,
+    ) -> Result<Vec<Option<Tensor<S>>>> {
+        let w = &ctx.input_shapes[0];
+        let (v, d) = self.check(w)?;
+        let data = put_along(cot.data(), 1, v, d, &self.indices.data);
+        Ok(vec![Some(Tensor::from_shape(w.clone(), data)?)])
+    }
+    fn jvp<S: Scalar>(
+        &self,
+        _x: &[&Tensor<S>],
+        _out: &Forward<S>,
+        t: &[&Tensor<S>],
+    ) -> Result<Tensor<S>> {
+        Ok(self.forward(t)?.value)
+    }
+}
+
+impl IndexSelect {
+    /// (axis, outer, len, inner) of the input and the output shape.
+    fn geometry(&self, x: &Shape) -> Result<(usize, usize, usize, Shape)> {
+        let op = "index_select";
+        self.index.check_len(op)?;
+        if self.index.shape.rank() > 1 {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "index must be 0-D or 1-D, found shape {} (input {x})",
+                    self.index.shape
+                ),
+            ));
+        }
+        let axis = normalize_axis(op, self.dim, x.rank())?;
+        product(op, x.dims())?;
+        let (outer, len, inner) = split_at_axis(x.dims(), axis);
+        self.index.check_bound(op, len)?;
+        let mut dims = x.dims().to_vec();
+        dims[axis] = self.index.data.len();
+        product(op, &dims)?;
+        Ok((outer, len, inner, Shape::new(dims)?))
+    }
+}
+
+impl OpRules for IndexSelect {
+    fn name(&self) -> &'static str {
+        "index_select"
+    }
+    fn arity(&self) -> Arity {
+        Arity::Exact(1)
+    }
+    fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
+        Ok(self.geometry(inputs[0])?.3)
+    }
+    fn saves(&self) -> Saves {
+        Saves::NOTHING
+    }
+    fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
+        let (outer, len, inner, shape) = self.geometry(x[0].shape())?;
+        let data = take_along(x[0].data(), outer, len, inner, &self.index.data);
+        Ok(Forward::new(Tensor::from_shape(shape, data)?))
+    }
+    fn vjp<S: Scalar>(
+        &self,
+        ctx: &VjpContext<'_, S>,
+        cot: &Tensor<S>,
+    ) -> Result<Vec<Option<Tensor<S>>>> {
+        let x = &ctx.input_shapes[0];
+        let (outer, len, inner, _) = self.geometry(x)?;
+        let data = put_along(cot.data(), outer, len, inner, &self.index.data);
+        Ok(vec![Some(Tensor::from_shape(x.clone(), data)?)])
+    }
+    fn jvp<S: Scalar>(
+        &self,
+        _x: &[&Tensor<S>],
+        _out: &Forward<S>,
+        t: &[&Tensor<S>],
+    ) -> Result<Tensor<S>> {
+        Ok(self.forward(t)?.value)
+    }
+}
+
+/// Visits every position of `index` (row-major), giving `(position, offset into target)` where
+/// the target offset uses `index[position]` on axis `axis` and the position's own coordinate on
+/// every other axis, and the source offset of the same coordinates in a tensor of `source` dims.
+fn walk_index(
+    index: &IndexTensor,
+    axis: usize,
+    target: &Shape,
+    source: &Shape,
+    mut f: impl FnMut(usize, usize, usize),
+) {
+    // With no positions there is nothing to visit; with some, every extent of `target` off the
+    // indexed axis and of `source` is at least 1, so their strides fit.
+    if index.data.is_empty() {
+        return;
+    }
+    let dims = index.shape.dims();
+    let (ts, ss) = (target.strides(), source.strides());
+    let mut coord = vec![0usize; dims.len()];
+    for (lin, &ix) in index.data.iter().enumerate() {
+        let (mut t, mut s) = (0, 0);
+        for (d, &c) in coord.iter().enumerate() {
+            t += if d == axis { ix } else { c } * ts[d];
+            s += c * ss[d];
+        }
+        f(lin, t, s);
+        for d in (0..dims.len()).rev() {
+            coord[d] += 1;
+            if coord[d] < dims[d] {
+                break;
+            }
+            coord[d] = 0;
+        }
+    }
+}
+
+/// Checks the rules shared by gather and scatter_add: `index` has `target`'s rank, no larger
+/// extent than `target` off `axis` (nor than `source` anywhere), and in-range values.
+fn check_scatter_index(
+    op: &'static str,
+    index: &IndexTensor,
+    dim: isize,
+    target: &Shape,
+    source: Option<&Shape>,
+) -> Result<usize> {
+    index.check_len(op)?;
+    let axis = normalize_axis(op, dim, target.rank())?;
+    let ix = &index.shape;
+    let fits = ix.rank() == target.rank()
+        && ix
+            .dims()
+            .iter()
+            .zip(target.dims())
+            .enumerate()
+            .all(|(d, (&i, &t))| d == axis || i <= t)
+        && source.is_none_or(|s| {
+            s.rank() == ix.rank() && ix.dims().iter().zip(s.dims()).all(|(&i, &s)| i <= s)
+        });
+    if !fits {
+        let src = source.map(|s| format!(", src {s}")).unwrap_or_default();
+        return Err(Error::invalid(
+            op,
+            format!(
+                "index of shape {ix} does not fit input {target}{src} along dim {dim} (same rank, no larger extent off dim)"
+            ),
+        ));
+    }
+    index.check_bound(op, target.dims()[axis])?;
+    Ok(axis)
+}
+
+impl Gather {
+    fn gather<S: Scalar>(&self, x: &Tensor<S>) -> Result<Tensor<S>> {
+        let axis = check_scatter_index("gather", &self.index, self.dim, x.shape(), None)?;
+        let mut out = vec![S::ZERO; self.index.shape.numel()];
+        let src = x.data();
+        walk_index(
+            &self.index,
+            axis,
+            x.shape(),
+            &self.index.shape,
+            |lin, t, _| {
+                out[lin] = src[t];
+            },
+        );
+        Tensor::from_shape(self.index.shape.clone(), out)
+    }
+}
+
+impl OpRules for Gather {
+    fn name(&self) -> &'static str {
+        "gather"
+    }
+    fn arity(&self) -> Arity {
+        Arity::Exact(1)
+    }
+    fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
+        check_scatter_index(self.name(), &self.index, self.dim, inputs[0], None)?;
+        Ok(self.index.shape.clone())
+    }
+    fn saves(&self) -> Saves {
+        Saves::NOTHING
+    }
+    fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
+        Ok(Forward::new(self.gather(x[0])?))
+    }
+    fn vjp<S: Scalar>(
+        &self,
+        ctx: &VjpContext<'_, S>,
+        cot: &Tensor<S>,
+    ) -> Result<Vec<Option<Tensor<S>>>> {
+        let x = &ctx.input_shapes[0];
+        let axis = check_scatter_index(self.name(), &self.index, self.dim, x, None)?;
+        let mut dx = vec![S::ZERO; x.numel()];
+        let g = cot.data();
+        walk_index(&self.index, axis, x, &self.index.shape, |lin, t, _| {
+            dx[t] += g[lin];
+        });
+        Ok(vec![Some(Tensor::from_shape(x.clone(), dx)?)])
+    }
+    fn jvp<S: Scalar>(
+        &self,
+        _x: &[&Tensor<S>],
+        _out: &Forward<S>,
+        t: &[&Tensor<S>],
+    ) -> Result<Tensor<S>> {
+        self.gather(t[0])
+    }
+}
+
+impl ScatterAdd {
+    fn axis(&self, input: &Shape, src: &Shape) -> Result<usize> {
+        check_scatter_index("scatter_add", &self.index, self.dim, input, Some(src))
+    }
+
+    fn scatter<S: Scalar>(&self, input: &Tensor<S>, src: &Tensor<S>) -> Result<Tensor<S>> {
+        let axis = self.axis(input.shape(), src.shape())?;
+        let mut out = input.clone();
+        let (o, s) = (out.data_mut(), src.data());
+        walk_index(&self.index, axis, input.shape(), src.shape(), |_, t, si| {
+            o[t] += s[si];
+        });
+        Ok(out)
+    }
+}
+
+impl OpRules for ScatterAdd {
+    fn name(&self) -> &'static str {
+        "scatter_add"
+    }
+    fn arity(&self) -> Arity {
+        Arity::Exact(2)
+    }
+    fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
+        self.axis(inputs[0], inputs[1])?;
+        Ok(inputs[0].clone())
+    }
+    fn saves(&self) -> Saves {
+        Saves::NOTHING
+    }
+    fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
+        Ok(Forward::new(self.scatter(x[0], x[1])?))
+    }
+    fn vjp<S: Scalar>(
+        &self,
+        ctx: &VjpContext<'_, S>,
+        cot: &Tensor<S>,
+    ) -> Result<Vec<Option<Tensor<S>>>> {
+        let (input, src) = (&ctx.input_shapes[0], &ctx.input_shapes[1]);
+        let axis = self.axis(input, src)?;
+        Ok(vec![
+            when(ctx, 0, || Ok(cot.clone()))?,
+            when(ctx, 1, || {
+                // Positions of src outside the index's extent do not reach the output.
+                let mut ds = vec![S::ZERO; src.numel()];
+                let g = cot.data();
+                walk_index(&self.index, axis, input, src, |_, t, si| ds[si] = g[t]);
+                Tensor::from_shape(src.clone(), ds)
+            })?,
+        ])
+    }
+    fn jvp<S: Scalar>(
+        &self,
+        _x: &[&Tensor<S>],
+        _out: &Forward<S>,
+        t: &[&Tensor<S>],
+    ) -> Result<Tensor<S>> {
+        self.scatter(t[0], t[1])
+    }
+}
+
+impl Select {
+    /// (outer, len, inner, chosen position) and the output shape.
+    fn geometry(&self, x: &Shape) -> Result<(usize, usize, usize, usize, Shape)> {
+        let op = "select";
+        let axis = normalize_axis(op, self.dim, x.rank())?;
+        product(op, x.dims())?;
+        let (outer, len, inner) = split_at_axis(x.dims(), axis);
+        let at = if self.index < 0 {
+            self.index.checked_add(len as isize)
+        } else {
+            Some(self.index)
+        };
+        let at = match at {
+            Some(a) if a >= 0 && (a as usize) < len => a as usize,
+            _ => {
+                return Err(Error::Index {
+                    op,
+                    what: "index",
+                    index: self.index as i64,
+                    bound: len,
+                })
+            }
+        };
+        let mut dims = x.dims().to_vec();
+        dims.remove(axis);
+        Ok((outer, len, inner, at, Shape::new(dims)?))
+    }
+
+    fn select<S: Scalar>(&self, x: &Tensor<S>) -> Result<Tensor<S>> {
+        let (outer, len, inner, at, shape) = self.geometry(x.shape())?;
+        Tensor::from_shape(shape, take_along(x.data(), outer, len, inner, &[at]))
+    }
+}
+
+impl OpRules for Select {
+    fn name(&self) -> &'static str {
+        "select"
+    }
+    fn arity(&self) -> Arity {
+        Arity::Exact(1)
+    }
+    fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
+        Ok(self.geometry(inputs[0])?.4)
+    }
+    fn saves(&self) -> Saves {
+        Saves::NOTHING
+    }
+    fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
+        Ok(Forward::new(self.select(x[0])?))
+    }
+    fn vjp<S: Scalar>(
+        &self,
+        ctx: &VjpContext<'_, S>,
+        cot: &Tensor<S>,
+    ) -> Result<Vec<Option<Tensor<S>>>> {
+        let x = &ctx.input_shapes[0];
+        let (outer, len, inner, at, _) = self.geometry(x)?;
+        let data = put_along(cot.data(), outer, len, inner, &[at]);
+        Ok(vec![Some(Tensor::from_shape(x.clone(), data)?)])
+    }
+    fn jvp<S: Scalar>(
+        &self,
+        _x: &[&Tensor<S>],
+        _out: &Forward<S>,
+        t: &[&Tensor<S>],
+    ) -> Result<Tensor<S>> {
+        self.select(t[0])
+    }
+}
+
+impl std::fmt::Display for Embedding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "embedding(indices={})", self.indices)
+    }
+}
+
+impl std::fmt::Display for IndexSelect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "index_select(dim={}, index={})", self.dim, self.index)
+    }
+}
+
+impl std::fmt::Display for Gather {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "gather(dim={}, index={})", self.dim, self.index)
+    }
+}
+
+impl std::fmt::Display for ScatterAdd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "scatter_add(dim={}, index={})", self.dim, self.index)
+    }
+}
+
+impl std::fmt::Display for Select {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "select(dim={}, index={})", self.dim, self.index)
+    }
+}

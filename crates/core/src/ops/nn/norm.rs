@@ -1,0 +1,873 @@
+//! Normalisation: `layer_norm` (trailing `normalized_shape`), `batch_norm` (training: batch
+//! statistics, left in `Aux` with a pure running-statistics update; evaluation: running statistics
+//! as arguments) and `group_norm`. All share one core: statistics per group, per-channel affine.
+
+use super::{arity_with, check_eps, expect_shape, product, when};
+use crate::ops::{Arity, Aux, Forward, OpRules, Saves, VjpContext};
+use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
+
+/// `F.layer_norm(input, normalized_shape, weight, bias, eps)`: statistics over the trailing
+/// `normalized_shape` axes; `weight` and `bias` (each of `normalized_shape`) are optional arguments
+/// that follow the input in that order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerNorm {
+    pub normalized_shape: Vec<usize>,
+    pub eps: f64,
+    pub weight: bool,
+    pub bias: bool,
+}
+
+/// `F.batch_norm` on (N, C, *) with channel axis 1.
+///
+/// Training (`training = true`): arguments `(input, [weight], [bias])`; normalises with the batch
+/// mean and biased variance per channel, which the forward pass also leaves in `Aux` as
+/// `[mean, var, rstd]`. The running-statistics update with `momentum` is not a differentiable
+/// output: read it with [`BatchNorm::running_update`]. Fewer than two values per channel is an
+/// error, as in PyTorch.
+///
+/// Evaluation (`training = false`): arguments `(input, running_mean, running_var, [weight],
+/// [bias])`; every argument is differentiable (the nn layer simply does not ask for the running
+/// statistics' gradients).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchNorm {
+    pub training: bool,
+    pub momentum: f64,
+    pub eps: f64,
+    pub weight: bool,
+    pub bias: bool,
+}
+
+/// `F.group_norm(input, num_groups, weight, bias, eps)` on (N, C, *): statistics per sample over
+/// each group of `C / num_groups` channels; weight and bias are per channel (C).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupNorm {
+    pub num_groups: usize,
+    pub eps: f64,
+    pub weight: bool,
+    pub bias: bool,
+}
+
+/// `(i / div) % modulo`: how an element's flat index maps to its statistics group or channel.
+#[derive(Debug, Clone, Copy)]
+struct IndexMap {
+    div: usize,
+    modulo: usize,
+}
+
+impl IndexMap {
+    #[inline]
+    fn at(&self, i: usize) -> usize {
+        (i / self.div) % self.modulo
+    }
+}
+
+/// How a normalisation groups elements: `groups` statistics groups of `group_len` elements each,
+/// and `params` affine parameters (channels).
+#[derive(Debug, Clone, Copy)]
+struct Grouping {
+    groups: usize,
+    group_len: usize,
+    group: IndexMap,
+    params: usize,
+    param: IndexMap,
+}
+
+impl Grouping {
+    fn new(
+        groups: usize,
+        group_len: usize,
+        group: IndexMap,
+        params: usize,
+        param: IndexMap,
+    ) -> Self {
+        // Divisors of zero only arise for empty tensors, where no index is ever mapped.
+        let fix = |m: IndexMap| IndexMap {
+            div: m.div.max(1),
+            modulo: m.modulo.max(1),
+        };
+        Grouping {
+            groups,
+            group_len,
+            group: fix(group),
+            params,
+            param: fix(param),
+        }
+    }
+
+    /// `1 / group_len`, or 0 for empty groups so that their (unused) statistics stay finite.
+    fn inv_len<S: Scalar>(&self) -> S {
+        if self.group_len == 0 {
+            S::ZERO
+        } else {
+            S::ONE / S::from_usize(self.group_len)
+        }
+    }
+
+    /// Per-group mean and biased variance, two-pass for accuracy.
+    fn stats<S: Scalar>(&self, x: &[S]) -> (Vec<S>, Vec<S>) {
+        let inv: S = self.inv_len();
+        let mut mean = vec![S::ZERO; self.groups];
+        for (i, &v) in x.iter().enumerate() {
+            mean[self.group.at(i)] += v;
+        }
+        mean.iter_mut().for_each(|m| *m *= inv);
+        let mut var = vec![S::ZERO; self.groups];
+        for (i, &v) in x.iter().enumerate() {
+            let g = self.group.at(i);
+            let d = v - mean[g];
+            var[g] += d * d;
+        }
+        var.iter_mut().for_each(|v| *v *= inv);
+        (mean, var)
+    }
+
+    fn xhat<S: Scalar>(&self, x: &[S], mean: &[S], rstd: &[S]) -> Vec<S> {
+        x.iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let g = self.group.at(i);
+                (v - mean[g]) * rstd[g]
+            })
+            .collect()
+    }
+
+    /// `y = xhat * w[c] + b[c]`.
+    fn affine<S: Scalar>(&self, xhat: &[S], w: Option<&[S]>, b: Option<&[S]>) -> Vec<S> {
+        xhat.iter()
+            .enumerate()
+            .map(|(i, &h)| {
+                let c = self.param.at(i);
+                let y = w.map_or(h, |w| h * w[c]);
+                b.map_or(y, |b| y + b[c])
+            })
+            .collect()
+    }
+
+    /// The tangent (and, by symmetry of the projection, the cotangent) of `xhat` given that of
+    /// `x`: `rstd * (d - mean(d) - xhat * mean(d * xhat))` per group.
+    fn normalize_derivative<S: Scalar>(&self, d: &[S], xhat: &[S], rstd: &[S]) -> Vec<S> {
+        let inv: S = self.inv_len();
+        let (mut a, mut b) = (vec![S::ZERO; self.groups], vec![S::ZERO; self.groups]);
+        for (i, (&dv, &h)) in d.iter().zip(xhat).enumerate() {
+            let g = self.group.at(i);
+            a[g] += dv;
+            b[g] += dv * h;
+        }
+        d.iter()
+            .zip(xhat)
+            .enumerate()
+            .map(|(i, (&dv, &h))| {
+                let g = self.group.at(i);
+                rstd[g] * (dv - a[g] * inv - h * (b[g] * inv))
+            })
+            .collect()
+    }
+
+    /// `sum over elements of channel c of f(i)`.
+    fn per_param<S: Scalar>(&self, n: usize, f: impl Fn(usize) -> S) -> Vec<S> {
+        let mut acc = vec![S::ZERO; self.params];
+        for i in 0..n {
+            acc[self.param.at(i)] += f(i);
+        }
+        acc
+    }
+}
+
+fn rstd_of<S: Scalar>(var: &[S], eps: f64) -> Vec<S> {
+    let e = S::from_f64(eps);
+    var.iter().map(|&v| S::ONE / (v + e).sqrt()).collect()
+}
+
+/// The affine arguments present after the `first` ones, by index.
+fn affine_args<'a, S: Scalar>(
+    x: &[&'a Tensor<S>],
+    first: usize,
+    weight: bool,
+    bias: bool,
+) -> (Option<&'a [S]>, Option<&'a [S]>) {
+    let w = weight.then(|| x[first].data());
+    let b = bias.then(|| x[first + usize::from(weight)].data());
+    (w, b)
+}
+
+/// The statistics a forward pass left in `Aux::Tensors`, checked for count and length.
+fn aux_tensors<'a, S: Scalar>(
+    op: &'static str,
+    aux: &'a Aux<S>,
+    count: usize,
+    len: usize,
+) -> Result<&'a [Tensor<S>]> {
+    match aux {
+        Aux::Tensors(ts) if ts.len() == count && ts.iter().all(|t| t.numel() == len) => Ok(ts),
+        _ => Err(Error::invalid(
+            op,
+            format!("the forward statistics ({count} tensors of {len} elements) are missing"),
+        )),
+    }
+}
+
+/// The shared VJP of the statistics-normalising ops: inputs `(x, [w], [b])` at argument indices
+/// `0, w_at, w_at + weight`, with the statistics `mean` and `rstd` from the forward pass.
+#[allow(clippy::too_many_arguments)]
+fn normalized_vjp<S: Scalar>(
+    op: &'static str,
+    grouping: &Grouping,
+    ctx: &VjpContext<'_, S>,
+    cot: &Tensor<S>,
+    mean: &[S],
+    rstd: &[S],
+    weight: bool,
+    bias: bool,
+) -> Result<Vec<Option<Tensor<S>>>> {
+    let x = ctx.input(op, 0)?;
+    let xhat = grouping.xhat(x.data(), mean, rstd);
+    let g = cot.data();
+    let w = if weight {
+        Some(ctx.input(op, 1)?.data())
+    } else {
+        None
+    };
+    let mut grads = vec![when(ctx, 0, || {
+        let gh: Vec<S> = match w {
+            Some(w) => g
+                .iter()
+                .enumerate()
+                .map(|(i, &gv)| gv * w[grouping.param.at(i)])
+                .collect(),
+            None => g.to_vec(),
+        };
+        let dx = grouping.normalize_derivative(&gh, &xhat, rstd);
+        Tensor::from_shape(x.shape().clone(), dx)
+    })?];
+    if weight {
+        grads.push(when(ctx, 1, || {
+            let dw = grouping.per_param(g.len(), |i| g[i] * xhat[i]);
+            Tensor::from_shape(ctx.input_shapes[1].clone(), dw)
+        })?);
+    }
+    if bias {
+        let at = 1 + usize::from(weight);
+        grads.push(when(ctx, at, || {
+            let db = grouping.per_param(g.len(), |i| g[i]);
+            Tensor::from_shape(ctx.input_shapes[at].clone(), db)
+        })?);
+    }
+    Ok(grads)
+}
+
+/// The shared JVP: `normalize_derivative(dx) * w + xhat * dw + db`.
+#[allow(clippy::too_many_arguments)]
+fn normalized_jvp<S: Scalar>(
+    grouping: &Grouping,
+    x: &[&Tensor<S>],
+    t: &[&Tensor<S>],
+    mean: &[S],
+    rstd: &[S],
+    weight: bool,
+    bias: bool,
+) -> Result<Tensor<S>> {
+    let xhat = grouping.xhat(x[0].data(), mean, rstd);
+    let dh = grouping.normalize_derivative(t[0].data(), &xhat, rstd);
+    let (w, _) = affine_args(x, 1, weight, bias);
+    let (tw, tb) = affine_args(t, 1, weight, bias);
+    let data = dh
+        .iter()
+        .zip(&xhat)
+        .enumerate()
+        .map(|(i, (&d, &h))| {
+            let c = grouping.param.at(i);
+            let mut y = w.map_or(d, |w| d * w[c]);
+            if let Some(tw) = tw {
+                y += h * tw[c];
+            }
+            if let Some(tb) = tb {
+                y += tb[c];
+            }
+            y
+        })
+        .collect();
+    Tensor::from_shape(x[0].shape().clone(), data)
+}
+
+/// Checks the optional `(weight, bias)` argument shapes against the parameter shape.
+fn check_affine_shapes(
+    op: &'static str,
+    affine: &[&Shape],
+    weight: bool,
+    param: &Shape,
+) -> Result<()> {
+    for (i, shape) in affine.iter().enumerate() {
+        let what = if weight && i == 0 { "weight" } else { "bias" };
+        expect_shape(op, what, shape, param)?;
+    }
+    Ok(())
+}
+
+/// Saves for (x, [w], [b]): the input and the weight, never the bias.
+fn saves_input_and_weight(weight: bool) -> Saves {
+    if weight {
+        Saves::inputs(&[0, 1])
+    } else {
+        Saves::inputs(&[0])
+    }
+}
+
+impl LayerNorm {
+    fn grouping(&self, x: &Shape) -> Result<Grouping> {
+        let op = "layer_norm";
+        check_eps(op, self.eps)?;
+        product(op, x.dims())?;
+        let k = self.normalized_shape.len();
+        let dims = x.dims();
+        if k > dims.len() || dims[dims.len() - k..] != self.normalized_shape[..] {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "normalized_shape {:?} must equal the trailing dimensions of input {x}",
+                    self.normalized_shape
+                ),
+            ));
+        }
+        let len: usize = self.normalized_shape.iter().product();
+        let rows: usize = dims[..dims.len() - k].iter().product();
+        let row = IndexMap {
+            div: len,
+            modulo: rows,
+        };
+        let col = IndexMap {
+            div: 1,
+            modulo: len,
+        };
+        Ok(Grouping::new(rows, len, row, len, col))
+    }
+}
+
+impl OpRules for LayerNorm {
+    fn name(&self) -> &'static str {
+        "layer_norm"
+    }
+    fn arity(&self) -> Arity {
+        arity_with(1, &[self.weight, self.bias])
+    }
+    fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
+        self.grouping(inputs[0])?;
+        let param = Shape::new(self.normalized_shape.clone())?;
+        check_affine_shapes(self.name(), &inputs[1..], self.weight, &param)?;
+        Ok(inputs[0].clone())
+    }
+    fn saves(&self) -> Saves {
+        saves_input_and_weight(self.weight)
+    }
+    /// Leaves `[mean, rstd]` per row in `Aux`, as PyTorch's `native_layer_norm`.
+    fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
+        let grouping = self.grouping(x[0].shape())?;
+        let (mean, var) = grouping.stats(x[0].data());
+        let rstd = rstd_of(&var, self.eps);
+        let xhat = grouping.xhat(x[0].data(), &mean, &rstd);
+        let (w, b) = affine_args(x, 1, self.weight, self.bias);
+        let y = grouping.affine(&xhat, w, b);
+        let stats = Shape::new([grouping.groups])?;
+        Ok(Forward {
+            value: Tensor::from_shape(x[0].shape().clone(), y)?,
+            aux: Aux::Tensors(vec![
+                Tensor::from_shape(stats.clone(), mean)?,
+                Tensor::from_shape(stats, rstd)?,
+            ]),
+        })
+    }
+    fn vjp<S: Scalar>(
+        &self,
+        ctx: &VjpContext<'_, S>,
+        cot: &Tensor<S>,
+    ) -> Result<Vec<Option<Tensor<S>>>> {
+        let grouping = self.grouping(&ctx.input_shapes[0])?;
+        let st = aux_tensors(self.name(), ctx.aux, 2, grouping.groups)?;
+        normalized_vjp(
+            self.name(),
+            &grouping,
+            ctx,
+            cot,
+            st[0].data(),
+            st[1].data(),
+            self.weight,
+            self.bias,
+        )
+    }
+    fn jvp<S: Scalar>(
+        &self,
+        x: &[&Tensor<S>],
+        out: &Forward<S>,
+        t: &[&Tensor<S>],
+    ) -> Result<Tensor<S>> {
+        let grouping = self.grouping(x[0].shape())?;
+        let st = aux_tensors(self.name(), &out.aux, 2, grouping.groups)?;
+        normalized_jvp(
+            &grouping,
+            x,
+            t,
+            st[0].data(),
+            st[1].data(),
+            self.weight,
+            self.bias,
+        )
+    }
+}
+
+impl GroupNorm {
+    fn grouping(&self, x: &Shape) -> Result<Grouping> {
+        let op = "group_norm";
+        check_eps(op, self.eps)?;
+        product(op, x.dims())?;
+        let dims = x.dims();
+        if dims.len() < 2 {
+            return Err(Error::invalid(
+                op,
+                format!("expected an input of shape (N, C, *), found {x}"),
+            ));
+        }
+        let (n, c) = (dims[0], dims[1]);
+        let g = self.num_groups;
+        if g == 0 || c % g != 0 {
+            return Err(Error::invalid(
+                op,
+                format!("num_groups {g} must be positive and divide the {c} channels of input {x}"),
+            ));
+        }
+        let spatial: usize = dims[2..].iter().product();
+        let group_len = c / g * spatial;
+        Ok(Grouping::new(
+            n * g,
+            group_len,
+            IndexMap {
+                div: group_len,
+                modulo: n * g,
+            },
+            c,
+            IndexMap {
+                div: spatial,
+                modulo: c,
+            },
+        ))
+    }
+}
+
+impl OpRules for GroupNorm {
+    fn name(&self) -> &'static str {
+        "group_norm"
+    }
+    fn arity(&self) -> Arity {
+        arity_with(1, &[self.weight, self.bias])
+    }
+    fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
+        let grouping = self.grouping(inputs[0])?;
+        let param = Shape::new([grouping.params])?;
+        check_affine_shapes(self.name(), &inputs[1..], self.weight, &param)?;
+        Ok(inputs[0].clone())
+    }
+    fn saves(&self) -> Saves {
+        saves_input_and_weight(self.weight)
+    }
+    /// Leaves `[mean, rstd]` per (sample, group) in `Aux`.
+    fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
+        let grouping = self.grouping(x[0].shape())?;
+        let (mean, var) = grouping.stats(x[0].data());
+        let rstd = rstd_of(&var, self.eps);
+        let xhat = grouping.xhat(x[0].data(), &mean, &rstd);
+        let (w, b) = affine_args(x, 1, self.weight, self.bias);
+        let y = grouping.affine(&xhat, w, b);
+        let stats = Shape::new([grouping.groups])?;
+        Ok(Forward {
+            value: Tensor::from_shape(x[0].shape().clone(), y)?,
+            aux: Aux::Tensors(vec![
+                Tensor::from_shape(stats.clone(), mean)?,
+                Tensor::from_shape(stats, rstd)?,
+            ]),
+        })
+    }
+    fn vjp<S: Scalar>(
+        &self,
+        ctx: &VjpContext<'_, S>,
+        cot: &Tensor<S>,
+    ) -> Result<Vec<Option<Tensor<S>>>> {
+        let grouping = self.grouping(&ctx.input_shapes[0])?;
+        let st = aux_tensors(self.name(), ctx.aux, 2, grouping.groups)?;
+        normalized_vjp(
+            self.name(),
+            &grouping,
+            ctx,
+            cot,
+            st[0].data(),
+            st[1].data(),
+            self.weight,
+            self.bias,
+        )
+    }
+    fn jvp<S: Scalar>(
+        &self,
+        x: &[&Tensor<S>],
+        out: &Forward<S>,
+        t: &[&Tensor<S>],
+    ) -> Result<Tensor<S>> {
+        let grouping = self.grouping(x[0].shape())?;
+        let st = aux_tensors(self.name(), &out.aux, 2, grouping.groups)?;
+        normalized_jvp(
+            &grouping,
+            x,
+            t,
+            st[0].data(),
+            st[1].data(),
+            self.weight,
+            self.bias,
+        )
+    }
+}
+
+/// Per-channel batch statistics of a batch-norm input: the mean, the biased variance used for
+/// normalising, and how many values each channel had.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchStats<S> {
+    pub mean: Tensor<S>,
+    pub var: Tensor<S>,
+    pub count: usize,
+}
+
+/// The channel grouping of an (N, C, *) input: one group per channel across batch and space.
+fn channel_grouping(op: &'static str, x: &Shape) -> Result<Grouping> {
+    let dims = x.dims();
+    product(op, dims)?;
+    if dims.len() < 2 {
+        return Err(Error::invalid(
+            op,
+            format!("expected an input of shape (N, C, *), found {x}"),
+        ));
+    }
+    let c = dims[1];
+    let spatial: usize = dims[2..].iter().product();
+    let channel = IndexMap {
+        div: spatial,
+        modulo: c,
+    };
+    Ok(Grouping::new(c, dims[0] * spatial, channel, c, channel))
+}
+
+/// The batch mean and biased variance per channel of an (N, C, *) input, computed exactly as
+/// `batch_norm` does in training mode.
+pub fn batch_stats<S: Scalar>(x: &Tensor<S>) -> Result<BatchStats<S>> {
+    let grouping = channel_grouping("batch_norm", x.shape())?;
+    let (mean, var) = grouping.stats(x.data());
+    let c = Shape::new([grouping.groups])?;
+    Ok(BatchStats {
+        mean: Tensor::from_shape(c.clone(), mean)?,
+        var: Tensor::from_shape(c, var)?,
+        count: grouping.group_len,
+    })
+}
+
+impl BatchNorm {
+    /// PyTorch's defaults: momentum 0.1, eps 1e-5, affine.
+    pub fn new(training: bool) -> Self {
+        BatchNorm {
+            training,
+            momentum: 0.1,
+            eps: 1e-5,
+            weight: true,
+            bias: true,
+        }
+    }
+
+    /// Index of the first affine argument.
+    fn affine_at(&self) -> usize {
+        if self.training {
+            1
+        } else {
+            3
+        }
+    }
+
+    fn grouping(&self, x: &Shape) -> Result<Grouping> {
+        let op = "batch_norm";
+        check_eps(op, self.eps)?;
+        if !(self.momentum.is_finite() && (0.0..=1.0).contains(&self.momentum)) {
+            return Err(Error::invalid(
+                op,
+                format!("momentum must lie in [0, 1], got {}", self.momentum),
+            ));
+        }
+        let grouping = channel_grouping(op, x)?;
+        if self.training && grouping.group_len == 1 {
+            return Err(Error::invalid(
+                op,
+                format!("expected more than 1 value per channel when training, got input size {x}"),
+            ));
+        }
+        Ok(grouping)
+    }
+
+    /// The batch statistics a training-mode forward pass left in its `Aux`, for an input of
+    /// shape `input`.
+    pub fn stats_from_aux<S: Scalar>(&self, aux: &Aux<S>, input: &Shape) -> Result<BatchStats<S>> {
+        let grouping = self.grouping(input)?;
+        let st = aux_tensors("batch_norm", aux, 3, grouping.groups)?;
+        Ok(BatchStats {
+            mean: st[0].clone(),
+            var: st[1].clone(),
+            count: grouping.group_len,
+        })
+    }
+
+    /// PyTorch's running-statistics update, as a pure function:
+    /// `mean' = (1 - momentum) mean + momentum batch_mean` and
+    /// `var' = (1 - momentum) var + momentum batch_var * count / (count - 1)` (the unbiased batch
+    /// variance). With fewer than two values per channel the statistics are returned unchanged.
+    pub fn running_update<S: Scalar>(
+        &self,
+        running_mean: &Tensor<S>,
+        running_var: &Tensor<S>,
+        stats: &BatchStats<S>,
+    ) -> Result<(Tensor<S>, Tensor<S>)> {
+        let op = "batch_norm";
+        for (what, t) in [("running_mean", running_mean), ("running_var", running_var)] {
+            expect_shape(op, what, t.shape(), stats.mean.shape())?;
+        }
+        if stats.var.shape() != stats.mean.shape() {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "batch mean {} and variance {} differ in shape",
+                    stats.mean.shape(),
+                    stats.var.shape()
+                ),
+            ));
+        }
+        if stats.count < 2 {
+            return Ok((running_mean.clone(), running_var.clone()));
+        }
+        let m = S::from_f64(self.momentum);
+        let keep = S::ONE - m;
+        let unbias = S::from_usize(stats.count) / S::from_usize(stats.count - 1);
+        let mean = running_mean.zip_map(&stats.mean, op, |r, b| keep * r + m * b)?;
+        let var = running_var.zip_map(&stats.var, op, |r, b| keep * r + m * (b * unbias))?;
+        Ok((mean, var))
+    }
+
+    /// Evaluation mode: `(x, running_mean, running_var, [w], [b])`, per-channel `rstd`.
+    fn eval_rstd<S: Scalar>(&self, running_var: &Tensor<S>) -> Vec<S> {
+        rstd_of(running_var.data(), self.eps)
+    }
+}
+
+impl OpRules for BatchNorm {
+    fn name(&self) -> &'static str {
+        "batch_norm"
+    }
+    fn arity(&self) -> Arity {
+        arity_with(self.affine_at(), &[self.weight, self.bias])
+    }
+    fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
+        let grouping = self.grouping(inputs[0])?;
+        let param = Shape::new([grouping.params])?;
+        let at = self.affine_at();
+        for (what, shape) in ["running_mean", "running_var"].iter().zip(&inputs[1..at]) {
+            expect_shape(self.name(), what, shape, &param)?;
+        }
+        check_affine_shapes(self.name(), &inputs[at..], self.weight, &param)?;
+        Ok(inputs[0].clone())
+    }
+    fn saves(&self) -> Saves {
+        match (self.training, self.weight) {
+            (true, w) => saves_input_and_weight(w),
+            (false, true) => Saves::inputs(&[0, 1, 2, 3]),
+            (false, false) => Saves::inputs(&[0, 1, 2]),
+        }
+    }
+    fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
+        let grouping = self.grouping(x[0].shape())?;
+        let (w, b) = affine_args(x, self.affine_at(), self.weight, self.bias);
+        let shape = x[0].shape().clone();
+        if !self.training {
+            let rstd = self.eval_rstd(x[2]);
+            let xhat = grouping.xhat(x[0].data(), x[1].data(), &rstd);
+            let y = grouping.affine(&xhat, w, b);
+            return Ok(Forward::new(Tensor::from_shape(shape, y)?));
+        }
+        let (mean, var) = grouping.stats(x[0].data());
+        let rstd = rstd_of(&var, self.eps);
+        let xhat = grouping.xhat(x[0].data(), &mean, &rstd);
+        let y = grouping.affine(&xhat, w, b);
+        let c = Shape::new([grouping.groups])?;
+        Ok(Forward {
+            value: Tensor::from_shape(shape, y)?,
+            aux: Aux::Tensors(vec![
+                Tensor::from_shape(c.clone(), mean)?,
+                Tensor::from_shape(c.clone(), var)?,
+                Tensor::from_shape(c, rstd)?,
+            ]),
+        })
+    }
+    fn vjp<S: Scalar>(
+        &self,
+        ctx: &VjpContext<'_, S>,
+        cot: &Tensor<S>,
+    ) -> Result<Vec<Option<Tensor<S>>>> {
+        let op = self.name();
+        let grouping = self.grouping(&ctx.input_shapes[0])?;
+        if self.training {
+            let st = aux_tensors(op, ctx.aux, 3, grouping.groups)?;
+            return normalized_vjp(
+                op,
+                &grouping,
+                ctx,
+                cot,
+                st[0].data(),
+                st[2].data(),
+                self.weight,
+                self.bias,
+            );
+        }
+        // y = (x - m) * rstd(v) * w + b with rstd(v) = (v + eps)^(-1/2).
+        let x = ctx.input(op, 0)?.data();
+        let m = ctx.input(op, 1)?.data();
+        let rstd = self.eval_rstd(ctx.input(op, 2)?);
+        let w = if self.weight {
+            Some(ctx.input(op, 3)?.data())
+        } else {
+            None
+        };
+        let g = cot.data();
+        let ch = |i: usize| grouping.param.at(i);
+        // gw_i = g_i * w_c, the cotangent of xhat.
+        let gw: Vec<S> = (0..g.len())
+            .map(|i| w.map_or(g[i], |w| g[i] * w[ch(i)]))
+            .collect();
+        let shape = |i: usize| ctx.input_shapes[i].clone();
+        let half = S::from_f64(0.5);
+        let mut grads = vec![
+            when(ctx, 0, || {
+                let dx = (0..g.len()).map(|i| gw[i] * rstd[ch(i)]).collect();
+                Tensor::from_shape(shape(0), dx)
+            })?,
+            when(ctx, 1, || {
+                let dm = grouping.per_param(g.len(), |i| gw[i] * rstd[ch(i)]);
+                Tensor::from_shape(shape(1), dm.into_iter().map(|v| -v).collect())
+            })?,
+            when(ctx, 2, || {
+                let dv = grouping.per_param(g.len(), |i| {
+                    let r = rstd[ch(i)];
+                    gw[i] * (x[i] - m[ch(i)]) * (r * r * r)
+                });
+                Tensor::from_shape(shape(2), dv.into_iter().map(|v| -(v * half)).collect())
+            })?,
+        ];
+        if self.weight {
+            grads.push(when(ctx, 3, || {
+                let dw = grouping.per_param(g.len(), |i| g[i] * ((x[i] - m[ch(i)]) * rstd[ch(i)]));
+                Tensor::from_shape(shape(3), dw)
+            })?);
+        }
+        if self.bias {
+            let at = 3 + usize::from(self.weight);
+            grads.push(when(ctx, at, || {
+                Tensor::from_shape(shape(at), grouping.per_param(g.len(), |i| g[i]))
+            })?);
+        }
+        Ok(grads)
+    }
+    fn jvp<S: Scalar>(
+        &self,
+        x: &[&Tensor<S>],
+        out: &Forward<S>,
+        t: &[&Tensor<S>],
+    ) -> Result<Tensor<S>> {
+        let grouping = self.grouping(x[0].shape())?;
+        if self.training {
+            let st = aux_tensors(self.name(), &out.aux, 3, grouping.groups)?;
+            return normalized_jvp(
+                &grouping,
+                x,
+                t,
+                st[0].data(),
+                st[2].data(),
+                self.weight,
+                self.bias,
+            );
+        }
+        let (xs, m) = (x[0].data(), x[1].data());
+        let rstd = self.eval_rstd(x[2]);
+        let (w, _) = affine_args(x, 3, self.weight, self.bias);
+        let (tw, tb) = affine_args(t, 3, self.weight, self.bias);
+        let (tx, tm, tv) = (t[0].data(), t[1].data(), t[2].data());
+        let half = S::from_f64(0.5);
+        let data = (0..xs.len())
+            .map(|i| {
+                let c = grouping.param.at(i);
+                let r = rstd[c];
+                let centered = xs[i] - m[c];
+                // d xhat = (dx - dm) * rstd - (x - m) * rstd^3 * dv / 2
+                let dh = (tx[i] - tm[c]) * r - centered * (r * r * r) * tv[c] * half;
+                let mut y = w.map_or(dh, |w| dh * w[c]);
+                if let Some(tw) = tw {
+                    y += centered * r * tw[c];
+                }
+                if let Some(tb) = tb {
+                    y += tb[c];
+                }
+                y
+            })
+            .collect();
+        Tensor::from_shape(x[0].shape().clone(), data)
+    }
+    /// Evaluation mode needs `running_var + eps > 0`.
+    fn check_domain<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<()> {
+        if self.training {
+            return Ok(());
+        }
+        let e = S::from_f64(self.eps);
+        if let Some(i) = x[2]
+            .data()
+            .iter()
+            .position(|&v| v + e <= S::ZERO || (v + e).is_nan())
+        {
+            return Err(Error::Domain {
+                op: "batch_norm",
+                index: i,
+                message: format!(
+                    "running_var {} plus eps {} is not positive (running_var shape {})",
+                    x[2].data()[i],
+                    self.eps,
+                    x[2].shape()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for LayerNorm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "layer_norm(normalized_shape={:?}, eps={}, weight={}, bias={})",
+            self.normalized_shape, self.eps, self.weight, self.bias
+        )
+    }
+}
+
+impl std::fmt::Display for BatchNorm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "batch_norm(training={}, momentum={}, eps={}, weight={}, bias={})",
+            self.training, self.momentum, self.eps, self.weight, self.bias
+        )
+    }
+}
+
+impl std::fmt::Display for GroupNorm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "group_norm(num_groups={}, eps={}, weight={}, bias={})",
+            self.num_groups, self.eps, self.weight, self.bias
+        )
+    }
+}

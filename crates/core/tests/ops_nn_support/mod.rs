@@ -1,0 +1,96 @@
+//! Shared checks for the nn-op tests: random tensors, and `laws`, which runs on one op at one point
+//! the finite-difference and adjoint checks (laws 5 and 6), zero preservation of the VJP, the
+//! `needs` contract, f32/f64 agreement of the forward pass and the op's `Display`.
+
+#![allow(dead_code)]
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tapegrad_core::laws::{check_op, op_vjp, Tolerance};
+use tapegrad_core::ops::Saved;
+use tapegrad_core::{Op, Tensor};
+
+pub fn rng(seed: u64) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(seed)
+}
+
+pub fn t(dims: &[usize], data: &[f64]) -> Tensor<f64> {
+    Tensor::from_f64(dims, data).unwrap()
+}
+
+/// Uniform in `[lo, hi)`.
+pub fn uniform(rng: &mut ChaCha8Rng, dims: &[usize], lo: f64, hi: f64) -> Tensor<f64> {
+    let n: usize = dims.iter().product();
+    Tensor::new(dims, (0..n).map(|_| rng.random_range(lo..hi)).collect()).unwrap()
+}
+
+/// Uniform in `[-1, 1)`.
+pub fn random(rng: &mut ChaCha8Rng, dims: &[usize]) -> Tensor<f64> {
+    uniform(rng, dims, -1.0, 1.0)
+}
+
+pub fn fwd(op: &Op, xs: &[&Tensor<f64>]) -> Tensor<f64> {
+    op.forward(xs)
+        .unwrap_or_else(|e| panic!("{op}: forward failed: {e}"))
+        .value
+}
+
+/// The VJP with only the arguments flagged in `needs` asked for.
+pub fn vjp_with_needs(
+    op: &Op,
+    xs: &[&Tensor<f64>],
+    seed: &Tensor<f64>,
+    needs: Vec<bool>,
+) -> Vec<Option<Tensor<f64>>> {
+    let fwd = op.forward(xs).unwrap();
+    let saved = Saved::keep(op.saves(), xs, &fwd, needs);
+    op.vjp(&saved.context(), seed)
+        .unwrap_or_else(|e| panic!("{op}: vjp failed: {e}"))
+}
+
+/// Runs every per-op law at `inputs` with a random seed and random tangents.
+pub fn laws(op: &Op, inputs: &[Tensor<f64>], rng: &mut ChaCha8Rng) {
+    let refs: Vec<&Tensor<f64>> = inputs.iter().collect();
+    let out = fwd(op, &refs);
+    let seed = random(rng, out.dims());
+    let tangents: Vec<Tensor<f64>> = inputs.iter().map(|x| random(rng, x.dims())).collect();
+    let report = check_op(op, inputs, &seed, &tangents, 1e-6, Tolerance::default())
+        .unwrap_or_else(|e| panic!("{op}: check failed to run: {e}"));
+    assert!(report.passed, "{op}: {report:?}");
+
+    // Zero-preserving: a zero cotangent gives exact zeros (saved values here are finite).
+    let zero = Tensor::zeros(out.shape());
+    for (i, g) in op_vjp(op, &refs, &zero).unwrap().iter().enumerate() {
+        assert!(
+            g.is_all_zero(),
+            "{op}: zero cotangent gave {g:?} for argument {i}"
+        );
+    }
+
+    // The needs contract: asking for one argument gives exactly that argument's full gradient.
+    let full = op_vjp(op, &refs, &seed).unwrap();
+    for i in 0..inputs.len() {
+        let needs: Vec<bool> = (0..inputs.len()).map(|j| j == i).collect();
+        let part = vjp_with_needs(op, &refs, &seed, needs);
+        for (j, g) in part.iter().enumerate() {
+            match g {
+                // An unasked-for gradient is allowed, but it must still be right.
+                Some(g) => assert_eq!(g, &full[j], "{op}: argument {j} when asking for {i}"),
+                None => assert!(j != i, "{op}: missing gradient for argument {i}"),
+            }
+        }
+    }
+
+    // The same op in f32 agrees with f64 to f32 precision.
+    let in32: Vec<Tensor<f32>> = inputs.iter().map(|x| x.cast()).collect();
+    let refs32: Vec<&Tensor<f32>> = in32.iter().collect();
+    let out32 = op.forward(&refs32).unwrap().value;
+    for (a, b) in out32.data().iter().zip(out.data()) {
+        assert!(
+            (f64::from(*a) - b).abs() <= 1e-4 * (1.0 + b.abs()),
+            "{op}: f32 {a} vs f64 {b}"
+        );
+    }
+
+    assert!(op.to_string().starts_with(op.name()), "{op}");
+}

@@ -1,0 +1,675 @@
+//! 2-D convolution on the GEMM: window-count arithmetic shared with pooling, the geometry of one
+//! convolution, im2col/col2im, and the forward pass and both gradients as per-sample, per-group
+//! matrix products. Conv1d is the same code with a height of 1.
+
+use super::alloc::try_zeroed;
+use crate::{Error, Result, Scalar, Tensor};
+
+/// The per-axis window parameters of a sliding-window op (convolution or pooling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub kernel: usize,
+    pub stride: usize,
+    pub padding: usize,
+    pub dilation: usize,
+}
+
+impl Window {
+    /// The extent one window covers: `dilation * (kernel - 1) + 1`, or an error on overflow.
+    pub fn span(&self, op: &'static str) -> Result<usize> {
+        self.dilation
+            .checked_mul(self.kernel.saturating_sub(1))
+            .and_then(|v| v.checked_add(1))
+            .ok_or_else(|| {
+                Error::invalid(
+                    op,
+                    format!(
+                        "kernel size {} with dilation {} is too large",
+                        self.kernel, self.dilation
+                    ),
+                )
+            })
+    }
+
+    /// Number of windows along an axis of length `input`, PyTorch's formula: floor (or ceil when
+    /// `ceil_mode`) of `(input + 2 padding - span) / stride` plus one, where in ceil mode the last
+    /// window must start inside the input or its left padding.
+    pub fn count(
+        &self,
+        op: &'static str,
+        axis: &str,
+        input: usize,
+        ceil_mode: bool,
+    ) -> Result<usize> {
+        if self.kernel == 0 || self.stride == 0 || self.dilation == 0 {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "kernel size, stride and dilation must be positive, got kernel {}, stride {}, dilation {} along {axis}",
+                    self.kernel, self.stride, self.dilation
+                ),
+            ));
+        }
+        let padded = self
+            .padding
+            .checked_mul(2)
+            .and_then(|p| p.checked_add(input))
+            // Window positions are computed in isize, so the padded extent must fit there.
+            .filter(|&p| p <= isize::MAX as usize)
+            .ok_or_else(|| {
+                Error::invalid(
+                    op,
+                    format!("padding {} is too large along {axis}", self.padding),
+                )
+            })?;
+        let span = self.span(op)?;
+        if span > padded {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "kernel extent {span} (kernel {}, dilation {}) is larger than the padded input {padded} (input {input}, padding {}) along {axis}",
+                    self.kernel, self.dilation, self.padding
+                ),
+            ));
+        }
+        let room = padded - span;
+        let mut count = if ceil_mode {
+            room.div_ceil(self.stride) + 1
+        } else {
+            room / self.stride + 1
+        };
+        // In ceil mode a last window starting in the right padding would see only padding.
+        if ceil_mode && (count - 1) * self.stride >= input + self.padding {
+            count -= 1;
+        }
+        Ok(count)
+    }
+}
+
+/// Everything about one 2-D convolution: input (N, C, H, W), weight (O, C / groups, kH, kW),
+/// output (N, O, oH, oW).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conv2dGeometry {
+    pub batch: usize,
+    pub in_channels: usize,
+    pub in_h: usize,
+    pub in_w: usize,
+    pub out_channels: usize,
+    pub groups: usize,
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+    pub out_h: usize,
+    pub out_w: usize,
+}
+
+impl Conv2dGeometry {
+    /// Validates the parameters and computes the output size. `input` is (N, C, H, W), `weight`
+    /// (O, C / groups, kH, kW); errors name `op` and both shapes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        op: &'static str,
+        input: [usize; 4],
+        weight: [usize; 4],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        groups: usize,
+    ) -> Result<Self> {
+        let [batch, in_channels, in_h, in_w] = input;
+        let [out_channels, group_in, kh, kw] = weight;
+        let shapes = || format!("input {input:?}, weight {weight:?}");
+        if groups == 0 {
+            return Err(Error::invalid(
+                op,
+                format!("groups must be positive ({})", shapes()),
+            ));
+        }
+        if in_channels % groups != 0 || out_channels % groups != 0 {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "groups {groups} must divide both the input channels {in_channels} and the output channels {out_channels} ({})",
+                    shapes()
+                ),
+            ));
+        }
+        if group_in != in_channels / groups {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "weight expects {group_in} input channels per group but the input has {in_channels} channels in {groups} group(s) ({})",
+                    shapes()
+                ),
+            ));
+        }
+        let along = |axis: usize| Window {
+            kernel: weight[2 + axis],
+            stride: stride[axis],
+            padding: padding[axis],
+            dilation: dilation[axis],
+        };
+        let out_h = along(0).count(op, "height", in_h, false)?;
+        let out_w = along(1).count(op, "width", in_w, false)?;
+        let geo = Conv2dGeometry {
+            batch,
+            in_channels,
+            in_h,
+            in_w,
+            out_channels,
+            groups,
+            kernel: [kh, kw],
+            stride,
+            padding,
+            dilation,
+            out_h,
+            out_w,
+        };
+        // Every product the methods below form (column buffer, per-channel and per-group sizes,
+        // and the three tensors) must fit even where another factor is 0: bounding the product of
+        // the non-zero factors of each bounds all its partial products.
+        let products: [&[usize]; 6] = [
+            &[group_in, kh, kw, out_h, out_w],
+            &[batch, in_channels, in_h, in_w],
+            &[out_channels, group_in, kh, kw],
+            &[batch, out_channels, out_h, out_w],
+            &[in_channels / groups, in_h, in_w],
+            &[out_channels / groups, out_h, out_w],
+        ];
+        for dims in products {
+            let mut nonzero = dims.iter().filter(|&&d| d != 0);
+            if nonzero
+                .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+                .is_none()
+            {
+                return Err(Error::invalid(
+                    op,
+                    format!("sizes {dims:?} have too many elements ({})", shapes()),
+                ));
+            }
+        }
+        Ok(geo)
+    }
+
+    /// Input channels per group.
+    pub fn group_in(&self) -> usize {
+        self.in_channels / self.groups
+    }
+
+    /// Output channels per group.
+    pub fn group_out(&self) -> usize {
+        self.out_channels / self.groups
+    }
+
+    /// Rows of a group's column matrix: `C / groups * kH * kW`.
+    pub fn col_rows(&self) -> usize {
+        self.group_in() * self.kernel[0] * self.kernel[1]
+    }
+
+    /// Output positions per channel: `oH * oW`.
+    pub fn out_len(&self) -> usize {
+        self.out_h * self.out_w
+    }
+
+    /// Input elements per channel: `H * W`.
+    pub fn in_len(&self) -> usize {
+        self.in_h * self.in_w
+    }
+
+    /// A 1x1 kernel with unit stride and no padding reads the input itself as its column matrix.
+    fn is_pointwise(&self) -> bool {
+        self.kernel == [1, 1] && self.stride == [1, 1] && self.padding == [0, 0]
+    }
+
+    fn check_len<S: Scalar>(&self, what: &str, t: &Tensor<S>, expected: usize) -> Result<()> {
+        if t.numel() != expected {
+            return Err(Error::invalid(
+                "conv",
+                format!(
+                    "{what} of shape {} does not match the convolution geometry {self:?}",
+                    t.shape()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn input_numel(&self) -> usize {
+        self.batch * self.in_channels * self.in_len()
+    }
+
+    fn weight_numel(&self) -> usize {
+        self.out_channels * self.col_rows()
+    }
+
+    fn output_numel(&self) -> usize {
+        self.batch * self.out_channels * self.out_len()
+    }
+
+    /// The range of output columns `o` whose input position `o * stride + offset` lies in
+    /// `0..len` (offset may be negative).
+    fn valid_range(out: usize, len: usize, stride: usize, offset: isize) -> (usize, usize) {
+        let lo = if offset < 0 {
+            (offset.unsigned_abs()).div_ceil(stride)
+        } else {
+            0
+        };
+        let end = len as isize - offset;
+        let hi = if end <= 0 {
+            0
+        } else {
+            (end as usize).div_ceil(stride)
+        };
+        let hi = hi.min(out);
+        (lo.min(hi), hi)
+    }
+
+    /// Visits every row segment of a group's column matrix: for column row (channel, ki, kj) and
+    /// output row `oy`, calls `f(start, valid)` where `start` is the segment's offset in the column
+    /// matrix and `valid = Some((lo, hi, src))` says output columns `lo..hi` read input elements
+    /// `src + (ox - lo) * stride_w`; every other column of the segment reads padding.
+    fn visit_rows(&self, mut f: impl FnMut(usize, Option<(usize, usize, usize)>)) {
+        let [kh, kw] = self.kernel;
+        let [sh, sw] = self.stride;
+        let [ph, pw] = self.padding;
+        let [dh, dw] = self.dilation;
+        let (ow, l) = (self.out_w, self.out_len());
+        for c in 0..self.group_in() {
+            for ki in 0..kh {
+                for kj in 0..kw {
+                    let row = ((c * kh + ki) * kw + kj) * l;
+                    let w_off = (kj * dw) as isize - pw as isize;
+                    let (lo, hi) = Self::valid_range(ow, self.in_w, sw, w_off);
+                    for oy in 0..self.out_h {
+                        let ih = (oy * sh + ki * dh) as isize - ph as isize;
+                        let start = row + oy * ow;
+                        if ih < 0 || ih as usize >= self.in_h || lo == hi {
+                            f(start, None);
+                        } else {
+                            let first = (lo * sw) as isize + w_off;
+                            let src = c * self.in_len() + ih as usize * self.in_w + first as usize;
+                            f(start, Some((lo, hi, src)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fills `col` (col_rows x out_len) from one group's input channels `x` (C/groups x H x W).
+    fn im2col<S: Scalar>(&self, x: &[S], col: &mut [S]) {
+        let (ow, sw) = (self.out_w, self.stride[1]);
+        self.visit_rows(|start, valid| {
+            let out = &mut col[start..start + ow];
+            match valid {
+                None => out.fill(S::ZERO),
+                Some((lo, hi, src)) => {
+                    out[..lo].fill(S::ZERO);
+                    out[hi..].fill(S::ZERO);
+                    if sw == 1 {
+                        out[lo..hi].copy_from_slice(&x[src..src + (hi - lo)]);
+                    } else {
+                        for (k, o) in out[lo..hi].iter_mut().enumerate() {
+                            *o = x[src + k * sw];
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// Adds `col` (col_rows x out_len) back into one group's input gradient `dx` (the adjoint of
+    /// `im2col`).
+    fn col2im<S: Scalar>(&self, col: &[S], dx: &mut [S]) {
+        let sw = self.stride[1];
+        self.visit_rows(|start, valid| {
+            if let Some((lo, hi, src)) = valid {
+                let row = &col[start + lo..start + hi];
+                for (k, &g) in row.iter().enumerate() {
+                    dx[src + k * sw] += g;
+                }
+            }
+        });
+    }
+}
+
+/// `y[n, o] = sum_c w[o, c] * x[n, c] (+ b[o])` as one GEMM per sample and group:
+/// `W_g (O/g x CkHkW) @ col_g (CkHkW x oHoW)`.
+pub fn conv2d_forward<S: Scalar>(
+    geo: &Conv2dGeometry,
+    x: &Tensor<S>,
+    weight: &Tensor<S>,
+    bias: Option<&Tensor<S>>,
+) -> Result<Vec<S>> {
+    geo.check_len("input", x, geo.input_numel())?;
+    geo.check_len("weight", weight, geo.weight_numel())?;
+    if let Some(b) = bias {
+        geo.check_len("bias", b, geo.out_channels)?;
+    }
+    let (rows, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
+    let group_x = geo.group_in() * geo.in_len();
+    let mut out = try_zeroed("conv2d", geo.output_numel())?;
+    let mut col = try_zeroed("conv2d", if geo.is_pointwise() { 0 } else { rows * l })?;
+    let (xd, wd) = (x.data(), weight.data());
+    for n in 0..geo.batch {
+        for g in 0..geo.groups {
+            let xs = &xd[(n * geo.groups + g) * group_x..][..group_x];
+            let rhs: &[S] = if geo.is_pointwise() {
+                xs
+            } else {
+                geo.im2col(xs, &mut col);
+                &col
+            };
+            let dst = &mut out[(n * geo.out_channels + g * og) * l..][..og * l];
+            S::gemm(
+                og,
+                l,
+                rows,
+                dst,
+                l,
+                &wd[g * og * rows..],
+                rows,
+                1,
+                rhs,
+                l,
+                1,
+                false,
+            );
+        }
+    }
+    if let Some(b) = bias {
+        for (chunk, &bv) in out.chunks_mut(l.max(1)).zip(b.data().iter().cycle()) {
+            for v in chunk {
+                *v += bv;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Gradient with respect to the input. With unit stride it is itself a convolution: of the output
+/// gradient, padded by `dilation * (kernel - 1) - padding`, with the weight flipped and its channel
+/// axes swapped; its GEMM has the deep `O * kH * kW` inner dimension of a forward pass. Otherwise
+/// `col2im(W_g^T @ dy_g)` per sample and group.
+pub fn conv2d_grad_input<S: Scalar>(
+    geo: &Conv2dGeometry,
+    grad_out: &Tensor<S>,
+    weight: &Tensor<S>,
+) -> Result<Vec<S>> {
+    geo.check_len("output gradient", grad_out, geo.output_numel())?;
+    geo.check_len("weight", weight, geo.weight_numel())?;
+    if !geo.is_pointwise() {
+        if let Some(full) = geo.transposed() {
+            return conv2d_forward(&full, grad_out, &geo.flipped_weight(weight)?, None);
+        }
+    }
+    let (rows, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
+    let group_x = geo.group_in() * geo.in_len();
+    let mut dx = try_zeroed("conv2d", geo.input_numel())?;
+    let mut col = try_zeroed("conv2d", if geo.is_pointwise() { 0 } else { rows * l })?;
+    let (gd, wd) = (grad_out.data(), weight.data());
+    for n in 0..geo.batch {
+        for g in 0..geo.groups {
+            let dy = &gd[(n * geo.out_channels + g * og) * l..][..og * l];
+            let lhs = &wd[g * og * rows..];
+            let dxs = &mut dx[(n * geo.groups + g) * group_x..][..group_x];
+            if geo.is_pointwise() {
+                S::gemm(rows, l, og, dxs, l, lhs, 1, rows, dy, l, 1, false);
+            } else {
+                S::gemm(rows, l, og, &mut col, l, lhs, 1, rows, dy, l, 1, false);
+                geo.col2im(&col, dxs);
+            }
+        }
+    }
+    Ok(dx)
+}
+
+impl Conv2dGeometry {
+    /// The geometry of the input gradient as a forward convolution, when the stride is 1 and the
+    /// padding does not exceed the dilated kernel extent (so the new padding is not negative).
+    fn transposed(&self) -> Option<Conv2dGeometry> {
+        if self.stride != [1, 1] {
+            return None;
+        }
+        let pad = |a: usize| (self.dilation[a] * (self.kernel[a] - 1)).checked_sub(self.padding[a]);
+        let padding = [pad(0)?, pad(1)?];
+        let full = Conv2dGeometry::new(
+            "conv2d",
+            [self.batch, self.out_channels, self.out_h, self.out_w],
+            [
+                self.in_channels,
+                self.group_out(),
+                self.kernel[0],
+                self.kernel[1],
+            ],
+            [1, 1],
+            padding,
+            self.dilation,
+            self.groups,
+        )
+        .ok()?;
+        (full.out_h == self.in_h && full.out_w == self.in_w).then_some(full)
+    }
+
+    /// The weight (O, C/g, kH, kW) as (C, O/g, kH, kW), spatially flipped, group by group.
+    fn flipped_weight<S: Scalar>(&self, weight: &Tensor<S>) -> Result<Tensor<S>> {
+        let (cg, og, [kh, kw]) = (self.group_in(), self.group_out(), self.kernel);
+        let wd = weight.data();
+        let mut flipped = vec![S::ZERO; wd.len()];
+        for g in 0..self.groups {
+            for o in 0..og {
+                for c in 0..cg {
+                    for i in 0..kh {
+                        for j in 0..kw {
+                            let src = (((g * og + o) * cg + c) * kh + i) * kw + j;
+                            let dst =
+                                (((g * cg + c) * og + o) * kh + (kh - 1 - i)) * kw + (kw - 1 - j);
+                            flipped[dst] = wd[src];
+                        }
+                    }
+                }
+            }
+        }
+        Tensor::new(&[self.in_channels, og, kh, kw], flipped)
+    }
+}
+
+/// Gradient with respect to the weight: `sum_n dy_g @ col_g^T`, accumulated in sample order.
+pub fn conv2d_grad_weight<S: Scalar>(
+    geo: &Conv2dGeometry,
+    grad_out: &Tensor<S>,
+    x: &Tensor<S>,
+) -> Result<Vec<S>> {
+    geo.check_len("output gradient", grad_out, geo.output_numel())?;
+    geo.check_len("input", x, geo.input_numel())?;
+    let (rows, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
+    let group_x = geo.group_in() * geo.in_len();
+    let mut dw = try_zeroed("conv2d", geo.weight_numel())?;
+    let mut col = try_zeroed("conv2d", if geo.is_pointwise() { 0 } else { rows * l })?;
+    let (gd, xd) = (grad_out.data(), x.data());
+    for n in 0..geo.batch {
+        for g in 0..geo.groups {
+            let xs = &xd[(n * geo.groups + g) * group_x..][..group_x];
+            let rhs: &[S] = if geo.is_pointwise() {
+                xs
+            } else {
+                geo.im2col(xs, &mut col);
+                &col
+            };
+            let dy = &gd[(n * geo.out_channels + g * og) * l..][..og * l];
+            let dst = &mut dw[g * og * rows..][..og * rows];
+            S::gemm(og, rows, l, dst, rows, dy, l, 1, rhs, 1, l, n > 0);
+        }
+    }
+    Ok(dw)
+}
+
+/// Gradient with respect to the bias: the output gradient summed over samples and positions.
+pub fn conv2d_grad_bias<S: Scalar>(geo: &Conv2dGeometry, grad_out: &Tensor<S>) -> Result<Vec<S>> {
+    geo.check_len("output gradient", grad_out, geo.output_numel())?;
+    let l = geo.out_len();
+    let mut db = vec![S::ZERO; geo.out_channels];
+    if l > 0 {
+        for (chunk, o) in grad_out.data().chunks(l).zip((0..geo.out_channels).cycle()) {
+            db[o] += chunk.iter().copied().sum::<S>();
+        }
+    }
+    Ok(db)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Direct seven-deep-loop convolution, the obviously correct reference.
+    fn naive(geo: &Conv2dGeometry, x: &[f64], w: &[f64]) -> Vec<f64> {
+        let mut out = vec![0.0; geo.output_numel()];
+        let (og, cg) = (geo.group_out(), geo.group_in());
+        for n in 0..geo.batch {
+            for o in 0..geo.out_channels {
+                let g = o / og;
+                for oy in 0..geo.out_h {
+                    for ox in 0..geo.out_w {
+                        let mut acc = 0.0;
+                        for c in 0..cg {
+                            for ki in 0..geo.kernel[0] {
+                                for kj in 0..geo.kernel[1] {
+                                    let ih = (oy * geo.stride[0] + ki * geo.dilation[0]) as isize
+                                        - geo.padding[0] as isize;
+                                    let iw = (ox * geo.stride[1] + kj * geo.dilation[1]) as isize
+                                        - geo.padding[1] as isize;
+                                    if ih < 0
+                                        || iw < 0
+                                        || ih as usize >= geo.in_h
+                                        || iw as usize >= geo.in_w
+                                    {
+                                        continue;
+                                    }
+                                    let xi = ((n * geo.in_channels + g * cg + c) * geo.in_h
+                                        + ih as usize)
+                                        * geo.in_w
+                                        + iw as usize;
+                                    let wi =
+                                        ((o * cg + c) * geo.kernel[0] + ki) * geo.kernel[1] + kj;
+                                    acc += x[xi] * w[wi];
+                                }
+                            }
+                        }
+                        out[((n * geo.out_channels + o) * geo.out_h + oy) * geo.out_w + ox] = acc;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn values(n: usize, seed: u64) -> Vec<f64> {
+        // Small integers keep every product and sum exact, so results compare with ==.
+        (0..n)
+            .map(|i| (((i as u64 * 7 + seed * 13) % 11) as f64) - 5.0)
+            .collect()
+    }
+
+    #[test]
+    fn gemm_convolution_matches_the_direct_loop() {
+        let cases = [
+            ([2, 4, 5, 7], [6, 2, 3, 2], [1, 2], [1, 0], [1, 2], 2),
+            ([1, 3, 6, 6], [2, 3, 3, 3], [2, 2], [2, 1], [1, 1], 1),
+            ([2, 2, 4, 4], [4, 2, 1, 1], [1, 1], [0, 0], [1, 1], 1),
+            ([1, 4, 3, 9], [4, 1, 2, 3], [3, 2], [1, 3], [2, 1], 4),
+        ];
+        for (xs, ws, stride, padding, dilation, groups) in cases {
+            let geo =
+                Conv2dGeometry::new("conv2d", xs, ws, stride, padding, dilation, groups).unwrap();
+            let x = Tensor::new(&xs, values(xs.iter().product(), 1)).unwrap();
+            let w = Tensor::new(&ws, values(ws.iter().product(), 2)).unwrap();
+            let got = conv2d_forward(&geo, &x, &w, None).unwrap();
+            assert_eq!(got, naive(&geo, x.data(), w.data()), "{geo:?}");
+        }
+    }
+
+    /// The input gradient straight from the definition: each output gradient flows back to every
+    /// input element its window read.
+    fn naive_grad_input(geo: &Conv2dGeometry, dy: &[f64], w: &[f64]) -> Vec<f64> {
+        let mut dx = vec![0.0; geo.input_numel()];
+        let (og, cg) = (geo.group_out(), geo.group_in());
+        let [kh, kw] = geo.kernel;
+        for n in 0..geo.batch {
+            for o in 0..geo.out_channels {
+                for oy in 0..geo.out_h {
+                    for ox in 0..geo.out_w {
+                        let g = dy[((n * geo.out_channels + o) * geo.out_h + oy) * geo.out_w + ox];
+                        for c in 0..cg {
+                            for ki in 0..kh {
+                                for kj in 0..kw {
+                                    let ih = (oy * geo.stride[0] + ki * geo.dilation[0]) as isize
+                                        - geo.padding[0] as isize;
+                                    let iw = (ox * geo.stride[1] + kj * geo.dilation[1]) as isize
+                                        - geo.padding[1] as isize;
+                                    if ih < 0
+                                        || iw < 0
+                                        || ih as usize >= geo.in_h
+                                        || iw as usize >= geo.in_w
+                                    {
+                                        continue;
+                                    }
+                                    let ch = o / og * cg + c;
+                                    let xi = ((n * geo.in_channels + ch) * geo.in_h + ih as usize)
+                                        * geo.in_w
+                                        + iw as usize;
+                                    dx[xi] += g * w[((o * cg + c) * kh + ki) * kw + kj];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        dx
+    }
+
+    #[test]
+    fn both_input_gradient_paths_match_the_definition() {
+        let cases = [
+            // Unit stride: the transposed-convolution path.
+            ([2, 4, 5, 7], [6, 2, 3, 2], [1, 1], [1, 0], [1, 2], 2),
+            ([1, 3, 6, 6], [2, 3, 3, 3], [1, 1], [2, 1], [1, 1], 1),
+            // Padding beyond the kernel extent, and stride 2: the col2im path.
+            ([1, 2, 4, 4], [3, 2, 1, 2], [1, 1], [1, 1], [1, 1], 1),
+            ([1, 4, 7, 9], [4, 1, 2, 3], [2, 3], [1, 1], [2, 1], 4),
+        ];
+        for (xs, ws, stride, padding, dilation, groups) in cases {
+            let geo =
+                Conv2dGeometry::new("conv2d", xs, ws, stride, padding, dilation, groups).unwrap();
+            let w = Tensor::new(&ws, values(ws.iter().product(), 2)).unwrap();
+            let dy = Tensor::new(
+                &[xs[0], ws[0], geo.out_h, geo.out_w],
+                values(geo.output_numel(), 3),
+            )
+            .unwrap();
+            let got = conv2d_grad_input(&geo, &dy, &w).unwrap();
+            assert_eq!(got, naive_grad_input(&geo, dy.data(), w.data()), "{geo:?}");
+        }
+    }
+
+    #[test]
+    fn window_counts_follow_pytorch() {
+        let w = |kernel, stride, padding, dilation| Window {
+            kernel,
+            stride,
+            padding,
+            dilation,
+        };
+        assert_eq!(w(3, 2, 1, 1).count("t", "h", 7, false).unwrap(), 4);
+        assert_eq!(w(2, 2, 0, 1).count("t", "h", 5, false).unwrap(), 2);
+        assert_eq!(w(2, 2, 0, 1).count("t", "h", 5, true).unwrap(), 3);
+        assert_eq!(w(3, 2, 1, 1).count("t", "h", 6, false).unwrap(), 3);
+        assert_eq!(w(3, 2, 1, 1).count("t", "h", 6, true).unwrap(), 4);
+        // The ceil-mode window that would start in the right padding (at 6 - 1 = 5) is dropped.
+        assert_eq!(w(2, 2, 1, 1).count("t", "h", 5, true).unwrap(), 3);
+        assert!(w(5, 1, 0, 1).count("t", "h", 4, false).is_err());
+        assert!(w(3, 1, usize::MAX, 1).count("t", "h", 4, false).is_err());
+        assert!(w(usize::MAX, 1, 0, 2).count("t", "h", 4, false).is_err());
+    }
+}
