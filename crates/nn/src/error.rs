@@ -7,9 +7,9 @@ pub type NnResult<T> = std::result::Result<T, NnError>;
 /// A failure in the nn layer.
 #[derive(Debug, thiserror::Error)]
 pub enum NnError {
-    /// An error from the engine (shapes, ops, handles).
+    /// An error from the engine (shapes, ops, handles), boxed to keep results small.
     #[error(transparent)]
-    Engine(#[from] tapegrad_tensor::Error),
+    Engine(Box<tapegrad_tensor::Error>),
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {
@@ -29,6 +29,12 @@ pub enum NnError {
     /// A configuration value or combination that makes no sense.
     #[error("{0}")]
     Config(String),
+}
+
+impl From<tapegrad_tensor::Error> for NnError {
+    fn from(e: tapegrad_tensor::Error) -> Self {
+        NnError::Engine(Box::new(e))
+    }
 }
 
 impl NnError {
