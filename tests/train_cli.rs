@@ -171,12 +171,28 @@ fn bad_checkpoints_give_clear_errors_and_stay_untouched() {
 }
 
 #[test]
-fn compiled_backend_and_cnn_say_they_are_not_available() {
+fn compiled_backend_says_it_is_not_available_and_cnn_trains() {
     let dir = tempdir("unavailable");
     let e = fails(&["train", "--backend", "compiled", "--steps", "1"], &dir);
     assert!(e.contains("compiled backend is not available"), "{e}");
-    let e = fails(&["train", "--model", "cnn", "--steps", "1"], &dir);
-    assert!(e.contains("--model cnn is not available"), "{e}");
+    let out = ok(
+        &[
+            "train", "--model", "cnn", "--steps", "30", "--quiet", "--save", "cnn.st",
+        ],
+        &dir,
+    );
+    let acc = after(&out, "validation accuracy");
+    assert!(
+        acc > 50.0,
+        "30 CNN steps should be well above chance, got {acc}%\n{out}"
+    );
+    let eval = ok(&["eval", "--load", "cnn.st"], &dir);
+    assert!(
+        eval.contains("cnn 1x8x8 conv16-conv32 -> 10 at step 30"),
+        "{eval}"
+    );
+    let e = fails(&["train", "mlp", "--model", "cnn"], &dir);
+    assert!(e.contains("--model cnn is for the digits images"), "{e}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 
