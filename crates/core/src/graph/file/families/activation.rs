@@ -1,0 +1,55 @@
+//! Graph-file form of the activation family: torch.nn.functional names, with `negative_slope`
+//! (default 0.01), `approximate` ("none" or "tanh") and softplus's `beta`/`threshold` (1, 20).
+
+use super::super::attrs::{not_writable, AttrWriter, Attrs};
+use crate::ops::{ActivationOp as A, GeluApproximate, Op};
+use tapegrad_tensor::Result;
+
+pub(super) const OPS: &[&str] = &[
+    "relu",
+    "leaky_relu",
+    "sigmoid",
+    "tanh",
+    "gelu",
+    "softplus",
+    "silu",
+];
+
+pub(super) fn parse(name: &'static str, _args: usize, a: &mut Attrs) -> Result<Op> {
+    let op = match name {
+        "relu" => A::Relu,
+        "leaky_relu" => A::LeakyRelu {
+            negative_slope: a.f64_or("negative_slope", 0.01)?,
+        },
+        "sigmoid" => A::Sigmoid,
+        "tanh" => A::Tanh,
+        "gelu" => A::Gelu {
+            approximate: match a.choice("approximate", &["none", "tanh"], "none")? {
+                "tanh" => GeluApproximate::Tanh,
+                _ => GeluApproximate::None,
+            },
+        },
+        "softplus" => A::Softplus {
+            beta: a.f64_or("beta", 1.0)?,
+            threshold: a.f64_or("threshold", 20.0)?,
+        },
+        "silu" => A::Silu,
+        other => return Err(not_writable(other)),
+    };
+    Ok(Op::Activation(op))
+}
+
+pub(super) fn write(op: &A, w: &mut AttrWriter) -> Result<()> {
+    #[allow(unreachable_patterns)]
+    match op {
+        A::Relu | A::Sigmoid | A::Tanh | A::Silu => {}
+        A::LeakyRelu { negative_slope } => w.f64("negative_slope", *negative_slope),
+        A::Gelu { approximate } => w.str("approximate", approximate.name()),
+        A::Softplus { beta, threshold } => {
+            w.f64("beta", *beta);
+            w.f64("threshold", *threshold);
+        }
+        other => return Err(not_writable(crate::ops::OpRules::name(other))),
+    }
+    Ok(())
+}

@@ -1,0 +1,60 @@
+//! Graph-file form of the losses: `reduction` ("mean", the default, "sum" or "none") and, for
+//! cross_entropy and nll_loss, `targets` (one class label per row).
+
+use super::super::attrs::{not_writable, AttrWriter, Attrs};
+use crate::ops::{LossOp as Lo, Op, Reduction};
+use std::sync::Arc;
+use tapegrad_tensor::Result;
+
+pub(super) const OPS: &[&str] = &[
+    "mse_loss",
+    "cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "nll_loss",
+];
+
+fn reduction(a: &mut Attrs) -> Result<Reduction> {
+    Ok(
+        match a.choice("reduction", &["mean", "sum", "none"], "mean")? {
+            "sum" => Reduction::Sum,
+            "none" => Reduction::None,
+            _ => Reduction::Mean,
+        },
+    )
+}
+
+pub(super) fn parse(name: &'static str, _args: usize, a: &mut Attrs) -> Result<Op> {
+    let op = match name {
+        "mse_loss" => Lo::MseLoss {
+            reduction: reduction(a)?,
+        },
+        "cross_entropy" => Lo::CrossEntropy {
+            targets: Arc::new(a.usizes_req("targets")?),
+            reduction: reduction(a)?,
+        },
+        "binary_cross_entropy_with_logits" => Lo::BinaryCrossEntropyWithLogits {
+            reduction: reduction(a)?,
+        },
+        "nll_loss" => Lo::NllLoss {
+            targets: Arc::new(a.usizes_req("targets")?),
+            reduction: reduction(a)?,
+        },
+        other => return Err(not_writable(other)),
+    };
+    Ok(Op::Loss(op))
+}
+
+pub(super) fn write(op: &Lo, w: &mut AttrWriter) -> Result<()> {
+    #[allow(unreachable_patterns)]
+    match op {
+        Lo::MseLoss { reduction } | Lo::BinaryCrossEntropyWithLogits { reduction } => {
+            w.str("reduction", reduction.name())
+        }
+        Lo::CrossEntropy { targets, reduction } | Lo::NllLoss { targets, reduction } => {
+            w.ints("targets", targets);
+            w.str("reduction", reduction.name());
+        }
+        other => return Err(not_writable(crate::ops::OpRules::name(other))),
+    }
+    Ok(())
+}

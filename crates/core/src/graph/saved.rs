@@ -1,0 +1,351 @@
+//! The saved graph (compiled mode). A `CompiledGraph` is built once from a graph; each `forward`
+//! runs one pass in which every node keeps only what its op's `saves()` declared (via
+//! `Saved::keep`) and drops each value after its last use. The resulting `SavedGraph` has a dense
+//! backward equal to `backprop_all` bit for bit, and an inputs-only backward that frees each
+//! intermediate's cotangent and saved tensors as soon as its node has run.
+
+use super::backprop::accumulate;
+use super::graph::CONTEXT;
+use super::Graph;
+use crate::ops::{Saved, VjpContext};
+use crate::tape::{Rule, Tape};
+use std::collections::HashSet;
+use std::sync::Arc;
+use tapegrad_tensor::{Error, Result, Scalar, Tensor};
+
+/// What is fixed about a graph across batches: the graph, which slots require grad, which
+/// arguments of each node need a contribution, and the last node reading each slot.
+#[derive(Debug)]
+struct Plan {
+    graph: Graph,
+    requires_grad: Vec<bool>,
+    /// Per node: whether each argument requires grad (the inputs-only backward computes only those).
+    needs: Vec<Vec<bool>>,
+    /// Per slot: the last node that reads it, if any.
+    last_use: Vec<Option<usize>>,
+}
+
+/// A graph prepared for running many batches in compiled mode.
+#[derive(Debug, Clone)]
+pub struct CompiledGraph {
+    plan: Arc<Plan>,
+}
+
+/// One forward execution: per node, the tensors its VJP declared, plus the final node's value.
+#[derive(Debug, Clone)]
+pub struct SavedGraph<S> {
+    plan: Arc<Plan>,
+    records: Vec<Saved<S>>,
+    output: Tensor<S>,
+}
+
+impl CompiledGraph {
+    /// Prepares `graph` for compiled execution.
+    pub fn new(graph: Graph) -> Self {
+        let requires_grad = graph.requires_grad();
+        let needs = graph
+            .nodes()
+            .iter()
+            .map(|n| n.args.iter().map(|&a| requires_grad[a]).collect())
+            .collect();
+        let mut last_use = vec![None; graph.slots()];
+        for (k, n) in graph.nodes().iter().enumerate() {
+            for &a in &n.args {
+                last_use[a] = Some(k);
+            }
+        }
+        CompiledGraph {
+            plan: Arc::new(Plan {
+                graph,
+                requires_grad,
+                needs,
+                last_use,
+            }),
+        }
+    }
+
+    /// The graph this was built from.
+    pub fn graph(&self) -> &Graph {
+        &self.plan.graph
+    }
+
+    /// One forward pass keeping only what each node's VJP needs; values are dropped after their
+    /// last use, except the last slot's, which is the output.
+    pub fn forward<S: Scalar>(&self, inputs: &[Tensor<S>]) -> Result<SavedGraph<S>> {
+        Ok(self.run(inputs, false, false)?.0)
+    }
+
+    /// As [`CompiledGraph::forward`], validating each node's domain rules before it runs.
+    pub fn forward_checked<S: Scalar>(&self, inputs: &[Tensor<S>]) -> Result<SavedGraph<S>> {
+        Ok(self.run(inputs, true, false)?.0)
+    }
+
+    /// The forward pass that also returns the whole context (every value), for comparing with
+    /// `Graph::eval`. Holding the context keeps every value alive, as the eager tape does.
+    pub fn forward_with_context<S: Scalar>(
+        &self,
+        inputs: &[Tensor<S>],
+    ) -> Result<(SavedGraph<S>, Vec<Tensor<S>>)> {
+        let (saved, context) = self.run(inputs, false, true)?;
+        Ok((saved, context.into_iter().flatten().collect()))
+    }
+
+    fn run<S: Scalar>(
+        &self,
+        inputs: &[Tensor<S>],
+        checked: bool,
+        keep_values: bool,
+    ) -> Result<(SavedGraph<S>, Vec<Option<Tensor<S>>>)> {
+        let plan = &self.plan;
+        let g = &plan.graph;
+        let output_slot = g.last_slot()?;
+        g.check_inputs(inputs, "values")?;
+        let n_in = g.inputs().len();
+        let mut context: Vec<Option<Tensor<S>>> = Vec::with_capacity(g.slots());
+        context.extend(inputs.iter().cloned().map(Some));
+        let mut records = Vec::with_capacity(g.nodes().len());
+        for (k, node) in g.nodes().iter().enumerate() {
+            let args = node
+                .args
+                .iter()
+                .map(|&a| context[a].as_ref().ok_or_else(|| dropped(g, a)))
+                .collect::<Result<Vec<&Tensor<S>>>>()?;
+            let run = || {
+                if checked {
+                    node.op.check_domain(&args)?;
+                }
+                node.op.forward(&args)
+            };
+            let forward = run().map_err(|e| e.at_node(g.node_label(k)))?;
+            // The dense backward must equal `backprop_all`, which gives every argument a
+            // contribution; the inputs-only backward narrows `needs` when it runs.
+            records.push(Saved::keep(
+                node.op.saves(),
+                &args,
+                &forward,
+                vec![true; args.len()],
+            ));
+            context.push(Some(forward.value));
+            if !keep_values {
+                for &a in &node.args {
+                    if plan.last_use[a] == Some(k) && a != output_slot {
+                        context[a] = None;
+                    }
+                }
+                if plan.last_use[n_in + k].is_none() && n_in + k != output_slot {
+                    context[n_in + k] = None;
+                }
+            }
+        }
+        let output = context[output_slot]
+            .clone()
+            .ok_or_else(|| dropped(g, output_slot))?;
+        Ok((
+            SavedGraph {
+                plan: self.plan.clone(),
+                records,
+                output,
+            },
+            context,
+        ))
+    }
+}
+
+impl<S: Scalar> SavedGraph<S> {
+    /// The value of the last slot.
+    pub fn output(&self) -> &Tensor<S> {
+        &self.output
+    }
+
+    /// The graph this pass ran.
+    pub fn graph(&self) -> &Graph {
+        &self.plan.graph
+    }
+
+    /// Bytes held for backward: distinct buffers among the saved tensors, auxiliary data and
+    /// the output (a buffer kept by several nodes counts once).
+    pub fn kept_bytes(&self) -> usize {
+        let mut seen = HashSet::new();
+        let mut bytes = count_tensor(&mut seen, &self.output);
+        for r in &self.records {
+            bytes += saved_bytes(&mut seen, r);
+        }
+        bytes
+    }
+
+    /// Per-slot cotangents for a full seed: exactly `Graph::backprop_all` (same VJPs on the same
+    /// cotangents, same additions in the same order), so the results are identical bit for bit.
+    pub fn backward_all(&self, seed: Vec<Tensor<S>>) -> Result<Vec<Tensor<S>>> {
+        let g = &self.plan.graph;
+        g.check_seed(&seed)?;
+        let n_in = g.inputs().len();
+        let mut acc = seed;
+        for k in (0..g.nodes().len()).rev() {
+            let node = &g.nodes()[k];
+            let contributions = node
+                .op
+                .vjp(&self.records[k].context(), &acc[n_in + k])
+                .map_err(|e| e.at_node(g.node_label(k)))?;
+            for (&arg, c) in node.args.iter().zip(contributions) {
+                if let Some(c) = c {
+                    accumulate(&mut acc[arg], &c);
+                }
+            }
+        }
+        Ok(acc)
+    }
+
+    /// Gradients of the inputs that require grad (`None` for the others) for a seed at the last
+    /// slot, consuming the pass: each node's saved tensors and cotangent are freed as soon as it
+    /// has run. Equals the input block of `backprop_all` for the one-hot seed, bit for bit.
+    pub fn backward(self, seed: &Tensor<S>) -> Result<Vec<Option<Tensor<S>>>> {
+        let g = &self.plan.graph;
+        let out = g.last_slot()?;
+        let shape = g.shape(out)?;
+        if seed.shape() != shape {
+            return Err(Error::invalid(
+                CONTEXT,
+                format!(
+                    "the seed has shape {}, but the output has shape {shape}",
+                    seed.shape()
+                ),
+            )
+            .at_node(format!("'{}'", g.name(out)?)));
+        }
+        let mut seeds: Vec<Option<Tensor<S>>> = vec![None; g.slots()];
+        seeds[out] = Some(seed.clone());
+        self.backward_seeded(seeds)
+    }
+
+    /// As [`SavedGraph::backward`] for a seed per slot, where `None` stands for zeros.
+    pub fn backward_seeded(self, seeds: Vec<Option<Tensor<S>>>) -> Result<Vec<Option<Tensor<S>>>> {
+        let SavedGraph { plan, records, .. } = self;
+        let g = &plan.graph;
+        if seeds.len() != g.slots() {
+            return Err(Error::GradCount {
+                context: CONTEXT,
+                expected: g.slots(),
+                found: seeds.len(),
+            });
+        }
+        for (slot, s) in seeds.iter().enumerate() {
+            if let Some(s) = s {
+                let shape = g.shape(slot)?;
+                if s.shape() != shape {
+                    return Err(Error::invalid(
+                        CONTEXT,
+                        format!(
+                            "the seed for slot {slot} has shape {}, but the slot has shape {shape}",
+                            s.shape()
+                        ),
+                    )
+                    .at_node(format!("'{}'", g.name(slot)?)));
+                }
+            }
+        }
+        let n_in = g.inputs().len();
+        let mut acc = seeds;
+        let mut records: Vec<Option<Saved<S>>> = records.into_iter().map(Some).collect();
+        for k in (0..g.nodes().len()).rev() {
+            let slot = n_in + k;
+            // Freed here whether or not the node runs: nothing reads them again.
+            let record = records[k].take();
+            let cot = acc[slot].take();
+            if !plan.requires_grad[slot] {
+                continue;
+            }
+            let record = record.ok_or_else(|| {
+                Error::invalid(CONTEXT, "the saved record was already freed")
+                    .at_node(g.node_label(k))
+            })?;
+            let node = &g.nodes()[k];
+            let cot = cot.unwrap_or_else(|| Tensor::zeros(&node.shape));
+            let ctx = VjpContext {
+                needs: &plan.needs[k],
+                ..record.context()
+            };
+            let contributions = node
+                .op
+                .vjp(&ctx, &cot)
+                .map_err(|e| e.at_node(g.node_label(k)))?;
+            drop(cot);
+            drop(record);
+            for ((&arg, c), &needed) in node.args.iter().zip(contributions).zip(&plan.needs[k]) {
+                if let (Some(c), true) = (c, needed) {
+                    match &mut acc[arg] {
+                        Some(existing) => accumulate(existing, &c),
+                        // An absent slot is a zero tensor; `0 + c` (not `c`) keeps the bits
+                        // equal to the dense pass, which turns a -0 contribution into +0.
+                        empty => {
+                            let mut zero = Tensor::zeros(c.shape());
+                            accumulate(&mut zero, &c);
+                            *empty = Some(zero);
+                        }
+                    }
+                }
+            }
+        }
+        acc.truncate(n_in);
+        Ok(acc
+            .into_iter()
+            .zip(g.inputs())
+            .map(|(a, x)| {
+                x.requires_grad
+                    .then(|| a.unwrap_or_else(|| Tensor::zeros(&x.shape)))
+            })
+            .collect())
+    }
+}
+
+/// The error for a value the forward pass freed too early (a broken plan, never user input).
+fn dropped(g: &Graph, slot: usize) -> Error {
+    Error::invalid(
+        CONTEXT,
+        format!("slot {slot} was freed before its last use"),
+    )
+    .at_node(format!("'{}'", g.name(slot).unwrap_or("?")))
+}
+
+/// Bytes of the distinct buffers among `tensors` (clones sharing a buffer count once).
+pub fn distinct_bytes<'a, S: Scalar + 'a>(
+    tensors: impl IntoIterator<Item = &'a Tensor<S>>,
+) -> usize {
+    let mut seen = HashSet::new();
+    tensors
+        .into_iter()
+        .map(|t| count_tensor(&mut seen, t))
+        .sum()
+}
+
+/// Bytes an eager tape holds after its forward pass: every node value plus what each node saved
+/// for its VJP, distinct buffers counted once.
+pub fn tape_kept_bytes<S: Scalar>(tape: &Tape<S>) -> usize {
+    let mut seen = HashSet::new();
+    let mut bytes = 0;
+    for node in tape.nodes() {
+        bytes += count_tensor(&mut seen, &node.value);
+        if let Rule::Op { saved, .. } = &node.rule {
+            bytes += saved_bytes(&mut seen, saved);
+        }
+    }
+    bytes
+}
+
+fn count_tensor<S: Scalar>(seen: &mut HashSet<(usize, usize)>, t: &Tensor<S>) -> usize {
+    let key = (t.data().as_ptr() as usize, t.numel());
+    if t.numel() == 0 || !seen.insert(key) {
+        0
+    } else {
+        t.nbytes()
+    }
+}
+
+fn saved_bytes<S: Scalar>(seen: &mut HashSet<(usize, usize)>, saved: &Saved<S>) -> usize {
+    let tensors = saved.inputs.iter().flatten().chain(saved.output.iter());
+    let mut bytes: usize = tensors.map(|t| count_tensor(seen, t)).sum();
+    bytes += match &saved.aux {
+        crate::ops::Aux::Tensors(ts) => ts.iter().map(|t| count_tensor(seen, t)).sum(),
+        other => other.nbytes(),
+    };
+    bytes
+}

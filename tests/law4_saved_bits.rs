@@ -1,0 +1,231 @@
+//! Law 4 (saved = graph, bit for bit): the saved graph's forward values equal `eval`; its dense
+//! backward equals `backprop_all` with identical bits; its inputs-only backward, which frees as it
+//! goes, equals `backprop` bit for bit on the inputs that require grad; checked lowering equals
+//! unchecked lowering when it succeeds. On f64 and f32 over random graphs.
+
+mod graph_support;
+
+use graph_support::{inputs, random_like, random_program, random_seed, same_bits};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use tapegrad_core::graph::{tape_kept_bytes, CompiledGraph, Graph};
+use tapegrad_core::ops::{ElementwiseOp, Op};
+use tapegrad_core::tape::Rule;
+use tapegrad_core::{Error, Scalar, Shape, Tape, Tensor};
+
+fn assert_bits<S: Scalar>(a: &[Tensor<S>], b: &[Tensor<S>], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    for (slot, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!(same_bits(x, y), "{what}: slot {slot}: {x:?} vs {y:?}");
+    }
+}
+
+fn check<S: Scalar>(case: u64) {
+    let p = random_program(case, 1 + (case % 10) as usize);
+    let g = Graph::from_program(&p).unwrap();
+    let x = inputs::<S>(&p);
+    let compiled = CompiledGraph::new(g.clone());
+    let what = format!("case {case} on\n{g}");
+
+    let (saved, context) = compiled.forward_with_context(&x).unwrap();
+    assert_bits(&context, &g.eval(&x).unwrap(), &what);
+    assert!(same_bits(saved.output(), context.last().unwrap()), "{what}");
+
+    let mut rng = ChaCha8Rng::seed_from_u64(case ^ 0x4);
+    let seed = random_seed::<S>(&mut rng, &g.shapes());
+    let reference = g.backprop_all(&x, seed.clone()).unwrap();
+    assert_bits(
+        &saved.backward_all(seed.clone()).unwrap(),
+        &reference,
+        &what,
+    );
+
+    // Inputs-only, with the zero seeds passed as "absent".
+    let sparse: Vec<Option<Tensor<S>>> = seed
+        .iter()
+        .map(|s| (!s.is_all_zero()).then(|| s.clone()))
+        .collect();
+    let only = compiled
+        .forward(&x)
+        .unwrap()
+        .backward_seeded(sparse)
+        .unwrap();
+    for (i, input) in g.inputs().iter().enumerate() {
+        match &only[i] {
+            Some(grad) => {
+                assert!(input.requires_grad, "{what}");
+                assert!(same_bits(grad, &reference[i]), "{what}: input {i}");
+            }
+            None => assert!(!input.requires_grad, "{what}: input {i}"),
+        }
+    }
+
+    // Inputs-only from a seed at the last slot.
+    let last = g.last_slot().unwrap();
+    let out_seed = random_like::<S>(&mut rng, g.shape(last).unwrap());
+    let one_hot = g.backprop(&x, g.single(last, &out_seed).unwrap()).unwrap();
+    let grads = compiled.forward(&x).unwrap().backward(&out_seed).unwrap();
+    for (i, grad) in grads.iter().enumerate() {
+        if let Some(grad) = grad {
+            assert!(same_bits(grad, &one_hot[i]), "{what}: input {i}");
+        }
+    }
+
+    // The saved pass keeps no more than the eager tape.
+    let tape = g.lower(&x).unwrap();
+    assert!(saved.kept_bytes() <= tape_kept_bytes(&tape), "{what}");
+
+    // Checked lowering equals unchecked lowering when it succeeds.
+    if let Ok(checked) = g.lower_checked(&x) {
+        assert_same_tape(&checked, &tape, &what);
+        let checked_saved = compiled.forward_checked(&x).unwrap();
+        assert_bits(
+            &checked_saved.backward_all(seed.clone()).unwrap(),
+            &reference,
+            &what,
+        );
+    }
+}
+
+fn assert_same_tape<S: Scalar>(a: &Tape<S>, b: &Tape<S>, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    for (m, n) in a.nodes().iter().zip(b.nodes()) {
+        assert!(same_bits(&m.value, &n.value), "{what}");
+        assert_eq!(m.name, n.name, "{what}");
+        assert_eq!(m.requires_grad, n.requires_grad, "{what}");
+        assert_eq!(m.parents, n.parents, "{what}");
+        match (&m.rule, &n.rule) {
+            (Rule::Leaf, Rule::Leaf) => {}
+            (Rule::Op { op: p, saved: s }, Rule::Op { op: q, saved: t }) => {
+                assert_eq!(p, q, "{what}");
+                assert_eq!(s.needs, t.needs, "{what}");
+                assert_eq!(s.nbytes(), t.nbytes(), "{what}");
+            }
+            _ => panic!("{what}: different rules"),
+        }
+    }
+    let last = a.len() - 1;
+    let ones = Tensor::ones(a.value(last).unwrap().shape());
+    assert_bits(
+        &a.backward_all(last, &ones).unwrap(),
+        &b.backward_all(last, &ones).unwrap(),
+        what,
+    );
+}
+
+#[test]
+fn law4_holds_bit_for_bit_on_random_graphs_f64() {
+    for case in 0..256 {
+        check::<f64>(case);
+    }
+}
+
+#[test]
+fn law4_holds_bit_for_bit_on_random_graphs_f32() {
+    for case in 3000..3256 {
+        check::<f32>(case);
+    }
+}
+
+fn t(dims: &[usize], v: &[f64]) -> Tensor<f64> {
+    Tensor::new(dims, v.to_vec()).unwrap()
+}
+
+/// exp keeps its output, add nothing, sin its input, neg nothing: the saved pass keeps exp's
+/// output, sin's input and the final value; the tape keeps all five values.
+#[test]
+fn the_saved_graph_keeps_only_what_each_vjp_declared() {
+    let mut g = Graph::new();
+    let x = g.input("x", Shape::new([100]).unwrap(), true).unwrap();
+    let a = g
+        .node("a", Op::Elementwise(ElementwiseOp::Exp), &[x])
+        .unwrap();
+    let b = g
+        .node("b", Op::Elementwise(ElementwiseOp::Add), &[a, x])
+        .unwrap();
+    let c = g
+        .node("c", Op::Elementwise(ElementwiseOp::Sin), &[b])
+        .unwrap();
+    g.node("d", Op::Elementwise(ElementwiseOp::Neg), &[c])
+        .unwrap();
+    let xs = [Tensor::<f64>::full(&Shape::new([100]).unwrap(), 0.25)];
+    let saved = CompiledGraph::new(g.clone()).forward(&xs).unwrap();
+    assert_eq!(saved.kept_bytes(), 3 * 800);
+    assert_eq!(tape_kept_bytes(&g.lower(&xs).unwrap()), 5 * 800);
+}
+
+/// A -0 contribution into an absent (zero) slot must become +0, as `0 + (-0)` in the dense pass.
+#[test]
+fn negative_zero_contributions_keep_the_dense_bits() {
+    let mut g = Graph::new();
+    let x = g.input("x", Shape::new([2]).unwrap(), true).unwrap();
+    g.node(
+        "y",
+        Op::Elementwise(ElementwiseOp::Scale { factor: -1.0 }),
+        &[x],
+    )
+    .unwrap();
+    let xs = [t(&[2], &[1.0, 2.0])];
+    let seed = t(&[2], &[0.0, 1.0]);
+    let dense = g.backprop(&xs, g.single(1, &seed).unwrap()).unwrap();
+    assert!(dense[0].data()[0].is_sign_positive());
+    let only = CompiledGraph::new(g)
+        .forward(&xs)
+        .unwrap()
+        .backward(&seed)
+        .unwrap();
+    let grad = only[0].as_ref().unwrap();
+    assert!(same_bits(grad, &dense[0]), "{grad:?} vs {:?}", dense[0]);
+}
+
+/// The compiled graph is built once and run for many batches; each run is independent.
+#[test]
+fn one_compiled_graph_serves_many_batches() {
+    let mut g = Graph::new();
+    let x = g.input("x", Shape::new([3]).unwrap(), false).unwrap();
+    let w = g.input("w", Shape::new([3]).unwrap(), true).unwrap();
+    let p = g
+        .node("p", Op::Elementwise(ElementwiseOp::Mul), &[x, w])
+        .unwrap();
+    g.node("q", Op::Elementwise(ElementwiseOp::Mul), &[p, p])
+        .unwrap();
+    let compiled = CompiledGraph::new(g);
+    let w0 = t(&[3], &[1.0, -1.0, 2.0]);
+    for step in 0..5 {
+        let xb = t(&[3], &[step as f64, 1.0, -0.5 * step as f64]);
+        let grads = compiled
+            .forward(&[xb.clone(), w0.clone()])
+            .unwrap()
+            .backward(&t(&[3], &[1.0, 1.0, 1.0]))
+            .unwrap();
+        assert!(grads[0].is_none(), "x does not require grad");
+        // q = (x w)^2, dq/dw = 2 x^2 w.
+        let want: Vec<f64> = (0..3)
+            .map(|i| 2.0 * xb.data()[i].powi(2) * w0.data()[i])
+            .collect();
+        assert_eq!(grads[1].as_ref().unwrap().data(), &want[..]);
+    }
+}
+
+#[test]
+fn checked_lowering_names_the_node_that_leaves_the_domain() {
+    let mut g = Graph::new();
+    let x = g.input("x", Shape::new([3]).unwrap(), true).unwrap();
+    let e = g
+        .node("shift", Op::Elementwise(ElementwiseOp::Neg), &[x])
+        .unwrap();
+    g.node("bad_log", Op::Elementwise(ElementwiseOp::Log), &[e])
+        .unwrap();
+    let xs = [t(&[3], &[-1.0, 0.5, -2.0])];
+    let err = g.lower_checked(&xs).map(|_| ()).unwrap_err();
+    assert!(matches!(&err, Error::AtNode { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("'bad_log' (log)") && text.contains("element 1"),
+        "{text}"
+    );
+    assert!(CompiledGraph::new(g.clone()).forward_checked(&xs).is_err());
+    // Unchecked lowering evaluates log(-0.5) to NaN without complaint.
+    let tape = g.lower(&xs).unwrap();
+    assert!(tape.value(2).unwrap().data()[1].is_nan());
+}
