@@ -171,10 +171,30 @@ fn bad_checkpoints_give_clear_errors_and_stay_untouched() {
 }
 
 #[test]
-fn compiled_backend_and_cnn_say_they_are_not_available() {
-    let dir = tempdir("unavailable");
-    let e = fails(&["train", "--backend", "compiled", "--steps", "1"], &dir);
-    assert!(e.contains("compiled backend is not available"), "{e}");
+fn compiled_backend_matches_eager_and_cnn_is_not_available() {
+    let dir = tempdir("backends");
+    let run = [
+        "train",
+        "--steps",
+        "50",
+        "--dropout",
+        "0.2",
+        "--quiet",
+        "--save",
+    ];
+    ok(&[&run[..], &["eager.st"]].concat(), &dir);
+    ok(
+        &[&run[..], &["compiled.st", "--backend", "compiled"]].concat(),
+        &dir,
+    );
+    let a = std::fs::read(dir.join("eager.st")).unwrap();
+    let b = std::fs::read(dir.join("compiled.st")).unwrap();
+    assert!(a == b, "eager and compiled checkpoints differ");
+    let eval = ok(
+        &["eval", "--load", "compiled.st", "--backend", "compiled"],
+        &dir,
+    );
+    assert_eq!(eval, ok(&["eval", "--load", "compiled.st"], &dir));
     let e = fails(&["train", "--model", "cnn", "--steps", "1"], &dir);
     assert!(e.contains("--model cnn is not available"), "{e}");
     std::fs::remove_dir_all(dir).unwrap();
