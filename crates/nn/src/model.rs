@@ -201,16 +201,8 @@ pub fn cnn<S: Scalar>(
             ));
         }
         let prefix = net.layers.len().to_string();
-        net.push(Layer::Conv2d(Conv2d::new(
-            b,
-            &prefix,
-            prev,
-            ch,
-            [3, 3],
-            [1, 1],
-            [1, 1],
-            true,
-        )?));
+        let conv = Conv2d::new(b, &prefix, prev, ch, [3, 3], true)?.with_padding([1, 1]);
+        net.push(Layer::Conv2d(conv));
         if batch_norm {
             let prefix = net.layers.len().to_string();
             net.push(Layer::BatchNorm2d(BatchNorm2d::new(b, &prefix, ch)?));

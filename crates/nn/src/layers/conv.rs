@@ -22,23 +22,22 @@ pub struct Conv2d {
 }
 
 impl Conv2d {
-    /// A convolution with PyTorch's default initialisation (dilation 1, one group).
+    /// A convolution with PyTorch's defaults (stride 1, no padding, dilation 1, one group) and
+    /// default initialisation; see `with_stride` and `with_padding`.
     pub fn new<S: Scalar>(
         b: &mut Builder<'_, S>,
         prefix: &str,
         in_channels: usize,
         out_channels: usize,
         kernel_size: [usize; 2],
-        stride: [usize; 2],
-        padding: [usize; 2],
         bias: bool,
     ) -> Result<Self> {
-        if in_channels == 0 || out_channels == 0 || kernel_size.contains(&0) || stride.contains(&0)
-        {
+        let (stride, padding) = ([1, 1], [0, 0]);
+        if in_channels == 0 || out_channels == 0 || kernel_size.contains(&0) {
             return Err(Error::invalid(
                 "conv2d",
                 format!(
-                    "channels, kernel size and stride must be positive, found {in_channels} -> {out_channels}, kernel {kernel_size:?}, stride {stride:?}"
+                    "channels and kernel size must be positive, found {in_channels} -> {out_channels}, kernel {kernel_size:?}"
                 ),
             ));
         }
@@ -72,6 +71,24 @@ impl Conv2d {
             weight,
             bias,
         })
+    }
+
+    /// The same layer with another stride (each at least 1).
+    pub fn with_stride(mut self, stride: [usize; 2]) -> Result<Self> {
+        if stride.contains(&0) {
+            return Err(Error::invalid(
+                "conv2d",
+                format!("stride must be positive, found {stride:?}"),
+            ));
+        }
+        self.stride = stride;
+        Ok(self)
+    }
+
+    /// The same layer with zero padding of `padding` on each side.
+    pub fn with_padding(mut self, padding: [usize; 2]) -> Self {
+        self.padding = padding;
+        self
     }
 
     /// `conv2d(x, weight, bias)`.
