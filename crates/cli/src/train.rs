@@ -568,9 +568,15 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
         let bar = ProgressBar::new(steps);
         bar.set_style(
             ProgressStyle::with_template(
-                "{bar:30.cyan/blue} {pos}/{len} steps  {msg}  {per_sec}  eta {eta}",
+                "{bar:30.cyan/blue} {pos}/{len} steps  {msg}  {rate}  eta {eta}",
             )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .with_key(
+                "rate",
+                |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{:.0} steps/s", state.per_sec());
+                },
+            ),
         );
         bar
     });
