@@ -171,12 +171,76 @@ fn bad_checkpoints_give_clear_errors_and_stay_untouched() {
 }
 
 #[test]
-fn compiled_backend_and_cnn_say_they_are_not_available() {
-    let dir = tempdir("unavailable");
-    let e = fails(&["train", "--backend", "compiled", "--steps", "1"], &dir);
-    assert!(e.contains("compiled backend is not available"), "{e}");
-    let e = fails(&["train", "--model", "cnn", "--steps", "1"], &dir);
-    assert!(e.contains("--model cnn is not available"), "{e}");
+fn compiled_backend_matches_eager() {
+    let dir = tempdir("backends");
+    let run = [
+        "train",
+        "--steps",
+        "50",
+        "--dropout",
+        "0.2",
+        "--quiet",
+        "--save",
+    ];
+    ok(&[&run[..], &["eager.st"]].concat(), &dir);
+    ok(
+        &[&run[..], &["compiled.st", "--backend", "compiled"]].concat(),
+        &dir,
+    );
+    let a = std::fs::read(dir.join("eager.st")).unwrap();
+    let b = std::fs::read(dir.join("compiled.st")).unwrap();
+    assert!(a == b, "eager and compiled checkpoints differ");
+    let eval = ok(
+        &["eval", "--load", "compiled.st", "--backend", "compiled"],
+        &dir,
+    );
+    assert_eq!(eval, ok(&["eval", "--load", "compiled.st"], &dir));
+    // Batch norm's running statistics need the eager backend, and it says so.
+    let e = fails(
+        &[
+            "train",
+            "--model",
+            "cnn",
+            "--backend",
+            "compiled",
+            "--steps",
+            "1",
+        ],
+        &dir,
+    );
+    assert!(
+        e.contains("cannot train a model with batch norm") && e.contains("--backend eager"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn cnn_trains_and_evaluates() {
+    let dir = tempdir("cnn");
+    let out = ok(
+        &[
+            "train", "--model", "cnn", "--steps", "30", "--quiet", "--save", "cnn.st",
+        ],
+        &dir,
+    );
+    let acc = after(&out, "validation accuracy");
+    assert!(
+        acc > 50.0,
+        "30 CNN steps should be well above chance, got {acc}%\n{out}"
+    );
+    let eval = ok(&["eval", "--load", "cnn.st"], &dir);
+    assert!(
+        eval.contains("cnn 1x8x8 conv16-conv32 -> 10 at step 30"),
+        "{eval}"
+    );
+    // Evaluation of a batch-norm model runs compiled too (running statistics are inputs).
+    assert_eq!(
+        eval,
+        ok(&["eval", "--load", "cnn.st", "--backend", "compiled"], &dir)
+    );
+    let e = fails(&["train", "mlp", "--model", "cnn"], &dir);
+    assert!(e.contains("--model cnn is for the digits images"), "{e}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 

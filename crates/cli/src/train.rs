@@ -232,6 +232,7 @@ pub fn run(args: TrainArgs) -> CliResult {
 /// The untyped part of a fresh run's configuration (the model's widths need the data).
 struct Plan {
     preset: &'static str,
+    cnn: bool,
     data: DataSource,
     hidden: Vec<usize>,
     activation: Activation,
@@ -247,10 +248,11 @@ struct Plan {
 impl Plan {
     fn from_args(a: &TrainArgs) -> Result<Plan, CliError> {
         let usage = |m: &str| Err(CliError::Usage(m.to_string()));
-        if a.model == Some(ModelKind::Cnn) {
-            return usage(
-                "--model cnn is not available yet: it needs the conv2d and max_pool2d ops, which this build does not have",
-            );
+        if a.model == Some(ModelKind::Cnn) && (a.csv.is_some() || a.preset == Some(Preset::Mlp)) {
+            return usage("--model cnn is for the digits images; use the MLP for tables");
+        }
+        if a.model == Some(ModelKind::Cnn) && a.hidden.is_some() {
+            return usage("--hidden sets MLP widths; the CNN's layers are fixed");
         }
         if a.target.is_some() && a.csv.is_none() {
             return usage("--target needs --csv FILE");
@@ -319,6 +321,7 @@ impl Plan {
         };
         Ok(Plan {
             preset,
+            cnn: a.model == Some(ModelKind::Cnn),
             data,
             hidden: a.hidden.clone().unwrap_or(hidden),
             activation,
@@ -425,12 +428,22 @@ fn reject_changes_on_resume(a: &TrainArgs, ckpt: &Checkpoint) -> Result<(), CliE
 fn fresh_typed<S: Scalar>(args: &TrainArgs, plan: Plan) -> CliResult {
     let dataset = plan.data.load()?;
     let data = Prepared::<S>::new(&dataset, plan.val_fraction, plan.seed)?;
-    let model = ModelSpec::Mlp {
-        inputs: data.feature_names.len(),
-        hidden: plan.hidden.clone(),
-        outputs: data.task.outputs(),
-        activation: plan.activation,
-        dropout: plan.dropout,
+    let model = if plan.cnn {
+        ModelSpec::Cnn {
+            image: [1, 8, 8],
+            channels: vec![16, 32],
+            outputs: data.task.outputs(),
+            batch_norm: true,
+            dropout: plan.dropout,
+        }
+    } else {
+        ModelSpec::Mlp {
+            inputs: data.feature_names.len(),
+            hidden: plan.hidden.clone(),
+            outputs: data.task.outputs(),
+            activation: plan.activation,
+            dropout: plan.dropout,
+        }
     };
     let batches = data.train.len().div_ceil(plan.batch_size.max(1)) as u64;
     let steps = args.steps.unwrap_or(plan.epochs * batches);
@@ -555,9 +568,15 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
         let bar = ProgressBar::new(steps);
         bar.set_style(
             ProgressStyle::with_template(
-                "{bar:30.cyan/blue} {pos}/{len} steps  {msg}  {per_sec}  eta {eta}",
+                "{bar:30.cyan/blue} {pos}/{len} steps  {msg}  {rate}  eta {eta}",
             )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .with_key(
+                "rate",
+                |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{:.0} steps/s", state.per_sec());
+                },
+            ),
         );
         bar
     });

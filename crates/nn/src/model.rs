@@ -2,7 +2,9 @@
 //! `Model` (the spec built: a `Sequential` plus its `ParamSet`), with the MLP builder. Building a
 //! spec with a seed always gives the same parameters.
 
-use crate::layers::{Activation, Builder, Ctx, Dropout, Layer, Linear, Sequential};
+use crate::layers::{
+    Activation, BatchNorm2d, Builder, Conv2d, Ctx, Dropout, Layer, Linear, MaxPool2d, Sequential,
+};
 use crate::params::ParamSet;
 use crate::rng::init_rng;
 use serde::{Deserialize, Serialize};
@@ -22,6 +24,16 @@ pub enum ModelSpec {
         activation: Activation,
         dropout: f64,
     },
+    /// A small CNN on images of shape `image = [channels, height, width]` given as flat rows:
+    /// for each entry of `channels`, a 3x3 convolution (padding 1), batch norm if `batch_norm`,
+    /// ReLU and 2x2 max pooling; then flatten, dropout if positive, and a linear layer.
+    Cnn {
+        image: [usize; 3],
+        channels: Vec<usize>,
+        outputs: usize,
+        batch_norm: bool,
+        dropout: f64,
+    },
 }
 
 impl ModelSpec {
@@ -39,6 +51,21 @@ impl ModelSpec {
                 sizes.push(outputs.to_string());
                 format!("mlp {}", sizes.join("-"))
             }
+            ModelSpec::Cnn {
+                image,
+                channels,
+                outputs,
+                ..
+            } => {
+                let convs: Vec<String> = channels.iter().map(|c| format!("conv{c}")).collect();
+                format!(
+                    "cnn {}x{}x{} {} -> {outputs}",
+                    image[0],
+                    image[1],
+                    image[2],
+                    convs.join("-")
+                )
+            }
         }
     }
 
@@ -46,13 +73,14 @@ impl ModelSpec {
     pub fn inputs(&self) -> usize {
         match self {
             ModelSpec::Mlp { inputs, .. } => *inputs,
+            ModelSpec::Cnn { image, .. } => image.iter().product(),
         }
     }
 
     /// Number of outputs per row.
     pub fn outputs(&self) -> usize {
         match self {
-            ModelSpec::Mlp { outputs, .. } => *outputs,
+            ModelSpec::Mlp { outputs, .. } | ModelSpec::Cnn { outputs, .. } => *outputs,
         }
     }
 }
@@ -84,6 +112,13 @@ impl<S: Scalar> Model<S> {
                 sizes.push(*outputs);
                 mlp(&mut b, &sizes, *activation, *dropout)?
             }
+            ModelSpec::Cnn {
+                image,
+                channels,
+                outputs,
+                batch_norm,
+                dropout,
+            } => cnn(&mut b, *image, channels, *outputs, *batch_norm, *dropout)?,
         };
         Ok(Model {
             spec: spec.clone(),
@@ -129,5 +164,69 @@ pub fn mlp<S: Scalar>(
             }
         }
     }
+    Ok(net)
+}
+
+/// The CNN of [`ModelSpec::Cnn`]; tensors named by their index in the `Sequential`, as PyTorch.
+pub fn cnn<S: Scalar>(
+    b: &mut Builder<'_, S>,
+    image: [usize; 3],
+    channels: &[usize],
+    outputs: usize,
+    batch_norm: bool,
+    dropout: f64,
+) -> Result<Sequential> {
+    let [c, mut h, mut w] = image;
+    if image.contains(&0) || outputs == 0 || channels.contains(&0) {
+        return Err(Error::invalid(
+            "cnn",
+            format!(
+                "image {image:?}, channels {channels:?} and outputs {outputs} must be positive"
+            ),
+        ));
+    }
+    let mut net = Sequential::new();
+    net.push(Layer::Reshape(vec![-1, c as isize, h as isize, w as isize]));
+    let mut prev = c;
+    for &ch in channels {
+        if h < 2 || w < 2 {
+            return Err(Error::invalid(
+                "cnn",
+                format!(
+                    "{} poolings by 2 do not fit an image of {}x{}",
+                    channels.len(),
+                    image[1],
+                    image[2]
+                ),
+            ));
+        }
+        let prefix = net.layers.len().to_string();
+        let conv = Conv2d::new(b, &prefix, prev, ch, [3, 3], true)?.with_padding([1, 1]);
+        net.push(Layer::Conv2d(conv));
+        if batch_norm {
+            let prefix = net.layers.len().to_string();
+            net.push(Layer::BatchNorm2d(BatchNorm2d::new(b, &prefix, ch)?));
+        }
+        net.push(Layer::Activation(Activation::Relu));
+        net.push(Layer::MaxPool2d(MaxPool2d {
+            kernel_size: [2, 2],
+        }));
+        (h, w, prev) = (h / 2, w / 2, ch);
+    }
+    net.push(Layer::Flatten {
+        start_dim: 1,
+        end_dim: -1,
+    });
+    if dropout > 0.0 {
+        net.push(Layer::Dropout(Dropout::new(dropout)?));
+    }
+    let prefix = net.layers.len().to_string();
+    net.push(Layer::Linear(Linear::new(
+        b,
+        &prefix,
+        prev * h * w,
+        outputs,
+        true,
+    )?));
     Ok(net)
 }

@@ -1,6 +1,7 @@
 //! Determinism: one seed gives bit-identical parameters; N steps, save, resume, M steps ends with
 //! the same bits (parameters, optimizer state, data position, file bytes) as N + M steps straight,
-//! for several optimizers, with dropout active, in f32 and f64. Also the backend contract.
+//! for several optimizers, with dropout active, in f32 and f64; the eager and compiled backends
+//! give the same bits.
 
 use tapegrad_nn::checkpoint::{self, Checkpoint};
 use tapegrad_nn::data::{DataSource, Prepared};
@@ -156,14 +157,51 @@ fn resume_at_step_zero_is_a_fresh_run() {
 }
 
 #[test]
-fn compiled_backend_reports_that_it_is_missing() {
-    let e = make_backend::<f32>(BackendKind::Compiled)
-        .err()
-        .expect("compiled is not built yet");
-    let msg = e.to_string();
-    assert!(
-        msg.contains("compiled backend is not available") && msg.contains("--backend eager"),
-        "{msg}"
+fn eager_and_compiled_backends_give_identical_bits() {
+    for (cfg, dtype_f64) in [
+        (config(DataSource::Digits, "adam", 1e-3, 0.3, 21), false),
+        (config(DataSource::AutoMpg, "sgd", 0.05, 0.0, 22), true),
+        (config(DataSource::AutoMpg, "rmsprop", 1e-3, 0.2, 23), false),
+    ] {
+        if dtype_f64 {
+            compare_backends::<f64>(&cfg);
+        } else {
+            compare_backends::<f32>(&cfg);
+        }
+    }
+}
+
+fn compare_backends<S: Scalar>(cfg: &TrainConfig) {
+    let mut eager = trainer::<S>(cfg);
+    let mut compiled = trainer::<S>(cfg);
+    compiled.set_backend(make_backend::<S>(BackendKind::Compiled).unwrap());
+    // 35 steps cross an epoch end, so the short last batch gets its own compiled plan.
+    for _ in 0..35 {
+        let a = eager.train_step().unwrap();
+        let b = compiled.train_step().unwrap();
+        assert_eq!(
+            a.loss.to_bits(),
+            b.loss.to_bits(),
+            "{}: losses differ",
+            cfg.optimizer.name()
+        );
+    }
+    assert_eq!(
+        bits(&eager),
+        bits(&compiled),
+        "{}: parameters differ",
+        cfg.optimizer.name()
+    );
+    assert_ne!(
+        bits(&eager),
+        bits(&trainer::<S>(cfg)),
+        "training moved the parameters"
+    );
+    let a = eager.evaluate(tapegrad_nn::Which::Validation).unwrap();
+    let b = compiled.evaluate(tapegrad_nn::Which::Validation).unwrap();
+    assert_eq!(
+        (a.loss.to_bits(), a.metric.to_bits()),
+        (b.loss.to_bits(), b.metric.to_bits())
     );
 }
 

@@ -1,54 +1,216 @@
-//! The compiled backend: build the model's graph once per batch shape, then run its saved graph
-//! every step. It needs the graph IR of `tapegrad_core::graph`, which has not landed yet, so
-//! creating it is an error that says so.
-//!
-//! The plan, so that adding it stays local to this file: trace one eager forward pass (a `Ctx`
-//! that records even in eval mode) and turn the tape into a `Graph`: its leaves become inputs (in
-//! tape order: parameters and buffers, the batch, dropout masks) and its op nodes become nodes in
-//! the same order, so the backward folds contributions in the same order as the tape. The loss
-//! stays outside the graph (cross entropy carries the labels as an attribute): each step runs the
-//! compiled graph forward on fresh inputs (masks redrawn with `layers::dropout_mask` from the
-//! step's stream, in trace order), records the loss on a small session with the output as a leaf,
-//! and seeds the saved graph's backward with that leaf's gradient. By laws 3 and 4 this gives the
-//! eager backend's bits. Batch norm in training mode needs its batch statistics, which a saved
-//! graph does not expose; it would stay eager-only.
+//! The compiled backend: the model is traced once per batch size and mode into a `Graph` (one
+//! eager forward pass recorded on a tape: leaves become inputs, op nodes become nodes in the same
+//! order), compiled to a `CompiledGraph`, and every step runs its saved graph on fresh inputs
+//! (parameters, the batch, dropout masks redrawn from the step's stream in trace order). The loss
+//! stays outside the graph, because cross entropy carries the labels as an attribute: it is
+//! recorded on a small session over the graph's output, and that output's gradient seeds the
+//! saved graph's backward. By the laws (saved = graph = executed tape) the gradients, hence the
+//! parameters, equal the eager backend's bit for bit. Batch norm in training mode needs its batch
+//! statistics, which a saved graph does not expose, so such models must train eagerly.
 
-use super::{Backend, BackendKind, StepOutput};
+use super::{record_loss, Backend, BackendKind, StepOutput};
 use crate::data::Batch;
 use crate::error::{NnError, NnResult};
+use crate::layers::{dropout_mask, Ctx, Mode};
 use crate::model::Model;
+use crate::params::ParamKind;
+use crate::rng::dropout_rng;
 use rand_chacha::ChaCha8Rng;
-use tapegrad_tensor::{Scalar, Tensor};
+use tapegrad_core::graph::{CompiledGraph, Graph};
+use tapegrad_core::tape::Rule;
+use tapegrad_core::Session;
+use tapegrad_tensor::{Error, Scalar, Shape, Tensor};
 
-/// Runs a saved graph each step (not available yet).
-pub struct Compiled;
+/// Where a graph input's value comes from each step.
+#[derive(Debug, Clone)]
+enum Source {
+    /// Tensor `i` of the model's `ParamSet`.
+    Param(usize),
+    /// The batch's features.
+    Batch,
+    /// A dropout mask of this shape and probability, redrawn each step.
+    Mask(Shape, f64),
+}
 
-const NOT_AVAILABLE: &str =
-    "the compiled backend is not available yet: it runs the saved graph of \
-tapegrad_core::graph, which this build does not have; use --backend eager";
+struct Plan {
+    rows: usize,
+    mode: Mode,
+    graph: CompiledGraph,
+    sources: Vec<Source>,
+}
 
-impl Compiled {
-    /// Fails until the graph IR exists.
+/// Runs a compiled (saved) graph each step.
+pub struct Compiled<S> {
+    session: Session<S>,
+    plans: Vec<Plan>,
+}
+
+impl<S: Scalar> Compiled<S> {
+    /// A backend with no compiled plans yet (they are built on first use).
     pub fn new() -> NnResult<Self> {
-        Err(NnError::Config(NOT_AVAILABLE.into()))
+        Ok(Compiled {
+            session: Session::new(),
+            plans: Vec::new(),
+        })
+    }
+
+    fn plan(&mut self, model: &Model<S>, x: &Tensor<S>, mode: Mode) -> NnResult<usize> {
+        let rows = x.dims().first().copied().unwrap_or(0);
+        if let Some(i) = self
+            .plans
+            .iter()
+            .position(|p| p.rows == rows && p.mode == mode)
+        {
+            return Ok(i);
+        }
+        let plan = trace(&mut self.session, model, x, mode)?;
+        self.plans.push(plan);
+        Ok(self.plans.len() - 1)
+    }
+
+    fn inputs(
+        plan: &Plan,
+        model: &Model<S>,
+        x: &Tensor<S>,
+        rng: &mut ChaCha8Rng,
+    ) -> NnResult<Vec<Tensor<S>>> {
+        let params: Vec<&Tensor<S>> = model.params.iter().map(|p| &p.value).collect();
+        plan.sources
+            .iter()
+            .map(|s| {
+                Ok(match s {
+                    Source::Param(i) => params[*i].clone(),
+                    Source::Batch => x.clone(),
+                    Source::Mask(shape, p) => dropout_mask(shape, *p, rng)?,
+                })
+            })
+            .collect()
     }
 }
 
-impl<S: Scalar> Backend<S> for Compiled {
+/// Records one forward pass of `model` on `x` and turns the tape into a compiled graph.
+fn trace<S: Scalar>(
+    session: &mut Session<S>,
+    model: &Model<S>,
+    x: &Tensor<S>,
+    mode: Mode,
+) -> NnResult<Plan> {
+    session.reset();
+    let mut ctx = Ctx::tracing(session, &model.params, mode, dropout_rng(0, 0))?;
+    let xv = ctx.session().input(x.clone());
+    let out = model.forward(&mut ctx, xv)?;
+    let param_ids: Vec<usize> = ctx.param_vars().iter().map(|v| v.id()).collect();
+    let masks: Vec<(usize, f64)> = ctx.masks().iter().map(|&(v, p)| (v.id(), p)).collect();
+    if mode == Mode::Train && !ctx.into_updates().is_empty() {
+        return Err(NnError::Config(
+            "the compiled backend cannot train a model with batch norm (its running statistics need the batch statistics); use --backend eager".into(),
+        ));
+    }
+    session.set_grad_enabled(true);
+    let tape = session.tape();
+    let mut graph = Graph::new();
+    let mut slot_of = vec![usize::MAX; out.id() + 1];
+    let mut sources = Vec::new();
+    let nodes = &tape.nodes()[..=out.id()];
+    for (id, node) in nodes.iter().enumerate() {
+        if !matches!(node.rule, Rule::Leaf) {
+            continue;
+        }
+        let (source, requires_grad) = if let Some(i) = param_ids.iter().position(|&p| p == id) {
+            let trainable = model
+                .params
+                .iter()
+                .nth(i)
+                .is_some_and(|p| p.kind == ParamKind::Trainable);
+            (Source::Param(i), trainable && mode == Mode::Train)
+        } else if id == xv.id() {
+            (Source::Batch, false)
+        } else if let Some(&(_, p)) = masks.iter().find(|&&(m, _)| m == id) {
+            (Source::Mask(node.value.shape().clone(), p), false)
+        } else {
+            return Err(NnError::Config(format!(
+                "the compiled backend cannot trace this model: leaf {id} is a constant it cannot recompute"
+            )));
+        };
+        slot_of[id] = graph.input(format!("in{id}"), node.value.shape().clone(), requires_grad)?;
+        sources.push(source);
+    }
+    for (id, node) in nodes.iter().enumerate() {
+        match &node.rule {
+            Rule::Leaf => {}
+            Rule::Op { op, .. } => {
+                let args: Vec<usize> = node.parents.iter().map(|&p| slot_of[p]).collect();
+                slot_of[id] = graph.node(format!("n{id}"), op.clone(), &args)?;
+            }
+            Rule::Custom { label, .. } => {
+                return Err(NnError::Config(format!(
+                    "the compiled backend cannot trace the custom rule '{label}' at node {id}"
+                )))
+            }
+        }
+    }
+    if slot_of[out.id()] + 1 != graph.slots() {
+        return Err(Error::invalid(
+            "compiled",
+            "the model's output is not the last node of its trace",
+        )
+        .into());
+    }
+    Ok(Plan {
+        rows: x.dims().first().copied().unwrap_or(0),
+        mode,
+        graph: CompiledGraph::new(graph),
+        sources,
+    })
+}
+
+impl<S: Scalar> Backend<S> for Compiled<S> {
     fn kind(&self) -> BackendKind {
         BackendKind::Compiled
     }
 
     fn train_step(
         &mut self,
-        _model: &Model<S>,
-        _batch: &Batch<S>,
-        _rng: ChaCha8Rng,
+        model: &Model<S>,
+        batch: &Batch<S>,
+        mut rng: ChaCha8Rng,
     ) -> NnResult<StepOutput<S>> {
-        Err(NnError::Config(NOT_AVAILABLE.into()))
+        let i = self.plan(model, &batch.x, Mode::Train)?;
+        let plan = &self.plans[i];
+        let inputs = Self::inputs(plan, model, &batch.x, &mut rng)?;
+        let saved = plan.graph.forward(&inputs)?;
+        let outputs = saved.output().clone();
+        self.session.reset();
+        let o = self.session.variable("output", outputs.clone());
+        let loss = record_loss(&mut self.session, o, &batch.y)?;
+        let loss_value = self.session.value(loss)?.item()?.to_f64();
+        let seed = Tensor::ones(self.session.value(loss)?.shape());
+        let dout = self.session.backward_all(loss, &seed)?.swap_remove(o.id());
+        let input_grads = saved.backward(&dout)?;
+        let mut grads = Vec::new();
+        for (k, p) in model.params.iter().enumerate() {
+            if p.kind != ParamKind::Trainable {
+                continue;
+            }
+            let slot = plan
+                .sources
+                .iter()
+                .position(|s| matches!(s, Source::Param(i) if *i == k));
+            let g = slot.and_then(|s| input_grads[s].clone());
+            grads.push(g.unwrap_or_else(|| Tensor::zeros(p.value.shape())));
+        }
+        Ok(StepOutput {
+            loss: loss_value,
+            outputs,
+            grads,
+            updates: Vec::new(),
+        })
     }
 
-    fn infer(&mut self, _model: &Model<S>, _x: &Tensor<S>) -> NnResult<Tensor<S>> {
-        Err(NnError::Config(NOT_AVAILABLE.into()))
+    fn infer(&mut self, model: &Model<S>, x: &Tensor<S>) -> NnResult<Tensor<S>> {
+        let i = self.plan(model, x, Mode::Eval)?;
+        let plan = &self.plans[i];
+        let inputs = Self::inputs(plan, model, x, &mut dropout_rng(0, 0))?;
+        Ok(plan.graph.forward(&inputs)?.output().clone())
     }
 }

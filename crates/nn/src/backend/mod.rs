@@ -1,6 +1,6 @@
 //! Backends: how a training step's loss and gradients are computed. `Eager` records every step on
-//! a fresh session tape; `Compiled` is meant to build the model's graph once and run its saved
-//! graph each step. Both implement `Backend`, so the trainer does not know which one runs and a
+//! a fresh session tape; `Compiled` builds the model's graph once per batch size and runs its
+//! saved graph each step. Both implement `Backend`, so the trainer does not know which one runs and a
 //! new backend is one new file here.
 
 mod compiled;
@@ -79,7 +79,7 @@ pub trait Backend<S: Scalar> {
 pub fn make_backend<S: Scalar>(kind: BackendKind) -> NnResult<Box<dyn Backend<S>>> {
     Ok(match kind {
         BackendKind::Eager => Box::new(Eager::new()),
-        BackendKind::Compiled => Box::new(Compiled::new()?),
+        BackendKind::Compiled => Box::new(Compiled::<S>::new()?),
     })
 }
 

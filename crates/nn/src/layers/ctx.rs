@@ -22,6 +22,7 @@ pub struct Ctx<'s, S: Scalar> {
     mode: Mode,
     rng: ChaCha8Rng,
     updates: Vec<(ParamId, Tensor<S>)>,
+    masks: Vec<(Var, f64)>,
 }
 
 impl<'s, S: Scalar> Ctx<'s, S> {
@@ -33,7 +34,28 @@ impl<'s, S: Scalar> Ctx<'s, S> {
         mode: Mode,
         rng: ChaCha8Rng,
     ) -> Result<Self> {
-        session.set_grad_enabled(mode == Mode::Train);
+        Self::with_recording(session, params, mode, rng, mode == Mode::Train)
+    }
+
+    /// As [`Ctx::new`] but recording every op on the tape in either mode, so the pass can be
+    /// turned into a graph (the compiled backend traces models this way).
+    pub fn tracing(
+        session: &'s mut Session<S>,
+        params: &ParamSet<S>,
+        mode: Mode,
+        rng: ChaCha8Rng,
+    ) -> Result<Self> {
+        Self::with_recording(session, params, mode, rng, true)
+    }
+
+    fn with_recording(
+        session: &'s mut Session<S>,
+        params: &ParamSet<S>,
+        mode: Mode,
+        rng: ChaCha8Rng,
+        record: bool,
+    ) -> Result<Self> {
+        session.set_grad_enabled(record);
         let mut vars = Vec::with_capacity(params.len());
         for p in params.iter() {
             let v = match p.kind {
@@ -48,6 +70,7 @@ impl<'s, S: Scalar> Ctx<'s, S> {
             mode,
             rng,
             updates: Vec::new(),
+            masks: Vec::new(),
         })
     }
 
@@ -69,6 +92,21 @@ impl<'s, S: Scalar> Ctx<'s, S> {
     /// The stream dropout masks are drawn from (seeded per step by the trainer).
     pub fn rng(&mut self) -> &mut ChaCha8Rng {
         &mut self.rng
+    }
+
+    /// Records a dropout mask constant (with its probability) so a traced pass can redraw it.
+    pub fn note_mask(&mut self, mask: Var, p: f64) {
+        self.masks.push((mask, p));
+    }
+
+    /// The handles of every model tensor, in the `ParamSet`'s order.
+    pub fn param_vars(&self) -> &[Var] {
+        &self.vars
+    }
+
+    /// The dropout masks drawn in this pass, in drawing order.
+    pub fn masks(&self) -> &[(Var, f64)] {
+        &self.masks
     }
 
     /// Schedules a new value for a buffer, applied after the step.

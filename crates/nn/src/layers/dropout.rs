@@ -35,6 +35,7 @@ impl Dropout {
         let shape = ctx.session().value(x)?.shape().clone();
         let mask = dropout_mask::<S>(&shape, self.p, ctx.rng())?;
         let mask = ctx.session().constant(mask);
+        ctx.note_mask(mask, self.p);
         ctx.session().mul(x, mask)
     }
 }

@@ -5,14 +5,20 @@
 
 mod activation;
 mod builder;
+mod conv;
 mod ctx;
 mod dropout;
+mod embedding;
 mod linear;
+mod norm;
 mod sequential;
 
 pub use activation::Activation;
 pub use builder::Builder;
+pub use conv::{Conv2d, MaxPool2d};
 pub use ctx::{Ctx, Mode};
 pub use dropout::{dropout_mask, Dropout};
+pub use embedding::Embedding;
 pub use linear::Linear;
+pub use norm::{BatchNorm2d, LayerNorm};
 pub use sequential::{Layer, Sequential};

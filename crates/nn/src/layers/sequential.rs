@@ -1,7 +1,9 @@
 //! `Layer` (every layer kind behind one enum, so forward can be generic over the element type)
 //! and `Sequential`, which runs its layers in order.
 
-use super::{Activation, Ctx, Dropout, Linear};
+use super::{
+    Activation, BatchNorm2d, Conv2d, Ctx, Dropout, Embedding, LayerNorm, Linear, MaxPool2d,
+};
 use tapegrad_core::Var;
 use tapegrad_tensor::{Result, Scalar};
 
@@ -9,6 +11,11 @@ use tapegrad_tensor::{Result, Scalar};
 #[derive(Debug, Clone)]
 pub enum Layer {
     Linear(Linear),
+    Conv2d(Conv2d),
+    MaxPool2d(MaxPool2d),
+    LayerNorm(LayerNorm),
+    BatchNorm2d(BatchNorm2d),
+    Embedding(Embedding),
     Activation(Activation),
     Dropout(Dropout),
     /// Merges axes `start_dim..=end_dim` (PyTorch's `nn.Flatten`, default `1..=-1`).
@@ -26,6 +33,11 @@ impl Layer {
     pub fn forward<S: Scalar>(&self, ctx: &mut Ctx<'_, S>, x: Var) -> Result<Var> {
         match self {
             Layer::Linear(l) => l.forward(ctx, x),
+            Layer::Conv2d(l) => l.forward(ctx, x),
+            Layer::MaxPool2d(l) => l.forward(ctx, x),
+            Layer::LayerNorm(l) => l.forward(ctx, x),
+            Layer::BatchNorm2d(l) => l.forward(ctx, x),
+            Layer::Embedding(l) => l.forward(ctx, x),
             Layer::Activation(a) => a.forward(ctx, x),
             Layer::Dropout(d) => d.forward(ctx, x),
             Layer::Flatten { start_dim, end_dim } => ctx.session().flatten(x, *start_dim, *end_dim),
@@ -38,6 +50,14 @@ impl Layer {
     pub fn describe(&self) -> String {
         match self {
             Layer::Linear(l) => format!("Linear({}, {})", l.in_features, l.out_features),
+            Layer::Conv2d(c) => format!(
+                "Conv2d({}, {}, kernel={:?}, stride={:?}, padding={:?})",
+                c.in_channels, c.out_channels, c.kernel_size, c.stride, c.padding
+            ),
+            Layer::MaxPool2d(p) => format!("MaxPool2d({:?})", p.kernel_size),
+            Layer::LayerNorm(n) => format!("LayerNorm({:?})", n.normalized_shape),
+            Layer::BatchNorm2d(n) => format!("BatchNorm2d({})", n.num_features),
+            Layer::Embedding(e) => format!("Embedding({}, {})", e.num_embeddings, e.dim),
             Layer::Activation(a) => format!("{}()", a.name()),
             Layer::Dropout(d) => format!("Dropout(p={})", d.p),
             Layer::Flatten { start_dim, end_dim } => format!("Flatten({start_dim}, {end_dim})"),
