@@ -15,6 +15,7 @@ fn sdpa(is_causal: bool, scale: Option<f64>, attn_mask: Option<Mask>) -> Op {
         is_causal,
         scale,
         attn_mask,
+        ..Default::default()
     }
     .into()
 }

@@ -16,7 +16,7 @@ fn ix(dims: &[usize], data: &[usize]) -> IndexTensor {
 }
 
 fn embedding(indices: IndexTensor) -> Op {
-    Embedding { indices }.into()
+    Embedding::new(indices).into()
 }
 
 #[test]

@@ -94,7 +94,7 @@ fn transformer(r: &mut ChaCha8Rng) -> Program {
         shape: vec![2, 1, 5, 4],
     });
     let nodes = vec![
-        node(Embedding { indices: tokens }, &[0]), // 5: (2, 5, 4)
+        node(Embedding::new(tokens), &[0]), // 5: (2, 5, 4)
         node(
             LayerNorm {
                 normalized_shape: vec![4],
@@ -104,12 +104,12 @@ fn transformer(r: &mut ChaCha8Rng) -> Program {
             },
             &[5, 1],
         ), // 6
-        node(linear(), &[6, 2]),                   // 7: q
-        node(linear(), &[6, 3]),                   // 8: k
-        node(linear(), &[6, 4]),                   // 9: v
-        node(heads.clone(), &[7]),                 // 10
-        node(heads.clone(), &[8]),                 // 11
-        node(heads, &[9]),                         // 12
+        node(linear(), &[6, 2]),            // 7: q
+        node(linear(), &[6, 3]),            // 8: k
+        node(linear(), &[6, 4]),            // 9: v
+        node(heads.clone(), &[7]),          // 10
+        node(heads.clone(), &[8]),          // 11
+        node(heads, &[9]),                  // 12
         node(
             ScaledDotProductAttention {
                 is_causal: true,
@@ -123,7 +123,7 @@ fn transformer(r: &mut ChaCha8Rng) -> Program {
             }),
             &[13],
         ), // 14
-        node(el(ElementwiseOp::Add), &[14, 6]),    // 15: residual, fan-out of 6
+        node(el(ElementwiseOp::Add), &[14, 6]), // 15: residual, fan-out of 6
         node(
             Dropout {
                 p: 0.2,
@@ -132,7 +132,7 @@ fn transformer(r: &mut ChaCha8Rng) -> Program {
             },
             &[15],
         ), // 16
-        node(el(ElementwiseOp::Mul), &[16, 16]),   // 17
+        node(el(ElementwiseOp::Mul), &[16, 16]), // 17
         node(
             Op::Reduce(ReduceOp::Mean {
                 axes: None,

@@ -158,7 +158,22 @@ impl<S: Scalar> Session<S> {
 
     /// `F.embedding(indices, weight)`.
     pub fn embedding(&mut self, indices: IndexTensor, weight: Var) -> Result<Var> {
-        self.nn(Embedding { indices }, &[weight])
+        self.nn(Embedding::new(indices), &[weight])
+    }
+
+    /// `F.embedding(indices, weight, padding_idx)`: row `padding_idx` (negative counts from the
+    /// end) gets no gradient.
+    pub fn embedding_with_padding_idx(
+        &mut self,
+        indices: IndexTensor,
+        weight: Var,
+        padding_idx: isize,
+    ) -> Result<Var> {
+        let op = Embedding {
+            indices,
+            padding_idx: Some(padding_idx),
+        };
+        self.nn(op, &[weight])
     }
 
     /// `torch.index_select(x, dim, index)`.
@@ -186,7 +201,8 @@ impl<S: Scalar> Session<S> {
         self.nn(Dropout { p, training, seed }, &[x])
     }
 
-    /// `F.scaled_dot_product_attention(q, k, v, attn_mask, is_causal, scale)`.
+    /// `F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale)` with a
+    /// boolean `attn_mask` (in `options`) or none; `options.float_mask` is cleared.
     pub fn scaled_dot_product_attention(
         &mut self,
         q: Var,
@@ -194,6 +210,27 @@ impl<S: Scalar> Session<S> {
         v: Var,
         options: ScaledDotProductAttention,
     ) -> Result<Var> {
-        self.nn(options, &[q, k, v])
+        let op = ScaledDotProductAttention {
+            float_mask: false,
+            ..options
+        };
+        self.nn(op, &[q, k, v])
+    }
+
+    /// `F.scaled_dot_product_attention` with a float `attn_mask` tensor (added to the scores,
+    /// broadcastable to them, differentiable); `options.float_mask` is set.
+    pub fn scaled_dot_product_attention_with_mask(
+        &mut self,
+        q: Var,
+        k: Var,
+        v: Var,
+        attn_mask: Var,
+        options: ScaledDotProductAttention,
+    ) -> Result<Var> {
+        let op = ScaledDotProductAttention {
+            float_mask: true,
+            ..options
+        };
+        self.nn(op, &[q, k, v, attn_mask])
     }
 }

@@ -40,6 +40,17 @@ impl<'a, S: Scalar> Builder<'a, S> {
         self.add(prefix, name, dims, init, ParamKind::Buffer)
     }
 
+    /// The current value of a tensor this builder added.
+    pub fn value(&self, id: ParamId) -> &tapegrad_tensor::Tensor<S> {
+        &self.params.get(id).value
+    }
+
+    /// Replaces a tensor's value after initialisation (same shape), e.g. to zero an embedding's
+    /// padding row as PyTorch does.
+    pub fn set(&mut self, id: ParamId, value: tapegrad_tensor::Tensor<S>) -> Result<()> {
+        self.params.set(id, value)
+    }
+
     fn add(
         &mut self,
         prefix: &str,

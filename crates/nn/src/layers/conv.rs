@@ -5,7 +5,9 @@
 use super::{Builder, Ctx};
 use crate::init::Init;
 use crate::params::ParamId;
-use tapegrad_core::ops::nn::{Conv2d as Conv2dOp, MaxPool2d as MaxPool2dOp};
+use tapegrad_core::ops::nn::{
+    Conv2d as Conv2dOp, MaxPool2d as MaxPool2dOp, NamedPadding, PaddingMode,
+};
 use tapegrad_core::Var;
 use tapegrad_tensor::{Error, Result, Scalar};
 
@@ -17,13 +19,17 @@ pub struct Conv2d {
     pub kernel_size: [usize; 2],
     pub stride: [usize; 2],
     pub padding: [usize; 2],
+    /// `padding="same"` or `"valid"` (then `padding` is `[0, 0]`).
+    pub named_padding: Option<NamedPadding>,
+    pub padding_mode: PaddingMode,
     weight: ParamId,
     bias: Option<ParamId>,
 }
 
 impl Conv2d {
-    /// A convolution with PyTorch's defaults (stride 1, no padding, dilation 1, one group) and
-    /// default initialisation; see `with_stride` and `with_padding`.
+    /// A convolution with PyTorch's defaults (stride 1, no padding, dilation 1, one group,
+    /// zeros padding mode) and default initialisation; see `with_stride`, `with_padding`,
+    /// `with_named_padding` and `with_padding_mode`.
     pub fn new<S: Scalar>(
         b: &mut Builder<'_, S>,
         prefix: &str,
@@ -68,6 +74,8 @@ impl Conv2d {
             kernel_size,
             stride,
             padding,
+            named_padding: None,
+            padding_mode: PaddingMode::Zeros,
             weight,
             bias,
         })
@@ -85,9 +93,44 @@ impl Conv2d {
         Ok(self)
     }
 
-    /// The same layer with zero padding of `padding` on each side.
+    /// The same layer with padding of `padding` on each side (replacing a named padding).
     pub fn with_padding(mut self, padding: [usize; 2]) -> Self {
         self.padding = padding;
+        self.named_padding = None;
+        self
+    }
+
+    /// The same layer with PyTorch's `padding="same"` or `"valid"`; "same" needs stride 1.
+    pub fn with_named_padding(mut self, padding: NamedPadding) -> Result<Self> {
+        if padding == NamedPadding::Same && self.stride != [1, 1] {
+            return Err(Error::invalid(
+                "conv2d",
+                format!(
+                    "padding=\"same\" is not supported for strided convolutions, got stride {:?}",
+                    self.stride
+                ),
+            ));
+        }
+        self.padding = [0, 0];
+        self.named_padding = Some(padding);
+        Ok(self)
+    }
+
+    /// The padding as `describe` shows it: the pair or the name, then a non-default mode.
+    pub fn padding_text(&self) -> String {
+        let padding = match self.named_padding {
+            Some(n) => format!("\"{}\"", n.name()),
+            None => format!("{:?}", self.padding),
+        };
+        match self.padding_mode {
+            PaddingMode::Zeros => padding,
+            mode => format!("{padding}, padding_mode=\"{}\"", mode.name()),
+        }
+    }
+
+    /// The same layer with `nn.Conv2d`'s `padding_mode` (what the padding holds).
+    pub fn with_padding_mode(mut self, mode: PaddingMode) -> Self {
+        self.padding_mode = mode;
         self
     }
 
@@ -98,6 +141,8 @@ impl Conv2d {
         let options = Conv2dOp {
             stride: self.stride,
             padding: self.padding,
+            named_padding: self.named_padding,
+            padding_mode: self.padding_mode,
             ..Conv2dOp::default()
         };
         ctx.session().conv2d(x, w, b, options)

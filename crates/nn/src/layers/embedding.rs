@@ -1,6 +1,7 @@
 //! `Embedding`: a lookup table `[num_embeddings, dim]` initialised `N(0, 1)` as PyTorch's
-//! `nn.Embedding`. Inside a `Sequential` its input is a float tensor of whole numbers (the
-//! indices); each must be an integer in `0..num_embeddings`.
+//! `nn.Embedding`, optionally with a `padding_idx` row that starts at zero and gets no gradient.
+//! Inside a `Sequential` its input is a float tensor of whole numbers (the indices); each must be
+//! an integer in `0..num_embeddings`.
 
 use super::{Builder, Ctx};
 use crate::init::Init;
@@ -14,6 +15,8 @@ use tapegrad_tensor::{Error, Result, Scalar};
 pub struct Embedding {
     pub num_embeddings: usize,
     pub dim: usize,
+    /// The row that gets no gradient, normalised to `0..num_embeddings`.
+    pub padding_idx: Option<usize>,
     weight: ParamId,
 }
 
@@ -37,7 +40,39 @@ impl Embedding {
                     std: 1.0,
                 },
             )?,
+            padding_idx: None,
         })
+    }
+
+    /// `nn.Embedding(num_embeddings, dim, padding_idx)`: as `new` (same draws), then row
+    /// `padding_idx` (negative counts from the end) is set to zeros; it never gets a gradient.
+    pub fn with_padding_idx<S: Scalar>(
+        b: &mut Builder<'_, S>,
+        prefix: &str,
+        num_embeddings: usize,
+        dim: usize,
+        padding_idx: isize,
+    ) -> Result<Self> {
+        let n = isize::try_from(num_embeddings).unwrap_or(isize::MAX);
+        if padding_idx >= n || padding_idx < -n {
+            return Err(Error::Index {
+                op: "embedding",
+                what: "padding_idx",
+                index: padding_idx as i64,
+                bound: num_embeddings,
+            });
+        }
+        let row = if padding_idx < 0 {
+            (padding_idx + n) as usize
+        } else {
+            padding_idx as usize
+        };
+        let mut layer = Embedding::new(b, prefix, num_embeddings, dim)?;
+        let mut table = b.value(layer.weight).clone();
+        table.data_mut()[row * dim..(row + 1) * dim].fill(S::ZERO);
+        b.set(layer.weight, table)?;
+        layer.padding_idx = Some(row);
+        Ok(layer)
     }
 
     /// Looks up the rows named by the values of `x` (any shape): the result has shape
@@ -60,6 +95,13 @@ impl Embedding {
         }
         let indices = IndexTensor::new(value.dims(), idx)?;
         let w = ctx.param(self.weight);
-        ctx.session().embedding(indices, w)
+        match self.padding_idx {
+            Some(p) => ctx.session().embedding_with_padding_idx(
+                indices,
+                w,
+                isize::try_from(p).unwrap_or(isize::MAX),
+            ),
+            None => ctx.session().embedding(indices, w),
+        }
     }
 }

@@ -51,13 +51,23 @@ impl Layer {
         match self {
             Layer::Linear(l) => format!("Linear({}, {})", l.in_features, l.out_features),
             Layer::Conv2d(c) => format!(
-                "Conv2d({}, {}, kernel={:?}, stride={:?}, padding={:?})",
-                c.in_channels, c.out_channels, c.kernel_size, c.stride, c.padding
+                "Conv2d({}, {}, kernel={:?}, stride={:?}, padding={})",
+                c.in_channels,
+                c.out_channels,
+                c.kernel_size,
+                c.stride,
+                c.padding_text()
             ),
             Layer::MaxPool2d(p) => format!("MaxPool2d({:?})", p.kernel_size),
             Layer::LayerNorm(n) => format!("LayerNorm({:?})", n.normalized_shape),
             Layer::BatchNorm2d(n) => format!("BatchNorm2d({})", n.num_features),
-            Layer::Embedding(e) => format!("Embedding({}, {})", e.num_embeddings, e.dim),
+            Layer::Embedding(e) => match e.padding_idx {
+                Some(p) => format!(
+                    "Embedding({}, {}, padding_idx={p})",
+                    e.num_embeddings, e.dim
+                ),
+                None => format!("Embedding({}, {})", e.num_embeddings, e.dim),
+            },
             Layer::Activation(a) => format!("{}()", a.name()),
             Layer::Dropout(d) => format!("Dropout(p={})", d.p),
             Layer::Flatten { start_dim, end_dim } => format!("Flatten({start_dim}, {end_dim})"),

@@ -1,26 +1,42 @@
 //! `scaled_dot_product_attention` on (..., L, E) queries and (..., S, E) keys, (..., S, Ev) values,
-//! with an optional causal or boolean mask. Masked scores never enter an `exp`, so no NaN arises;
-//! a row with every key masked has output 0 and passes no gradient (a documented choice).
+//! with an optional causal, boolean or float mask and seeded dropout on the attention weights.
+//! Masked scores never enter an `exp`, so no NaN arises; a row with every key masked (boolean or
+//! -inf) has output 0 and passes no gradient (a documented choice).
 
+use super::dropout::dropout_mask;
 use crate::ops::{Arity, Aux, Forward, Mask, OpRules, Saves, VjpContext};
-use tapegrad_tensor::kernels::{batched_matmul, broadcast_shape, broadcast_to};
+use tapegrad_tensor::kernels::{batched_matmul, broadcast_shape, broadcast_to, sum_to};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
-/// `F.scaled_dot_product_attention(query, key, value, attn_mask, is_causal, scale)` without
-/// dropout: `softmax(q k^T * scale + mask) v`. Arguments `(query, key, value)` share their leading
-/// (batch, heads, ...) dimensions.
+/// `F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)`:
+/// `dropout(softmax(q k^T * scale + mask), dropout_p) v`. Arguments `(query, key, value)`, plus
+/// the float mask when `float_mask` is set; they share their leading (batch, heads, ...)
+/// dimensions.
 ///
 /// - `scale` defaults to `1 / sqrt(E)` (1 when `E = 0`, where every score is 0 anyway).
 /// - `is_causal`: query `i` attends keys `j <= i` (top-left aligned, as PyTorch).
 /// - `attn_mask`: a boolean mask broadcastable to (..., L, S); `true` means "takes part", as
-///   PyTorch's boolean masks. It cannot be combined with `is_causal`.
+///   PyTorch's boolean masks.
+/// - `float_mask`: PyTorch's float `attn_mask`, given as a fourth tensor argument broadcastable
+///   to (..., L, S) and added to the scaled scores; it is differentiable (its gradient is the
+///   scores' gradient summed over the broadcast axes). A `-inf` entry masks its key exactly like
+///   a `false` in a boolean mask.
+/// - Only one mask can be given, and none together with `is_causal` (PyTorch's rule).
+/// - `dropout_p` zeroes each attention weight with that probability and scales the rest by
+///   `1 / (1 - dropout_p)`, with the mask drawn from `seed` as [`dropout_mask`] over the weights
+///   (so the same seed gives the same mask, and the VJP and JVP regenerate it); `0` is the
+///   identity. PyTorch applies it whenever `dropout_p > 0`, so pass 0 in evaluation.
 /// - A query row whose keys are all masked has attention weights 0, so its output row is 0 and
-///   it sends zero gradient to the query, keys and values (PyTorch's math kernel gives NaN there).
+///   it sends zero gradient to the query, keys, values and mask (PyTorch's math kernel gives NaN
+///   there).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ScaledDotProductAttention {
     pub is_causal: bool,
     pub scale: Option<f64>,
     pub attn_mask: Option<Mask>,
+    pub float_mask: bool,
+    pub dropout_p: f64,
+    pub seed: u64,
 }
 
 /// Shapes of one attention call.
@@ -29,19 +45,22 @@ struct Geometry {
     out: Shape,
     keys: usize,
     scale: f64,
+    /// The float mask's own shape, when there is one.
+    float_mask: Option<Shape>,
 }
 
 impl ScaledDotProductAttention {
-    fn geometry(&self, q: &Shape, k: &Shape, v: &Shape) -> Result<Geometry> {
+    fn geometry(&self, shapes: &[&Shape]) -> Result<Geometry> {
         let op = "scaled_dot_product_attention";
-        let shapes = || format!("query {q}, key {k}, value {v}");
+        let (q, k, v) = (shapes[0], shapes[1], shapes[2]);
+        let shapes_text = || format!("query {q}, key {k}, value {v}");
         let r = q.rank();
         if r < 2 || k.rank() != r || v.rank() != r {
             return Err(Error::invalid(
                 op,
                 format!(
                     "query, key and value must have one rank of at least 2 (..., L, E), found {}",
-                    shapes()
+                    shapes_text()
                 ),
             ));
         }
@@ -51,7 +70,7 @@ impl ScaledDotProductAttention {
                 op,
                 format!(
                     "leading (batch) dimensions must be equal, found {}",
-                    shapes()
+                    shapes_text()
                 ),
             ));
         }
@@ -60,14 +79,29 @@ impl ScaledDotProductAttention {
                 op,
                 format!(
                     "query and key must share the embedding size and key and value the sequence length, found {}",
-                    shapes()
+                    shapes_text()
                 ),
             ));
         }
-        if self.is_causal && self.attn_mask.is_some() {
+        if self.is_causal && (self.attn_mask.is_some() || self.float_mask) {
             return Err(Error::invalid(
                 op,
                 "an explicit attn_mask cannot be combined with is_causal",
+            ));
+        }
+        if self.float_mask && self.attn_mask.is_some() {
+            return Err(Error::invalid(
+                op,
+                "attn_mask is given twice: as a boolean mask and as a float tensor argument",
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.dropout_p) {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "dropout_p has to be between 0 and 1, but got {}",
+                    self.dropout_p
+                ),
             ));
         }
         let e = qd[r - 1];
@@ -82,19 +116,34 @@ impl ScaledDotProductAttention {
         let mut scores = qd[..r - 1].to_vec();
         scores.push(kd[r - 2]);
         let scores = Shape::new(scores)?;
+        let fits = |m: &Shape| broadcast_shape(op, m, &scores).is_ok_and(|b| b == scores);
         if let Some(m) = &self.attn_mask {
-            let fits = broadcast_shape(op, &m.shape, &scores).is_ok_and(|b| b == scores);
-            if !fits || m.data.len() != m.shape.numel() {
+            if !fits(&m.shape) || m.data.len() != m.shape.numel() {
                 return Err(Error::invalid(
                     op,
                     format!(
                         "attn_mask of shape {} does not broadcast to the scores {scores} ({})",
                         m.shape,
-                        shapes()
+                        shapes_text()
                     ),
                 ));
             }
         }
+        let float_mask = if self.float_mask {
+            let m = shapes[3];
+            if !fits(m) {
+                return Err(Error::invalid(
+                    op,
+                    format!(
+                        "float attn_mask of shape {m} does not broadcast to the scores {scores} ({})",
+                        shapes_text()
+                    ),
+                ));
+            }
+            Some(m.clone())
+        } else {
+            None
+        };
         let mut out = qd[..r - 1].to_vec();
         out.push(vd[r - 1]);
         Ok(Geometry {
@@ -102,10 +151,16 @@ impl ScaledDotProductAttention {
             out: Shape::new(out)?,
             keys: kd[r - 2],
             scale,
+            float_mask,
         })
     }
 
-    /// Which scores take part, row-major over the scores shape; `None` when all do.
+    fn shapes_of<'a, S: Scalar>(x: &[&'a Tensor<S>]) -> Vec<&'a Shape> {
+        x.iter().map(|t| t.shape()).collect()
+    }
+
+    /// Which scores take part by the causal or boolean mask, row-major over the scores shape;
+    /// `None` when all do.
     fn allowed(&self, g: &Geometry) -> Result<Option<Vec<bool>>> {
         if self.is_causal {
             let dims = g.scores.dims();
@@ -129,19 +184,32 @@ impl ScaledDotProductAttention {
         }
     }
 
-    /// Attention weights: a softmax over each row's allowed scores, 0 elsewhere; all-0 rows when
-    /// nothing is allowed.
-    fn weights<S: Scalar>(&self, g: &Geometry, q: &Tensor<S>, k: &Tensor<S>) -> Result<Tensor<S>> {
+    /// Attention weights before dropout: a softmax over each row's allowed scores (scaled, plus
+    /// the float mask), 0 elsewhere; all-0 rows when nothing is allowed.
+    fn weights<S: Scalar>(
+        &self,
+        g: &Geometry,
+        q: &Tensor<S>,
+        k: &Tensor<S>,
+        float_mask: Option<&Tensor<S>>,
+    ) -> Result<Tensor<S>> {
         let mut p = batched_matmul(q, false, k, true)?.into_vec();
         let allowed = self.allowed(g)?;
+        let added = float_mask.map(|m| broadcast_to(m, &g.scores)).transpose()?;
+        let added = added.as_ref().map(|m| m.data());
         let scale = S::from_f64(g.scale);
         let keys = g.keys;
         if keys > 0 {
             for (r, row) in p.chunks_mut(keys).enumerate() {
-                let ok = |j: usize| allowed.as_ref().is_none_or(|a| a[r * keys + j]);
+                let i = |j: usize| r * keys + j;
+                let ok = |j: usize| {
+                    allowed.as_ref().is_none_or(|a| a[i(j)])
+                        && added.is_none_or(|m| m[i(j)] != S::NEG_INFINITY)
+                };
+                let z = |j: usize, s: S| s * scale + added.map_or(S::ZERO, |m| m[i(j)]);
                 let m = (0..keys)
                     .filter(|&j| ok(j))
-                    .map(|j| row[j] * scale)
+                    .map(|j| z(j, row[j]))
                     .fold(None, |m: Option<S>, s| Some(m.map_or(s, |m| m.max_nan(s))));
                 let Some(m) = m else {
                     row.fill(S::ZERO);
@@ -150,7 +218,7 @@ impl ScaledDotProductAttention {
                 let mut total = S::ZERO;
                 for (j, s) in row.iter_mut().enumerate() {
                     *s = if ok(j) {
-                        let e = (*s * scale - m).exp();
+                        let e = (z(j, *s) - m).exp();
                         total += e;
                         e
                     } else {
@@ -165,20 +233,40 @@ impl ScaledDotProductAttention {
         Tensor::from_shape(g.scores.clone(), p)
     }
 
-    /// `P * (d - rowsum(P * d)) * scale`: the softmax derivative applied to `d`, zero wherever
-    /// `P` is (masked scores and fully masked rows).
+    /// The dropout map on score-shaped `t` (the attention weights, or their gradient or tangent:
+    /// it is linear and diagonal); the identity when `dropout_p` is 0.
+    fn dropped<S: Scalar>(&self, t: &Tensor<S>) -> Result<Tensor<S>> {
+        if self.dropout_p == 0.0 {
+            return Ok(t.clone());
+        }
+        let keep_scale = if self.dropout_p < 1.0 {
+            S::from_f64(1.0 / (1.0 - self.dropout_p))
+        } else {
+            S::ZERO
+        };
+        let mask = dropout_mask(self.seed, t.numel(), self.dropout_p);
+        let data = t
+            .data()
+            .iter()
+            .zip(mask)
+            .map(|(&v, keep)| if keep { v * keep_scale } else { S::ZERO })
+            .collect();
+        Tensor::from_shape(t.shape().clone(), data)
+    }
+
+    /// `P * (d - rowsum(P * d))`: the softmax derivative applied to a change `d` of the
+    /// pre-softmax scores, zero wherever `P` is (masked scores and fully masked rows).
     fn softmax_derivative<S: Scalar>(
         &self,
         g: &Geometry,
         p: &Tensor<S>,
         d: &Tensor<S>,
     ) -> Result<Tensor<S>> {
-        let scale = S::from_f64(g.scale);
         let mut out = Vec::with_capacity(p.numel());
         if g.keys > 0 {
             for (pr, dr) in p.data().chunks(g.keys).zip(d.data().chunks(g.keys)) {
                 let dot: S = pr.iter().zip(dr).map(|(&a, &b)| a * b).sum();
-                out.extend(pr.iter().zip(dr).map(|(&a, &b)| a * (b - dot) * scale));
+                out.extend(pr.iter().zip(dr).map(|(&a, &b)| a * (b - dot)));
             }
         }
         Tensor::from_shape(g.scores.clone(), out)
@@ -199,24 +287,30 @@ fn add<S: Scalar>(a: Tensor<S>, b: &Tensor<S>) -> Result<Tensor<S>> {
     a.zip_map(b, "scaled_dot_product_attention", |x, y| x + y)
 }
 
+fn scaled<S: Scalar>(t: &Tensor<S>, by: f64) -> Tensor<S> {
+    let by = S::from_f64(by);
+    t.map(|v| v * by)
+}
+
 impl OpRules for ScaledDotProductAttention {
     fn name(&self) -> &'static str {
         "scaled_dot_product_attention"
     }
     fn arity(&self) -> Arity {
-        Arity::Exact(3)
+        Arity::Exact(if self.float_mask { 4 } else { 3 })
     }
     fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
-        Ok(self.geometry(inputs[0], inputs[1], inputs[2])?.out)
+        Ok(self.geometry(inputs)?.out)
     }
-    /// Query, key and value; the attention weights travel in `Aux`.
+    /// Query, key and value (not the float mask: its effect is in the weights); the attention
+    /// weights travel in `Aux`, and the dropout mask is regenerated from the seed.
     fn saves(&self) -> Saves {
         Saves::inputs(&[0, 1, 2])
     }
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
-        let g = self.geometry(x[0].shape(), x[1].shape(), x[2].shape())?;
-        let p = self.weights(&g, x[0], x[1])?;
-        let out = batched_matmul(&p, false, x[2], false)?;
+        let g = self.geometry(&Self::shapes_of(x))?;
+        let p = self.weights(&g, x[0], x[1], x.get(3).copied())?;
+        let out = batched_matmul(&self.dropped(&p)?, false, x[2], false)?;
         Ok(Forward {
             value: out,
             aux: Aux::Tensors(vec![p]),
@@ -228,18 +322,27 @@ impl OpRules for ScaledDotProductAttention {
         cot: &Tensor<S>,
     ) -> Result<Vec<Option<Tensor<S>>>> {
         let op = self.name();
-        let sh = ctx.input_shapes;
-        let g = self.geometry(&sh[0], &sh[1], &sh[2])?;
+        let shapes: Vec<&Shape> = ctx.input_shapes.iter().collect();
+        let g = self.geometry(&shapes)?;
         let p = weights_of(ctx.aux, &g.scores)?;
-        let ds = if ctx.needs(0) || ctx.needs(1) {
-            let dp = batched_matmul(cot, false, ctx.input(op, 2)?, true)?;
+        let score_grad_needed = ctx.needs(0) || ctx.needs(1) || (self.float_mask && ctx.needs(3));
+        // The gradient of the pre-softmax scores `q k^T * scale + mask`.
+        let dz = if score_grad_needed {
+            let dp = self.dropped(&batched_matmul(cot, false, ctx.input(op, 2)?, true)?)?;
             Some(self.softmax_derivative(&g, p, &dp)?)
+        } else {
+            None
+        };
+        let dz = dz.as_ref();
+        let need_dz = || dz.ok_or_else(|| Error::invalid(op, "score gradient missing"));
+        let ds = if ctx.needs(0) || ctx.needs(1) {
+            Some(scaled(need_dz()?, g.scale))
         } else {
             None
         };
         let ds = ds.as_ref();
         let need_ds = || ds.ok_or_else(|| Error::invalid(op, "score gradient missing"));
-        Ok(vec![
+        let mut grads = vec![
             if ctx.needs(0) {
                 Some(batched_matmul(need_ds()?, false, ctx.input(op, 1)?, false)?)
             } else {
@@ -251,11 +354,19 @@ impl OpRules for ScaledDotProductAttention {
                 None
             },
             if ctx.needs(2) {
-                Some(batched_matmul(p, true, cot, false)?)
+                Some(batched_matmul(&self.dropped(p)?, true, cot, false)?)
             } else {
                 None
             },
-        ])
+        ];
+        if let Some(mask_shape) = &g.float_mask {
+            grads.push(if ctx.needs(3) {
+                Some(sum_to(need_dz()?, mask_shape)?)
+            } else {
+                None
+            });
+        }
+        Ok(grads)
     }
     fn jvp<S: Scalar>(
         &self,
@@ -263,31 +374,42 @@ impl OpRules for ScaledDotProductAttention {
         out: &Forward<S>,
         t: &[&Tensor<S>],
     ) -> Result<Tensor<S>> {
-        let g = self.geometry(x[0].shape(), x[1].shape(), x[2].shape())?;
+        let g = self.geometry(&Self::shapes_of(x))?;
         let p = weights_of(&out.aux, &g.scores)?;
-        // d scores (before scaling) = dq k^T + q dk^T; softmax_derivative applies the scale.
-        let dscores = add(
-            batched_matmul(t[0], false, x[1], true)?,
-            &batched_matmul(x[0], false, t[1], true)?,
-        )?;
-        let dp = self.softmax_derivative(&g, p, &dscores)?;
+        // d(pre-softmax scores) = (dq k^T + q dk^T) * scale + d mask.
+        let mut dz = scaled(
+            &add(
+                batched_matmul(t[0], false, x[1], true)?,
+                &batched_matmul(x[0], false, t[1], true)?,
+            )?,
+            g.scale,
+        );
+        if g.float_mask.is_some() {
+            dz = add(dz, &broadcast_to(t[3], &g.scores)?)?;
+        }
+        let dp = self.dropped(&self.softmax_derivative(&g, p, &dz)?)?;
         add(
             batched_matmul(&dp, false, x[2], false)?,
-            &batched_matmul(p, false, t[2], false)?,
+            &batched_matmul(&self.dropped(p)?, false, t[2], false)?,
         )
     }
 }
 
 impl std::fmt::Display for ScaledDotProductAttention {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mask = match (&self.attn_mask, self.float_mask) {
+            (Some(m), _) => m.shape.to_string(),
+            (None, true) => "float argument".to_string(),
+            (None, false) => "none".to_string(),
+        };
         write!(
             f,
-            "scaled_dot_product_attention(is_causal={}, scale={:?}, attn_mask={})",
-            self.is_causal,
-            self.scale,
-            self.attn_mask
-                .as_ref()
-                .map_or("none".to_string(), |m| m.shape.to_string())
-        )
+            "scaled_dot_product_attention(is_causal={}, scale={:?}, attn_mask={mask}",
+            self.is_causal, self.scale
+        )?;
+        if self.dropout_p != 0.0 {
+            write!(f, ", dropout_p={}, seed={}", self.dropout_p, self.seed)?;
+        }
+        write!(f, ")")
     }
 }

@@ -1,7 +1,9 @@
-//! `conv1d` and `conv2d` (PyTorch's `F.conv1d`/`F.conv2d`): stride, zero padding, dilation, groups
-//! and an optional bias, batched or unbatched input. Forward and both VJPs run on the GEMM through
-//! the im2col kernels; conv1d is conv2d on a height-1 image. Every rule is linear in each argument.
+//! `conv1d` and `conv2d` (PyTorch's `F.conv1d`/`F.conv2d`): stride, padding (a number, "same" or
+//! "valid", with `nn.Conv2d`'s `padding_mode`), dilation, groups and an optional bias, batched or
+//! unbatched input. Forward and both VJPs run on the GEMM through the im2col kernels; conv1d is
+//! conv2d on a height-1 image. Every rule is linear in each argument.
 
+use super::pad::{AxisPad, NamedPadding, Pad, PaddingMode};
 use super::{arity_with, expect_shape, when};
 use crate::ops::{Arity, Forward, OpRules, Saves, VjpContext};
 use tapegrad_tensor::kernels::conv::{
@@ -11,6 +13,11 @@ use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// `F.conv2d(input, weight, bias, stride, padding, dilation, groups)`: input (N, C, H, W) or
 /// (C, H, W), weight (O, C / groups, kH, kW), bias (O) when `bias` is set.
+///
+/// PyTorch's `padding` is a number, a pair or a string: `padding` holds the numbers and
+/// `named_padding` the string (`padding="same"` or `"valid"`; `padding` must then stay `[0, 0]`).
+/// `padding_mode` is `nn.Conv2d`'s (F.conv2d pads with zeros only): the module pads explicitly
+/// with `F.pad(mode)` and convolves without padding, which is what this op does.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Conv2d {
     pub stride: [usize; 2],
@@ -18,6 +25,8 @@ pub struct Conv2d {
     pub dilation: [usize; 2],
     pub groups: usize,
     pub bias: bool,
+    pub named_padding: Option<NamedPadding>,
+    pub padding_mode: PaddingMode,
 }
 
 impl Default for Conv2d {
@@ -28,12 +37,15 @@ impl Default for Conv2d {
             dilation: [1, 1],
             groups: 1,
             bias: false,
+            named_padding: None,
+            padding_mode: PaddingMode::Zeros,
         }
     }
 }
 
 /// `F.conv1d(input, weight, bias, stride, padding, dilation, groups)`: input (N, C, L) or (C, L),
-/// weight (O, C / groups, K), bias (O) when `bias` is set.
+/// weight (O, C / groups, K), bias (O) when `bias` is set; `named_padding` and `padding_mode`
+/// as [`Conv2d`]'s.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Conv1d {
     pub stride: usize,
@@ -41,6 +53,8 @@ pub struct Conv1d {
     pub dilation: usize,
     pub groups: usize,
     pub bias: bool,
+    pub named_padding: Option<NamedPadding>,
+    pub padding_mode: PaddingMode,
 }
 
 impl Default for Conv1d {
@@ -51,6 +65,8 @@ impl Default for Conv1d {
             dilation: 1,
             groups: 1,
             bias: false,
+            named_padding: None,
+            padding_mode: PaddingMode::Zeros,
         }
     }
 }
@@ -64,6 +80,16 @@ struct Spec {
     dilation: [usize; 2],
     groups: usize,
     bias: bool,
+    named_padding: Option<NamedPadding>,
+    padding_mode: PaddingMode,
+}
+
+/// A convolution's geometry (on the padded input when `pad` is set) and output shape.
+struct Plan {
+    geo: Conv2dGeometry,
+    /// Explicit padding to apply first; the kernels then pad nothing.
+    pad: Option<Pad>,
+    out: Shape,
 }
 
 impl Conv2d {
@@ -76,6 +102,8 @@ impl Conv2d {
             dilation: self.dilation,
             groups: self.groups,
             bias: self.bias,
+            named_padding: self.named_padding,
+            padding_mode: self.padding_mode,
         }
     }
 }
@@ -90,13 +118,74 @@ impl Conv1d {
             dilation: [1, self.dilation],
             groups: self.groups,
             bias: self.bias,
+            named_padding: self.named_padding,
+            padding_mode: self.padding_mode,
         }
     }
 }
 
 impl Spec {
+    /// The per-axis `(before, after)` padding of (height, width), from the numbers or the name.
+    fn resolve_padding(&self, kernel: [usize; 2], shapes: &str) -> Result<[(usize, usize); 2]> {
+        let op = self.name;
+        let Some(named) = self.named_padding else {
+            return Ok(self.padding.map(|p| (p, p)));
+        };
+        if self.padding != [0, 0] {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "padding=\"{}\" cannot be combined with numeric padding {} ({shapes})",
+                    named.name(),
+                    self.show(self.padding)
+                ),
+            ));
+        }
+        match named {
+            NamedPadding::Valid => Ok([(0, 0); 2]),
+            NamedPadding::Same => {
+                if self.stride != [1, 1] {
+                    return Err(Error::invalid(
+                        op,
+                        format!(
+                            "padding=\"same\" is not supported for strided convolutions, got stride {} ({shapes})",
+                            self.show(self.stride)
+                        ),
+                    ));
+                }
+                let mut out = [(0, 0); 2];
+                for a in 0..2 {
+                    let total = kernel[a]
+                        .saturating_sub(1)
+                        .checked_mul(self.dilation[a])
+                        .ok_or_else(|| {
+                            Error::invalid(
+                                op,
+                                format!(
+                                    "padding=\"same\" overflows with dilation {} ({shapes})",
+                                    self.show(self.dilation)
+                                ),
+                            )
+                        })?;
+                    // PyTorch puts the odd element on the right (bottom).
+                    out[a] = (total / 2, total - total / 2);
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// An attribute as the user wrote it: one number for conv1d, a pair for conv2d.
+    fn show(&self, v: [usize; 2]) -> String {
+        if self.spatial == 1 {
+            v[1].to_string()
+        } else {
+            format!("{v:?}")
+        }
+    }
+
     /// The geometry and output shape for these argument shapes.
-    fn geometry(&self, shapes: &[&Shape]) -> Result<(Conv2dGeometry, Shape)> {
+    fn geometry(&self, shapes: &[&Shape]) -> Result<Plan> {
         let op = self.name;
         let (x, w) = (shapes[0], shapes[1]);
         let batched = x.rank() == self.spatial + 2;
@@ -155,40 +244,74 @@ impl Spec {
             let expected = Shape::new([out_channels])?;
             expect_shape(op, "bias", shapes[2], &expected)?;
         }
+        let shapes_text = format!("input {x}, weight {w}");
+        let [(top, bottom), (left, right)] = self.resolve_padding([kh, kw], &shapes_text)?;
+        let symmetric = top == bottom && left == right;
+        let pad = if (symmetric && self.padding_mode == PaddingMode::Zeros)
+            || [top, bottom, left, right] == [0; 4]
+        {
+            None
+        } else {
+            let axis = |len, lo, hi| AxisPad { len, lo, hi };
+            let names = if self.spatial == 2 {
+                ["height", "width"]
+            } else {
+                ["height", "length"]
+            };
+            let pad = Pad::new(
+                op,
+                batch * channels,
+                [axis(in_h, top, bottom), axis(in_w, left, right)],
+                self.padding_mode,
+                names,
+            )
+            .map_err(|e| with_shapes(e, &shapes_text))?;
+            Some(pad)
+        };
+        let (geo_in, geo_pad) = match &pad {
+            Some(p) => (p.padded(), [0, 0]),
+            None => ([in_h, in_w], [top, left]),
+        };
         let geo = Conv2dGeometry::new(
             op,
-            [batch, channels, in_h, in_w],
+            [batch, channels, geo_in[0], geo_in[1]],
             [out_channels, group_in, kh, kw],
             self.stride,
-            self.padding,
+            geo_pad,
             self.dilation,
             g,
         )
-        .map_err(|e| match e {
-            Error::Invalid { op, message } => Error::Invalid {
-                op,
-                message: format!("{message} (input {x}, weight {w})"),
-            },
-            other => other,
-        })?;
+        .map_err(|e| with_shapes(e, &shapes_text))?;
         let mut dims = if batched { vec![batch] } else { vec![] };
         dims.push(out_channels);
         if self.spatial == 2 {
             dims.push(geo.out_h);
         }
         dims.push(geo.out_w);
-        Ok((geo, Shape::new(dims)?))
+        Ok(Plan {
+            geo,
+            pad,
+            out: Shape::new(dims)?,
+        })
     }
 
     fn shapes_of<'a, S: Scalar>(inputs: &[&'a Tensor<S>]) -> Vec<&'a Shape> {
         inputs.iter().map(|t| t.shape()).collect()
     }
 
+    /// `x` as the kernels read it: explicitly padded when the plan says so.
+    fn padded<S: Scalar>(&self, plan: &Plan, x: &Tensor<S>) -> Result<Tensor<S>> {
+        match &plan.pad {
+            Some(p) => p.apply(self.name, x),
+            None => Ok(x.clone()),
+        }
+    }
+
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
-        let (geo, out) = self.geometry(&Self::shapes_of(x))?;
+        let plan = self.geometry(&Self::shapes_of(x))?;
         let bias = if self.bias { Some(x[2]) } else { None };
-        let data = conv2d_forward(&geo, x[0], x[1], bias)?;
-        Ok(Forward::new(Tensor::from_shape(out, data)?))
+        let data = conv2d_forward(&plan.geo, &self.padded(&plan, x[0])?, x[1], bias)?;
+        Ok(Forward::new(Tensor::from_shape(plan.out, data)?))
     }
 
     fn vjp<S: Scalar>(
@@ -198,37 +321,53 @@ impl Spec {
     ) -> Result<Vec<Option<Tensor<S>>>> {
         let op = self.name;
         let shapes: Vec<&Shape> = ctx.input_shapes.iter().collect();
-        let (geo, _) = self.geometry(&shapes)?;
+        let plan = self.geometry(&shapes)?;
+        let geo = &plan.geo;
         let shape = |i: usize| ctx.input_shapes[i].clone();
         let mut grads = vec![
             when(ctx, 0, || {
-                let data = conv2d_grad_input(&geo, cot, ctx.input(op, 1)?)?;
-                Tensor::from_shape(shape(0), data)
+                let data = conv2d_grad_input(geo, cot, ctx.input(op, 1)?)?;
+                match &plan.pad {
+                    Some(p) => p.adjoint(&data, &shape(0)),
+                    None => Tensor::from_shape(shape(0), data),
+                }
             })?,
             when(ctx, 1, || {
-                let data = conv2d_grad_weight(&geo, cot, ctx.input(op, 0)?)?;
+                let x = self.padded(&plan, ctx.input(op, 0)?)?;
+                let data = conv2d_grad_weight(geo, cot, &x)?;
                 Tensor::from_shape(shape(1), data)
             })?,
         ];
         if self.bias {
             grads.push(when(ctx, 2, || {
-                Tensor::from_shape(shape(2), conv2d_grad_bias(&geo, cot)?)
+                Tensor::from_shape(shape(2), conv2d_grad_bias(geo, cot)?)
             })?);
         }
         Ok(grads)
     }
 
-    /// The convolution is bilinear in (input, weight) and affine in the bias, so its tangent is
-    /// `conv(dx, w) + conv(x, dw) + db`.
+    /// The convolution is bilinear in (input, weight) and affine in the bias, and padding is
+    /// linear, so its tangent is `conv(pad(dx), w) + conv(pad(x), dw) + db`.
     fn jvp<S: Scalar>(&self, x: &[&Tensor<S>], t: &[&Tensor<S>]) -> Result<Tensor<S>> {
-        let (geo, out) = self.geometry(&Self::shapes_of(x))?;
+        let plan = self.geometry(&Self::shapes_of(x))?;
         let bias = if self.bias { Some(t[2]) } else { None };
-        let mut data = conv2d_forward(&geo, t[0], x[1], bias)?;
-        let other = conv2d_forward(&geo, x[0], t[1], None)?;
+        let mut data = conv2d_forward(&plan.geo, &self.padded(&plan, t[0])?, x[1], bias)?;
+        let other = conv2d_forward(&plan.geo, &self.padded(&plan, x[0])?, t[1], None)?;
         for (d, o) in data.iter_mut().zip(other) {
             *d += o;
         }
-        Tensor::from_shape(out, data)
+        Tensor::from_shape(plan.out, data)
+    }
+}
+
+/// Adds the argument shapes to a geometry error.
+fn with_shapes(e: Error, shapes: &str) -> Error {
+    match e {
+        Error::Invalid { op, message } => Error::Invalid {
+            op,
+            message: format!("{message} ({shapes})"),
+        },
+        other => other,
     }
 }
 
@@ -242,7 +381,7 @@ macro_rules! conv_rules {
                 arity_with(2, &[self.bias])
             }
             fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
-                Ok(self.spec().geometry(inputs)?.1)
+                Ok(self.spec().geometry(inputs)?.out)
             }
             /// The input gradient needs the weight and the weight gradient needs the input.
             fn saves(&self) -> Saves {
@@ -273,12 +412,28 @@ macro_rules! conv_rules {
 conv_rules!(Conv2d);
 conv_rules!(Conv1d);
 
+/// PyTorch's text of `padding` and, when not zeros, `padding_mode`.
+fn padding_text(spec: &Spec) -> String {
+    let padding = match spec.named_padding {
+        Some(n) => format!("\"{}\"", n.name()),
+        None => spec.show(spec.padding),
+    };
+    match spec.padding_mode {
+        PaddingMode::Zeros => padding,
+        mode => format!("{padding}, padding_mode=\"{}\"", mode.name()),
+    }
+}
+
 impl std::fmt::Display for Conv2d {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "conv2d(stride={:?}, padding={:?}, dilation={:?}, groups={}, bias={})",
-            self.stride, self.padding, self.dilation, self.groups, self.bias
+            "conv2d(stride={:?}, padding={}, dilation={:?}, groups={}, bias={})",
+            self.stride,
+            padding_text(&self.spec()),
+            self.dilation,
+            self.groups,
+            self.bias
         )
     }
 }
@@ -288,7 +443,11 @@ impl std::fmt::Display for Conv1d {
         write!(
             f,
             "conv1d(stride={}, padding={}, dilation={}, groups={}, bias={})",
-            self.stride, self.padding, self.dilation, self.groups, self.bias
+            self.stride,
+            padding_text(&self.spec()),
+            self.dilation,
+            self.groups,
+            self.bias
         )
     }
 }

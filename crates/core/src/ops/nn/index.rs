@@ -1,5 +1,5 @@
 //! Indexing ops whose indices are attributes (`IndexTensor`: a shape plus `Arc<Vec<usize>>`, not
-//! differentiable): `embedding` (gradients of repeated indices accumulate), `index_select`,
+//! differentiable): `embedding` (gradients of repeated indices accumulate; `padding_idx`), `index_select`,
 //! `gather`, `scatter_add` and `select`. An out-of-range index is `Error::Index` naming it and the bound.
 
 use super::{index_i64, when};
@@ -86,11 +86,29 @@ impl std::fmt::Display for IndexTensor {
     }
 }
 
-/// `F.embedding(indices, weight)`: rows of a (num_embeddings, embedding_dim) weight picked by
-/// `indices` (PyTorch calls them `input`); the output has shape `indices.shape + [embedding_dim]`.
+/// `F.embedding(indices, weight, padding_idx)`: rows of a (num_embeddings, embedding_dim) weight
+/// picked by `indices` (PyTorch calls them `input`); the output has shape
+/// `indices.shape + [embedding_dim]`.
+///
+/// `padding_idx` (negative counts from the end, as PyTorch; it must lie in
+/// `-num_embeddings..num_embeddings`): the forward pass is unchanged, but that row of the weight
+/// gets no gradient, as in PyTorch. The op then treats the row as a constant, so its JVP gives
+/// that row's tangent no effect either (keeping JVP and VJP adjoint); finite differences in that
+/// row do not match, by design.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Embedding {
     pub indices: IndexTensor,
+    pub padding_idx: Option<isize>,
+}
+
+impl Embedding {
+    /// `F.embedding` without `padding_idx`.
+    pub fn new(indices: IndexTensor) -> Self {
+        Embedding {
+            indices,
+            padding_idx: None,
+        }
+    }
 }
 
 /// `torch.index_select(input, dim, index)` with a 0-D or 1-D `index`.
@@ -179,7 +197,34 @@ impl Embedding {
             ));
         }
         self.indices.check_bound(op, w.dims()[0])?;
+        self.padding_row(w.dims()[0])?;
         Ok((w.dims()[0], w.dims()[1]))
+    }
+
+    /// `padding_idx` normalised as PyTorch (`+ num_embeddings` when negative), or an error naming
+    /// it and the bound.
+    fn padding_row(&self, rows: usize) -> Result<Option<usize>> {
+        let Some(p) = self.padding_idx else {
+            return Ok(None);
+        };
+        let n = isize::try_from(rows).unwrap_or(isize::MAX);
+        if p >= n || p < -n {
+            return Err(Error::Index {
+                op: "embedding",
+                what: "padding_idx",
+                index: p as i64,
+                bound: rows,
+            });
+        }
+        Ok(Some(if p < 0 { (p + n) as usize } else { p as usize }))
+    }
+
+    /// Zeroes the padding row of a weight-shaped gradient or tangent.
+    fn clear_padding_row<S: Scalar>(&self, data: &mut [S], rows: usize, dim: usize) -> Result<()> {
+        if let Some(r) = self.padding_row(rows)? {
+            data[r * dim..(r + 1) * dim].fill(S::ZERO);
+        }
+        Ok(())
     }
 }
 
@@ -212,7 +257,8 @@ impl OpRules for Embedding {
     ) -> Result<Vec<Option<Tensor<S>>>> {
         let w = &ctx.input_shapes[0];
         let (v, d) = self.check(w)?;
-        let data = put_along(cot.data(), 1, v, d, &self.indices.data);
+        let mut data = put_along(cot.data(), 1, v, d, &self.indices.data);
+        self.clear_padding_row(&mut data, v, d)?;
         Ok(vec![Some(Tensor::from_shape(w.clone(), data)?)])
     }
     fn jvp<S: Scalar>(
@@ -221,7 +267,15 @@ impl OpRules for Embedding {
         _out: &Forward<S>,
         t: &[&Tensor<S>],
     ) -> Result<Tensor<S>> {
-        Ok(self.forward(t)?.value)
+        if self.padding_idx.is_none() {
+            return Ok(self.forward(t)?.value);
+        }
+        let (v, d) = self.check(t[0].shape())?;
+        let mut tangent = t[0].data().to_vec();
+        self.clear_padding_row(&mut tangent, v, d)?;
+        Ok(self
+            .forward(&[&Tensor::from_shape(t[0].shape().clone(), tangent)?])?
+            .value)
     }
 }
 
@@ -545,7 +599,11 @@ impl OpRules for Select {
 
 impl std::fmt::Display for Embedding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "embedding(indices={})", self.indices)
+        write!(f, "embedding(indices={}", self.indices)?;
+        match self.padding_idx {
+            Some(p) => write!(f, ", padding_idx={p})"),
+            None => write!(f, ")"),
+        }
     }
 }
 

@@ -7,6 +7,7 @@ mod conv;
 mod dropout;
 mod index;
 mod norm;
+mod pad;
 mod pool;
 
 pub use attention::ScaledDotProductAttention;
@@ -14,6 +15,7 @@ pub use conv::{Conv1d, Conv2d};
 pub use dropout::{dropout_mask, Dropout};
 pub use index::{Embedding, Gather, IndexSelect, IndexTensor, ScatterAdd, Select};
 pub use norm::{batch_stats, BatchNorm, BatchStats, GroupNorm, LayerNorm};
+pub use pad::{NamedPadding, PaddingMode};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
 
 use super::{Arity, Forward, OpRules, Saves, VjpContext};

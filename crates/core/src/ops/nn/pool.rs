@@ -1,6 +1,7 @@
 //! 2-D pooling over the last two axes of (N, C, H, W) or (C, H, W) inputs, as PyTorch:
 //! `max_pool2d` (the first maximum in row-major window order takes the gradient; NaN wins),
-//! `avg_pool2d` (count_include_pad either way, ceil_mode) and `adaptive_avg_pool2d`.
+//! `avg_pool2d` (count_include_pad either way, ceil_mode, divisor_override) and
+//! `adaptive_avg_pool2d`.
 
 use crate::ops::{Arity, Aux, Forward, OpRules, Saves, VjpContext};
 use std::sync::Arc;
@@ -31,7 +32,10 @@ impl MaxPool2d {
     }
 }
 
-/// `F.avg_pool2d(input, kernel_size, stride, padding, ceil_mode, count_include_pad)`.
+/// `F.avg_pool2d(input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+/// divisor_override)`. With `divisor_override` every window's sum is divided by it instead of
+/// the window size (`count_include_pad` then has no effect); like PyTorch it must be non-zero
+/// and may be negative. A window that covers only padding gives 0 whatever the divisor.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AvgPool2d {
     pub kernel_size: [usize; 2],
@@ -39,6 +43,7 @@ pub struct AvgPool2d {
     pub padding: [usize; 2],
     pub ceil_mode: bool,
     pub count_include_pad: bool,
+    pub divisor_override: Option<i64>,
 }
 
 impl AvgPool2d {
@@ -50,6 +55,7 @@ impl AvgPool2d {
             padding: [0, 0],
             ceil_mode: false,
             count_include_pad: true,
+            divisor_override: None,
         }
     }
 }
@@ -325,6 +331,12 @@ impl AvgPool2d {
     /// Per-axis windows and the output shape.
     fn geometry(&self, x: &Shape) -> Result<(Planes, [AvgAxis; 2], Shape)> {
         let op = self.name();
+        if self.divisor_override == Some(0) {
+            return Err(Error::invalid(
+                op,
+                format!("divisor_override must be non-zero, got 0 (input {x})"),
+            ));
+        }
         let p = planes(op, x)?;
         check_padding(op, self.kernel_size, self.padding)?;
         let [wh, ww] = self.windows();
@@ -357,12 +369,18 @@ impl AvgPool2d {
         Ok((p, axes, shape))
     }
 
-    fn divisor(&self, sh: &Span, sw: &Span) -> usize {
-        if self.count_include_pad {
-            sh.padded_extent * sw.padded_extent
-        } else {
-            (sh.end - sh.start) * (sw.end - sw.start)
+    /// What window `(sh, sw)`'s sum is divided by; `None` for a window that covers only
+    /// padding, whose output is 0 (PyTorch skips it before choosing a divisor).
+    fn divisor<S: Scalar>(&self, sh: &Span, sw: &Span) -> Option<S> {
+        let inside = (sh.end - sh.start) * (sw.end - sw.start);
+        if inside == 0 {
+            return None;
         }
+        Some(match self.divisor_override {
+            Some(d) => S::from_f64(d as f64),
+            None if self.count_include_pad => S::from_usize(sh.padded_extent * sw.padded_extent),
+            None => S::from_usize(inside),
+        })
     }
 
     /// The forward map, also the JVP (the op is linear).
@@ -373,11 +391,10 @@ impl AvgPool2d {
         for base in (0..p.planes).map(|i| i * p.h * p.w) {
             for sh in hs.spans() {
                 for sw in ws.spans() {
-                    let div = self.divisor(&sh, &sw);
-                    if div == 0 {
+                    let Some(div) = self.divisor::<S>(&sh, &sw) else {
                         out.push(S::ZERO);
                         continue;
-                    }
+                    };
                     let mut acc = S::ZERO;
                     for ih in sh.start..sh.end {
                         let row = base + ih * p.w;
@@ -385,7 +402,7 @@ impl AvgPool2d {
                             acc += v;
                         }
                     }
-                    out.push(acc / S::from_usize(div));
+                    out.push(acc / div);
                 }
             }
         }
@@ -424,11 +441,10 @@ impl OpRules for AvgPool2d {
                     let gv = *g.next().ok_or_else(|| {
                         Error::invalid("avg_pool2d", "cotangent shorter than the output")
                     })?;
-                    let div = self.divisor(&sh, &sw);
-                    if div == 0 {
+                    let Some(div) = self.divisor::<S>(&sh, &sw) else {
                         continue;
-                    }
-                    let share = gv / S::from_usize(div);
+                    };
+                    let share = gv / div;
                     for ih in sh.start..sh.end {
                         let row = base + ih * p.w;
                         for d in &mut dx[row + sw.start..row + sw.end] {
@@ -567,9 +583,13 @@ impl std::fmt::Display for AvgPool2d {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "avg_pool2d(kernel_size={:?}, stride={:?}, padding={:?}, ceil_mode={}, count_include_pad={})",
+            "avg_pool2d(kernel_size={:?}, stride={:?}, padding={:?}, ceil_mode={}, count_include_pad={}",
             self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad
-        )
+        )?;
+        match self.divisor_override {
+            Some(d) => write!(f, ", divisor_override={d})"),
+            None => write!(f, ")"),
+        }
     }
 }
 

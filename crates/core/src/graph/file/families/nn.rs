@@ -1,16 +1,20 @@
 //! Graph-file form of the neural-network family, with torch.nn.functional's names and argument
-//! names: `stride`, `padding`, `dilation`, `kernel_size`, `output_size` as pairs (`[a, b]`, or one
-//! integer for both), `groups`, `normalized_shape`, `eps`, `momentum`, `training`, `num_groups`,
-//! `dim` and `index` for the indexing ops, `indices` for embedding, dropout's `p`, `training` and
-//! `seed`, attention's `is_causal`, `scale` and `attn_mask`. Optional tensor arguments (a conv
-//! bias, a norm's weight and bias) are present exactly when the node lists them, in PyTorch's order.
+//! names: `stride`, `padding` (numbers, or "same"/"valid"), `dilation`, `kernel_size`,
+//! `output_size` as pairs (`[a, b]`, or one integer for both), `groups`, nn.Conv2d's
+//! `padding_mode`, `divisor_override`, `normalized_shape`, `eps`, `momentum`, `training`,
+//! `num_groups`, `dim` and `index` for the indexing ops, `indices` and `padding_idx` for embedding,
+//! dropout's `p`, `training` and `seed`, attention's `is_causal`, `scale`, `attn_mask`,
+//! `dropout_p` and `seed`. Optional tensor arguments (a conv bias, a norm's weight and bias,
+//! attention's float mask) are present exactly when the node lists them, in PyTorch's order.
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
 use crate::ops::nn::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm, Conv1d, Conv2d, Dropout, Embedding, Gather, GroupNorm,
-    IndexSelect, LayerNorm, MaxPool2d, ScaledDotProductAttention, ScatterAdd, Select,
+    IndexSelect, LayerNorm, MaxPool2d, NamedPadding, PaddingMode, ScaledDotProductAttention,
+    ScatterAdd, Select,
 };
 use crate::ops::{NnOp as N, Op, OpRules};
+use serde_json::{Map, Value};
 use tapegrad_tensor::Result;
 
 pub(super) const OPS: &[&str] = &[
@@ -41,22 +45,67 @@ fn affine(args: usize, fixed: usize) -> (bool, bool) {
     (extra >= 1, extra >= 2)
 }
 
+/// A convolution's `padding`: `"same"` or `"valid"`, else numbers read by `numbers` from an
+/// attribute set holding only that value (so the number errors are the usual ones).
+fn conv_padding<T>(
+    a: &mut Attrs,
+    default: T,
+    numbers: impl FnOnce(&mut Attrs) -> Result<T>,
+) -> Result<(T, Option<NamedPadding>)> {
+    let key = "padding";
+    match a.take(key) {
+        None => Ok((default, None)),
+        Some(Value::String(s)) => match NamedPadding::parse(&s) {
+            Some(named) => Ok((default, Some(named))),
+            None => Err(tapegrad_tensor::Error::invalid(
+                a.op(),
+                format!("attribute '{key}' must be a number, a pair, \"same\" or \"valid\", found \"{s}\""),
+            )),
+        },
+        Some(v) => {
+            let mut only = Attrs::new(a.op(), Map::from_iter([(key.to_string(), v)]));
+            Ok((numbers(&mut only)?, None))
+        }
+    }
+}
+
+/// nn.Conv2d's `padding_mode` ("zeros" by default).
+fn padding_mode(a: &mut Attrs) -> Result<PaddingMode> {
+    let name = a.choice(
+        "padding_mode",
+        &["zeros", "reflect", "replicate", "circular"],
+        "zeros",
+    )?;
+    Ok(PaddingMode::parse(name).unwrap_or_default())
+}
+
 pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op> {
     let op = match name {
-        "conv1d" => N::Conv1d(Conv1d {
-            stride: a.usize_or("stride", 1)?,
-            padding: a.usize_or("padding", 0)?,
-            dilation: a.usize_or("dilation", 1)?,
-            groups: a.usize_or("groups", 1)?,
-            bias: args == 3,
-        }),
-        "conv2d" => N::Conv2d(Conv2d {
-            stride: a.usize_pair_or("stride", [1, 1])?,
-            padding: a.usize_pair_or("padding", [0, 0])?,
-            dilation: a.usize_pair_or("dilation", [1, 1])?,
-            groups: a.usize_or("groups", 1)?,
-            bias: args == 3,
-        }),
+        "conv1d" => {
+            let (padding, named_padding) = conv_padding(a, 0, |p| p.usize_req("padding"))?;
+            N::Conv1d(Conv1d {
+                stride: a.usize_or("stride", 1)?,
+                padding,
+                dilation: a.usize_or("dilation", 1)?,
+                groups: a.usize_or("groups", 1)?,
+                bias: args == 3,
+                named_padding,
+                padding_mode: padding_mode(a)?,
+            })
+        }
+        "conv2d" => {
+            let (padding, named_padding) =
+                conv_padding(a, [0, 0], |p| p.usize_pair_req("padding"))?;
+            N::Conv2d(Conv2d {
+                stride: a.usize_pair_or("stride", [1, 1])?,
+                padding,
+                dilation: a.usize_pair_or("dilation", [1, 1])?,
+                groups: a.usize_or("groups", 1)?,
+                bias: args == 3,
+                named_padding,
+                padding_mode: padding_mode(a)?,
+            })
+        }
         "max_pool2d" => {
             let kernel_size = a.usize_pair_req("kernel_size")?;
             N::MaxPool2d(MaxPool2d {
@@ -75,6 +124,7 @@ pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op
                 padding: a.usize_pair_or("padding", [0, 0])?,
                 ceil_mode: a.bool_or("ceil_mode", false)?,
                 count_include_pad: a.bool_or("count_include_pad", true)?,
+                divisor_override: a.isize("divisor_override")?.map(|d| d as i64),
             })
         }
         "adaptive_avg_pool2d" => N::AdaptiveAvgPool2d(AdaptiveAvgPool2d {
@@ -113,6 +163,7 @@ pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op
         }
         "embedding" => N::Embedding(Embedding {
             indices: a.indices_req("indices")?,
+            padding_idx: a.isize("padding_idx")?,
         }),
         "index_select" => N::IndexSelect(IndexSelect {
             dim: a.isize_req("dim")?,
@@ -139,6 +190,9 @@ pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op
             is_causal: a.bool_or("is_causal", false)?,
             scale: a.f64("scale")?,
             attn_mask: a.mask("attn_mask")?,
+            float_mask: args == 4,
+            dropout_p: a.f64_or("dropout_p", 0.0)?,
+            seed: a.u64_or("seed", 0)?,
         }),
         other => return Err(not_writable(other)),
     };
@@ -150,15 +204,23 @@ pub(super) fn write(op: &N, w: &mut AttrWriter) -> Result<()> {
     match op {
         N::Conv1d(c) => {
             w.int("stride", c.stride);
-            w.int("padding", c.padding);
+            match c.named_padding {
+                Some(n) => w.str("padding", n.name()),
+                None => w.int("padding", c.padding),
+            }
             w.int("dilation", c.dilation);
             w.int("groups", c.groups);
+            write_padding_mode(w, c.padding_mode);
         }
         N::Conv2d(c) => {
             w.pair("stride", c.stride);
-            w.pair("padding", c.padding);
+            match c.named_padding {
+                Some(n) => w.str("padding", n.name()),
+                None => w.pair("padding", c.padding),
+            }
             w.pair("dilation", c.dilation);
             w.int("groups", c.groups);
+            write_padding_mode(w, c.padding_mode);
         }
         N::MaxPool2d(p) => {
             w.pair("kernel_size", p.kernel_size);
@@ -173,6 +235,9 @@ pub(super) fn write(op: &N, w: &mut AttrWriter) -> Result<()> {
             w.pair("padding", p.padding);
             w.bool("ceil_mode", p.ceil_mode);
             w.bool("count_include_pad", p.count_include_pad);
+            if let Some(d) = p.divisor_override {
+                w.int("divisor_override", d);
+            }
         }
         N::AdaptiveAvgPool2d(p) => w.pair("output_size", p.output_size),
         N::LayerNorm(n) => {
@@ -188,7 +253,12 @@ pub(super) fn write(op: &N, w: &mut AttrWriter) -> Result<()> {
             w.int("num_groups", n.num_groups);
             w.f64("eps", n.eps);
         }
-        N::Embedding(e) => w.indices("indices", &e.indices),
+        N::Embedding(e) => {
+            w.indices("indices", &e.indices);
+            if let Some(p) = e.padding_idx {
+                w.int("padding_idx", p);
+            }
+        }
         N::IndexSelect(i) => {
             w.int("dim", i.dim);
             w.indices("index", &i.index);
@@ -216,8 +286,19 @@ pub(super) fn write(op: &N, w: &mut AttrWriter) -> Result<()> {
             if let Some(mask) = &s.attn_mask {
                 w.mask("attn_mask", mask);
             }
+            if s.dropout_p != 0.0 || s.seed != 0 {
+                w.f64("dropout_p", s.dropout_p);
+                w.int("seed", s.seed);
+            }
         }
         other => return Err(not_writable(other.name())),
     }
     Ok(())
+}
+
+/// `padding_mode`, written only when it is not PyTorch's default "zeros".
+fn write_padding_mode(w: &mut AttrWriter, mode: PaddingMode) {
+    if mode != PaddingMode::Zeros {
+        w.str("padding_mode", mode.name());
+    }
 }
