@@ -162,3 +162,74 @@ impl MaxPool2d {
             .max_pool2d(x, MaxPool2dOp::new(self.kernel_size))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layers::Mode;
+    use crate::params::ParamSet;
+    use crate::rng::{dropout_rng, init_rng};
+    use tapegrad_core::Session;
+    use tapegrad_tensor::Tensor;
+
+    /// `nn.Conv2d(2, 3, (2, 3), padding="same", padding_mode="circular")` keeps the spatial size
+    /// and passes the options to the op.
+    #[test]
+    fn same_padding_and_padding_mode_reach_the_op() {
+        let mut params = ParamSet::<f64>::new();
+        let conv = Conv2d::new(
+            &mut Builder::new(&mut params, &mut init_rng(1)),
+            "conv",
+            2,
+            3,
+            [2, 3],
+            true,
+        )
+        .unwrap()
+        .with_named_padding(NamedPadding::Same)
+        .unwrap()
+        .with_padding_mode(PaddingMode::Circular);
+        assert_eq!(conv.padding_text(), "\"same\", padding_mode=\"circular\"");
+        let mut s = Session::new();
+        let mut ctx = Ctx::new(&mut s, &params, Mode::Train, dropout_rng(0, 0)).unwrap();
+        let x = ctx.session().input(Tensor::ones(
+            &tapegrad_tensor::Shape::new([1, 2, 4, 5]).unwrap(),
+        ));
+        let y = conv.forward(&mut ctx, x).unwrap();
+        let out = ctx.session().value(y).unwrap().clone();
+        assert_eq!(out.dims(), &[1, 3, 4, 5]);
+        // Circular padding of a constant image is constant, so every output of a channel is the
+        // same: the sum of its kernel plus its bias.
+        for ch in out.data().chunks(20) {
+            assert!(ch.iter().all(|&v| (v - ch[0]).abs() < 1e-12), "{ch:?}");
+        }
+        // with_padding switches back to numbers.
+        assert_eq!(
+            conv.with_padding([1, 0]).padding_text(),
+            "[1, 0], padding_mode=\"circular\""
+        );
+    }
+
+    #[test]
+    fn same_padding_needs_stride_one() {
+        let mut params = ParamSet::<f64>::new();
+        let e = Conv2d::new(
+            &mut Builder::new(&mut params, &mut init_rng(1)),
+            "conv",
+            1,
+            1,
+            [3, 3],
+            false,
+        )
+        .unwrap()
+        .with_stride([1, 2])
+        .unwrap()
+        .with_named_padding(NamedPadding::Same)
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("conv2d") && e.contains("\"same\"") && e.contains("[1, 2]"),
+            "{e}"
+        );
+    }
+}

@@ -105,3 +105,69 @@ impl Embedding {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layers::Mode;
+    use crate::params::ParamSet;
+    use crate::rng::{dropout_rng, init_rng};
+    use tapegrad_core::Session;
+    use tapegrad_tensor::Tensor;
+
+    /// As `nn.Embedding(4, 3, padding_idx=-1)`: the same draws as without padding, row 3 zeroed,
+    /// and that row gets no gradient even when looked up.
+    #[test]
+    fn padding_idx_row_starts_at_zero_and_gets_no_gradient() {
+        let (mut plain, mut padded) = (ParamSet::<f64>::new(), ParamSet::<f64>::new());
+        Embedding::new(&mut Builder::new(&mut plain, &mut init_rng(3)), "emb", 4, 3).unwrap();
+        let emb = Embedding::with_padding_idx(
+            &mut Builder::new(&mut padded, &mut init_rng(3)),
+            "emb",
+            4,
+            3,
+            -1,
+        )
+        .unwrap();
+        assert_eq!(emb.padding_idx, Some(3));
+        let (a, b) = (
+            plain.iter().next().unwrap().value.data().to_vec(),
+            padded.iter().next().unwrap().value.data().to_vec(),
+        );
+        assert_eq!(&a[..9], &b[..9]);
+        assert_eq!(&b[9..], &[0., 0., 0.]);
+
+        let mut s = Session::new();
+        let mut ctx = Ctx::new(&mut s, &padded, Mode::Train, dropout_rng(0, 0)).unwrap();
+        let x = ctx
+            .session()
+            .input(Tensor::from_f64(&[3], &[3.0, 1.0, 3.0]).unwrap());
+        let y = emb.forward(&mut ctx, x).unwrap();
+        let l = ctx.session().sum(y).unwrap();
+        let g = s.backward(l).unwrap();
+        assert_eq!(
+            g.get("emb.weight").unwrap().data(),
+            &[0., 0., 0., 1., 1., 1., 0., 0., 0., 0., 0., 0.]
+        );
+    }
+
+    #[test]
+    fn padding_idx_out_of_range_is_an_error_naming_it() {
+        for p in [4, -5] {
+            let mut params = ParamSet::<f64>::new();
+            let e = Embedding::with_padding_idx(
+                &mut Builder::new(&mut params, &mut init_rng(0)),
+                "emb",
+                4,
+                2,
+                p,
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("embedding") && e.contains("padding_idx") && e.contains(&p.to_string()),
+                "{e}"
+            );
+        }
+    }
+}
