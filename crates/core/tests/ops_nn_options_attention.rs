@@ -226,7 +226,9 @@ fn dropout_same_seed_same_mask_and_p_zero_is_the_identity() {
 #[test]
 fn dropout_and_float_mask_laws() {
     let mut r = rng(204);
-    let cases: Vec<(Sdpa, [Vec<usize>; 3], Option<Vec<usize>>)> = vec![
+    // (op, query/key/value dims, float mask dims)
+    type Case = (Sdpa, [Vec<usize>; 3], Option<Vec<usize>>);
+    let cases: Vec<Case> = vec![
         (
             with_dropout(0.3, 11),
             [vec![2, 2, 3, 4], vec![2, 2, 5, 4], vec![2, 2, 5, 3]],
