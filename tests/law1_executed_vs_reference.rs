@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tapegrad::core::laws::registry::{kind_of, random_shape};
 use tapegrad::core::laws::{random_program, OpKind, Program, ProgramConfig};
-use tapegrad::{audit, Error, Result, Tape, Tensor};
+use tapegrad::{audit, Error, Op, Result, Tape, Tensor};
 
 fn config(cases: u32) -> Config {
     Config {
@@ -127,6 +127,8 @@ fn random_programs_mix_every_op_with_fan_out_broadcasting_and_frozen_inputs() {
     let mut seen: BTreeMap<OpKind, usize> = BTreeMap::new();
     let (mut fan_out_input, mut same_arg_twice, mut broadcast_both, mut frozen, mut nodes) =
         (0, 0, 0, 0, 0);
+    // nn ops reading another node (a chained sub-program), and core ops reading an nn op's output.
+    let (mut nn_on_node, mut nn_on_nn, mut core_on_nn) = (0, 0, 0);
     for _ in 0..300 {
         let p = random_program(&mut rng, &ProgramConfig::default());
         nodes += p.nodes.len();
@@ -134,6 +136,19 @@ fn random_programs_mix_every_op_with_fan_out_broadcasting_and_frozen_inputs() {
         let mut readers = vec![BTreeSet::new(); p.slots()];
         for (k, node) in p.nodes.iter().enumerate() {
             *seen.entry(kind_of(&node.op).unwrap()).or_default() += 1;
+            let is_nn = |op: &Op| matches!(op, Op::Nn(_));
+            let read_nodes: Vec<&Op> = node
+                .args
+                .iter()
+                .filter(|&&a| a >= p.inputs.len())
+                .map(|&a| &p.nodes[a - p.inputs.len()].op)
+                .collect();
+            if is_nn(&node.op) {
+                nn_on_node += usize::from(!read_nodes.is_empty());
+                nn_on_nn += usize::from(read_nodes.iter().any(|op| is_nn(op)));
+            } else {
+                core_on_nn += usize::from(read_nodes.iter().any(|op| is_nn(op)));
+            }
             for &a in &node.args {
                 assert!(a < p.inputs.len() + k, "node {k} reads a later slot {a}");
                 readers[a].insert(k);
@@ -185,4 +200,7 @@ fn random_programs_mix_every_op_with_fan_out_broadcasting_and_frozen_inputs() {
         "binary nodes broadcasting both sides: {broadcast_both}"
     );
     assert!(frozen >= 30, "inputs not requiring grad: {frozen}");
+    assert!(nn_on_node >= 60, "nn ops reading a node: {nn_on_node}");
+    assert!(nn_on_nn >= 10, "nn ops reading an nn op: {nn_on_nn}");
+    assert!(core_on_nn >= 60, "core ops reading an nn op: {core_on_nn}");
 }

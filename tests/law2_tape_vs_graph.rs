@@ -1,6 +1,6 @@
 //! Law 2 (tape = graph): for every full seed, the reference sweep on the lowered tape equals the
 //! graph's `backprop_all`, slot for slot on the slots that require grad; on f64 and f32, over
-//! random graphs of every implemented op (broadcasting, fan-out, intermediate seeds).
+//! random graphs of every implemented op, nn ops included (broadcasting, fan-out, intermediate seeds).
 
 mod graph_support;
 
@@ -101,6 +101,21 @@ fn random_graphs_cover_every_implemented_op() {
         "broadcast_to",
         "concat",
         "slice",
+        "conv1d",
+        "conv2d",
+        "max_pool2d",
+        "avg_pool2d",
+        "adaptive_avg_pool2d",
+        "layer_norm",
+        "batch_norm",
+        "group_norm",
+        "embedding",
+        "index_select",
+        "gather",
+        "scatter_add",
+        "select",
+        "dropout",
+        "scaled_dot_product_attention",
     ] {
         assert!(
             covered.contains(op),

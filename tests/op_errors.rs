@@ -1,7 +1,9 @@
 //! Errors, never panics: every op, given hostile arguments (wrong shapes and arity, bad axes,
 //! out-of-range labels, non-finite attributes, cotangents and tangents of the wrong shape, bad
 //! tape ids), returns `Err` whose message names the op; named cases check that the message also
-//! shows the offending shapes or values.
+//! shows the offending shapes or values. The nn ops get zero and huge sizes (kernels, strides,
+//! groups, output sizes), out-of-range and mis-shaped indices, and NaN or infinite eps, momentum,
+//! p and scale, on random shapes and on the shapes of valid cases.
 
 use proptest::prelude::*;
 use proptest::test_runner::Config;
@@ -9,7 +11,12 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use tapegrad::core::laws::OpKind;
+use tapegrad::core::laws::registry::{draft_any, variants};
+use tapegrad::core::laws::{NnKind, OpKind};
+use tapegrad::core::ops::nn::{
+    AdaptiveAvgPool2d, AvgPool2d, BatchNorm, Conv1d, Conv2d, Dropout, Embedding, Gather, GroupNorm,
+    IndexSelect, IndexTensor, LayerNorm, MaxPool2d, ScaledDotProductAttention, ScatterAdd, Select,
+};
 use tapegrad::core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, ReduceOp, Reduction,
     Saved, StructureOp,
@@ -216,6 +223,147 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
             targets: labels(rng),
             reduction: reduction(rng),
         }),
+        K::Nn(n) => hostile_nn(n, rng),
+    }
+}
+
+/// A size attribute: often valid, sometimes zero or far too large to allocate or index.
+fn size(rng: &mut ChaCha8Rng) -> usize {
+    pick(rng, &[0, 1, 1, 2, 2, 3, 5, 1 << 40, usize::MAX])
+}
+
+fn sizes(rng: &mut ChaCha8Rng) -> [usize; 2] {
+    [size(rng), size(rng)]
+}
+
+/// Indices whose data may not match their shape, with values that may be out of range.
+fn hostile_index(rng: &mut ChaCha8Rng) -> IndexTensor {
+    let shape = small_shape(rng);
+    let len = if rng.random_bool(0.8) {
+        shape.numel()
+    } else {
+        rng.random_range(0..=5)
+    };
+    let data = (0..len)
+        .map(|_| {
+            if rng.random_bool(0.1) {
+                pick(rng, &[usize::MAX, 1 << 40, 7])
+            } else {
+                rng.random_range(0..=3)
+            }
+        })
+        .collect();
+    IndexTensor {
+        shape,
+        data: Arc::new(data),
+    }
+}
+
+/// An nn op of `kind` with random, often invalid, attributes (exhaustive over `NnKind`).
+fn hostile_nn(kind: NnKind, rng: &mut ChaCha8Rng) -> Op {
+    use NnKind as N;
+    match kind {
+        N::Conv1d => Conv1d {
+            stride: size(rng),
+            padding: size(rng),
+            dilation: size(rng),
+            groups: size(rng),
+            bias: rng.random_bool(0.5),
+        }
+        .into(),
+        N::Conv2d => Conv2d {
+            stride: sizes(rng),
+            padding: sizes(rng),
+            dilation: sizes(rng),
+            groups: size(rng),
+            bias: rng.random_bool(0.5),
+        }
+        .into(),
+        N::MaxPool2d => MaxPool2d {
+            kernel_size: sizes(rng),
+            stride: sizes(rng),
+            padding: sizes(rng),
+            dilation: sizes(rng),
+            ceil_mode: rng.random_bool(0.5),
+        }
+        .into(),
+        N::AvgPool2d => AvgPool2d {
+            kernel_size: sizes(rng),
+            stride: sizes(rng),
+            padding: sizes(rng),
+            ceil_mode: rng.random_bool(0.5),
+            count_include_pad: rng.random_bool(0.5),
+        }
+        .into(),
+        N::AdaptiveAvgPool2d => AdaptiveAvgPool2d {
+            output_size: sizes(rng),
+        }
+        .into(),
+        N::LayerNorm => LayerNorm {
+            normalized_shape: dims(rng),
+            eps: value(rng),
+            weight: rng.random_bool(0.5),
+            bias: rng.random_bool(0.5),
+        }
+        .into(),
+        N::BatchNorm => BatchNorm {
+            training: rng.random_bool(0.5),
+            momentum: value(rng),
+            eps: value(rng),
+            weight: rng.random_bool(0.5),
+            bias: rng.random_bool(0.5),
+        }
+        .into(),
+        N::GroupNorm => GroupNorm {
+            num_groups: size(rng),
+            eps: value(rng),
+            weight: rng.random_bool(0.5),
+            bias: rng.random_bool(0.5),
+        }
+        .into(),
+        N::Embedding => Embedding {
+            indices: hostile_index(rng),
+        }
+        .into(),
+        N::IndexSelect => IndexSelect {
+            dim: axis(rng),
+            index: hostile_index(rng),
+        }
+        .into(),
+        N::Gather => Gather {
+            dim: axis(rng),
+            index: hostile_index(rng),
+        }
+        .into(),
+        N::ScatterAdd => ScatterAdd {
+            dim: axis(rng),
+            index: hostile_index(rng),
+        }
+        .into(),
+        N::Select => Select {
+            dim: axis(rng),
+            index: pick(rng, &[isize::MIN, -9, -2, -1, 0, 1, 2, 9, isize::MAX]),
+        }
+        .into(),
+        N::Dropout => Dropout {
+            p: value(rng),
+            training: rng.random_bool(0.7),
+            seed: rng.random(),
+        }
+        .into(),
+        N::ScaledDotProductAttention => {
+            let attn_mask = rng.random_bool(0.3).then(|| {
+                let shape = small_shape(rng);
+                let bits = (0..shape.numel()).map(|_| rng.random_bool(0.5)).collect();
+                Mask::new(shape.dims(), bits).unwrap()
+            });
+            ScaledDotProductAttention {
+                is_causal: rng.random_bool(0.5),
+                scale: rng.random_bool(0.5).then(|| value(rng)),
+                attn_mask,
+            }
+            .into()
+        }
     }
 }
 
@@ -244,12 +392,31 @@ fn hostile_round(rng: &mut ChaCha8Rng) {
     } else {
         rng.random_range(0..=4)
     };
-    let inputs: Vec<Tensor<f64>> = (0..arity)
+    let mut inputs: Vec<Tensor<f64>> = (0..arity)
         .map(|_| {
             let s = small_shape(rng);
             tensor(&s, rng)
         })
         .collect();
+    // Random shapes rarely suit an nn op; half the time take the shapes of a valid case of the
+    // kind (with hostile values and attributes), sometimes with one dimension zeroed.
+    if let (OpKind::Nn(_), true) = (kind, rng.random_bool(0.5)) {
+        let variant = rng.random_range(0..variants(kind).len());
+        if let Some(case) = draft_any(kind, variant, rng) {
+            inputs = case
+                .inputs
+                .iter()
+                .map(|x| {
+                    let mut d = x.dims().to_vec();
+                    if !d.is_empty() && rng.random_bool(0.2) {
+                        let a = rng.random_range(0..d.len());
+                        d[a] = 0;
+                    }
+                    tensor(&Shape::new(d).unwrap(), rng)
+                })
+                .collect();
+        }
+    }
     let refs: Vec<&Tensor<f64>> = inputs.iter().collect();
     let shapes: Vec<&Shape> = inputs.iter().map(|t| t.shape()).collect();
 

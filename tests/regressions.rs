@@ -1,9 +1,14 @@
 //! Named regression cases with hand-computed gradients: a tensor used twice (`x * x`, `x @ x^T`,
 //! `x @ x`), broadcasting on both operands, reductions with and without keepdim, and tied maxima
-//! sharing the gradient. Values are small integers or halves, so every expected value is exact.
+//! sharing the gradient; and the nn regressions of issue #4 (repeated embedding indices, pooling
+//! ties, batch norm at batch size 1, a fully masked attention row, strides and paddings that do
+//! not divide the input). Values are small integers or halves, so every expected value is exact.
 //! (The million-node chain lives in crates/core/tests/tape_regressions.rs.)
 
-use tapegrad::core::ops::{ElementwiseOp, LinalgOp, ReduceOp};
+use tapegrad::core::ops::nn::{
+    AvgPool2d, BatchNorm, Conv2d, Embedding, IndexTensor, MaxPool2d, ScaledDotProductAttention,
+};
+use tapegrad::core::ops::{ElementwiseOp, LinalgOp, Mask, ReduceOp};
 use tapegrad::{Op, Tape, Tensor};
 
 fn t(dims: &[usize], v: &[f64]) -> Tensor<f64> {
@@ -210,4 +215,131 @@ fn a_value_feeding_three_nodes_accumulates_all_of_them() {
         let want = 2.0 * v + v.cos() + 3.0;
         assert!((g[x].data()[i] - want).abs() <= 4.0 * f64::EPSILON * want.abs());
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The nn regressions of issue #4, end to end on the tape (op-level versions with more variants
+// live in crates/core/tests/ops_nn*.rs).
+
+#[test]
+fn embedding_gradients_of_repeated_indices_accumulate() {
+    let mut tape = Tape::new();
+    let w = tape.leaf(t(&[3, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), true);
+    let indices = IndexTensor::vector(vec![2, 0, 2]);
+    let e = tape.apply(Embedding { indices }.into(), &[w]).unwrap();
+    assert_eq!(
+        tape.value(e).unwrap().data(),
+        &[5.0, 6.0, 1.0, 2.0, 5.0, 6.0]
+    );
+    let g = grads(&tape, e, &t(&[3, 2], &[1.0, 2.0, 3.0, 4.0, 0.5, 0.25]));
+    // Row 2 is picked twice: it receives both seed rows; row 1 is never picked.
+    assert_eq!(g[w].data(), &[3.0, 4.0, 0.0, 0.0, 1.5, 2.25]);
+}
+
+#[test]
+fn max_pool2d_ties_give_the_gradient_to_the_first_maximum_in_row_major_order() {
+    let mut tape = Tape::new();
+    let x = tape.leaf(t(&[1, 2, 2], &[1.0, 3.0, 3.0, 3.0]), true);
+    let y = tape.apply(MaxPool2d::new([2, 2]).into(), &[x]).unwrap();
+    assert_eq!(tape.value(y).unwrap().data(), &[3.0]);
+    let g = grads(&tape, y, &t(&[1, 1, 1], &[2.0]));
+    assert_eq!(g[x].data(), &[0.0, 2.0, 0.0, 0.0]);
+}
+
+#[test]
+fn batch_norm_at_batch_size_one_is_an_error_in_training_only() {
+    let mut tape = Tape::new();
+    let x = tape.leaf(t(&[1, 3], &[1.0, 2.0, 3.0]), true);
+    let plain = |training| BatchNorm {
+        weight: false,
+        bias: false,
+        ..BatchNorm::new(training)
+    };
+    let msg = tape
+        .apply(plain(true).into(), &[x])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("batch_norm") && msg.contains("more than 1 value per channel"),
+        "{msg}"
+    );
+    assert!(msg.contains("[1, 3]"), "{msg}");
+    // Evaluation mode normalises with the running statistics: (x - 1) / sqrt(4 + 0).
+    let mean = tape.leaf(t(&[3], &[1.0, 1.0, 1.0]), false);
+    let var = tape.leaf(t(&[3], &[4.0, 4.0, 4.0]), false);
+    let eval = BatchNorm {
+        eps: 0.0,
+        ..plain(false)
+    };
+    let y = tape.apply(eval.into(), &[x, mean, var]).unwrap();
+    assert_eq!(tape.value(y).unwrap().data(), &[0.0, 0.5, 1.0]);
+}
+
+#[test]
+fn a_fully_masked_attention_row_outputs_zero_and_passes_no_gradient() {
+    let mut tape = Tape::new();
+    let q = tape.leaf(t(&[2, 2], &[1.0, 2.0, -1.0, 0.5]), true);
+    let k = tape.leaf(t(&[2, 2], &[0.5, -1.0, 2.0, 1.0]), true);
+    let v = tape.leaf(t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]), true);
+    // Query 0 may attend no key; query 1 attends key 1 only, so its output is v's row 1.
+    let mask = Mask::new(&[2, 2], vec![false, false, false, true]).unwrap();
+    let op = ScaledDotProductAttention {
+        attn_mask: Some(mask),
+        ..Default::default()
+    };
+    let y = tape.apply(op.into(), &[q, k, v]).unwrap();
+    assert_eq!(tape.value(y).unwrap().data(), &[0.0, 0.0, 3.0, 4.0]);
+    let g = grads(&tape, y, &t(&[2, 2], &[1.0, -2.0, 0.5, 1.0]));
+    // A single allowed key has weight 1 whatever the scores: only v's row 1 gets a gradient.
+    assert_eq!(g[q].data(), &[0.0; 4]);
+    assert_eq!(g[k].data(), &[0.0; 4]);
+    assert_eq!(g[v].data(), &[0.0, 0.0, 0.5, 1.0]);
+}
+
+#[test]
+fn conv_and_pooling_on_sizes_the_stride_does_not_divide() {
+    // x is 4x3 holding 1..=12; a 3x3 window with stride 2 and padding 1 sees rows {0,1}, {1,2,3}
+    // and columns {0,1}, {1,2}: the last window overhangs the bottom and right edges.
+    let mut tape = Tape::new();
+    let data: Vec<f64> = (1..=12).map(f64::from).collect();
+    let x = tape.leaf(t(&[1, 1, 4, 3], &data), true);
+    let w = tape.leaf(t(&[1, 1, 3, 3], &[1.0; 9]), true);
+    let conv = Conv2d {
+        stride: [2, 2],
+        padding: [1, 1],
+        dilation: [1, 1],
+        groups: 1,
+        bias: false,
+    };
+    let y = tape.apply(conv.into(), &[x, w]).unwrap();
+    assert_eq!(tape.value(y).unwrap().dims(), &[1, 1, 2, 2]);
+    assert_eq!(tape.value(y).unwrap().data(), &[12.0, 16.0, 45.0, 51.0]);
+    let g = grads(&tape, y, &t(&[1, 1, 2, 2], &[1.0; 4]));
+    // How many windows read each element: (rows 1, 2, 1, 1) times (columns 1, 2, 1).
+    let expected = [1.0, 2.0, 1.0, 2.0, 4.0, 2.0, 1.0, 2.0, 1.0, 1.0, 2.0, 1.0];
+    assert_eq!(g[x].data(), &expected);
+
+    let avg = |count_include_pad| AvgPool2d {
+        stride: [2, 2],
+        padding: [1, 1],
+        count_include_pad,
+        ..AvgPool2d::new([3, 3])
+    };
+    let skip = tape.apply(avg(false).into(), &[x]).unwrap();
+    assert_eq!(tape.value(skip).unwrap().data(), &[3.0, 4.0, 7.5, 8.5]);
+    let with_pad = tape.apply(avg(true).into(), &[x]).unwrap();
+    assert_eq!(tape.value(with_pad).unwrap().data()[2], 5.0);
+    // ceil_mode keeps the partial last window of a 3x3 input pooled 2x2 with stride 2.
+    let small = tape.leaf(t(&[1, 3, 3], &data[..9]), true);
+    let ceil = MaxPool2d {
+        ceil_mode: true,
+        ..MaxPool2d::new([2, 2])
+    };
+    let m = tape.apply(ceil.into(), &[small]).unwrap();
+    assert_eq!(tape.value(m).unwrap().data(), &[5.0, 6.0, 8.0, 9.0]);
+    let g = grads(&tape, m, &t(&[1, 2, 2], &[1.0, 2.0, 3.0, 4.0]));
+    assert_eq!(
+        g[small].data(),
+        &[0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 0.0, 3.0, 4.0]
+    );
 }

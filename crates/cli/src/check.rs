@@ -1,6 +1,7 @@
 //! `tapegrad check`: runs the per-op laws on every registered op case at random generic points
 //! (the VJP against f64 central differences, the JVP against the VJP, the zero-preserving audit of
 //! the recorded case) and prints one row per case and a summary; exits 1 when any case fails.
+//! Every op is listed, the nn family included (one row per registered attribute variant).
 
 use crate::error::{CliError, CliResult};
 use rand::{Rng, SeedableRng};
@@ -261,6 +262,32 @@ mod tests {
             rows.iter().all(|r| r.passed && r.max_abs_err < 1e-6),
             "{rows:?}"
         );
+    }
+
+    #[test]
+    fn every_nn_op_is_listed_and_passes() {
+        let rows = run_checks(&args(None));
+        for op in [
+            "conv1d",
+            "conv2d",
+            "max_pool2d",
+            "avg_pool2d",
+            "adaptive_avg_pool2d",
+            "layer_norm",
+            "batch_norm",
+            "group_norm",
+            "embedding",
+            "index_select",
+            "gather",
+            "scatter_add",
+            "select",
+            "dropout",
+            "scaled_dot_product_attention",
+        ] {
+            let of_op: Vec<&Row> = rows.iter().filter(|r| r.op == op).collect();
+            assert!(!of_op.is_empty(), "{op} is not listed");
+            assert!(of_op.iter().all(|r| r.passed), "{of_op:?}");
+        }
     }
 
     #[test]

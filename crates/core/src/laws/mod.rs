@@ -7,4 +7,4 @@ pub mod registry;
 
 pub use gradcheck::{check_op, op_vjp, CheckReport, Tolerance};
 pub use program::{random_program, Program, ProgramConfig, ProgramNode};
-pub use registry::{op_cases, OpCase, OpKind};
+pub use registry::{op_cases, NnKind, OpCase, OpKind};

@@ -371,6 +371,15 @@ fn with_shapes(e: Error, shapes: &str) -> Error {
     }
 }
 
+/// The GEMM kernels name `conv2d` in their errors (allocation failures); conv1d runs on them too,
+/// so its errors get its own name back.
+fn renamed<T>(name: &'static str, result: Result<T>) -> Result<T> {
+    result.map_err(|e| match e {
+        Error::Invalid { message, .. } => Error::Invalid { op: name, message },
+        other => other,
+    })
+}
+
 macro_rules! conv_rules {
     ($ty:ident) => {
         impl OpRules for $ty {
@@ -388,14 +397,14 @@ macro_rules! conv_rules {
                 Saves::inputs(&[0, 1])
             }
             fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
-                self.spec().forward(x)
+                renamed(self.name(), self.spec().forward(x))
             }
             fn vjp<S: Scalar>(
                 &self,
                 ctx: &VjpContext<'_, S>,
                 cot: &Tensor<S>,
             ) -> Result<Vec<Option<Tensor<S>>>> {
-                self.spec().vjp(ctx, cot)
+                renamed(self.name(), self.spec().vjp(ctx, cot))
             }
             fn jvp<S: Scalar>(
                 &self,
@@ -403,7 +412,7 @@ macro_rules! conv_rules {
                 _out: &Forward<S>,
                 t: &[&Tensor<S>],
             ) -> Result<Tensor<S>> {
-                self.spec().jvp(x, t)
+                renamed(self.name(), self.spec().jvp(x, t))
             }
         }
     };

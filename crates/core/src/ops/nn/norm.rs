@@ -433,12 +433,15 @@ impl GroupNorm {
         }
         let spatial: usize = dims[2..].iter().product();
         let group_len = c / g * spatial;
+        // With channels, g <= c and n * g <= numel; without, any g divides 0 and the (empty)
+        // input has no groups, so a huge num_groups neither overflows nor allocates.
+        let groups = if c == 0 { 0 } else { n * g };
         Ok(Grouping::new(
-            n * g,
+            groups,
             group_len,
             IndexMap {
                 div: group_len,
-                modulo: n * g,
+                modulo: groups,
             },
             c,
             IndexMap {

@@ -97,12 +97,13 @@ fn planes(op: &'static str, x: &Shape) -> Result<Planes> {
     })
 }
 
-fn pooled_shape(x: &Shape, out_h: usize, out_w: usize) -> Result<Shape> {
+fn pooled_shape(op: &'static str, x: &Shape, out_h: usize, out_w: usize) -> Result<Shape> {
     let mut dims = x.dims().to_vec();
     let r = dims.len();
     dims[r - 2] = out_h;
     dims[r - 1] = out_w;
-    Shape::new(dims)
+    // The output size comes from attributes, so a shape that cannot exist names the op.
+    Shape::new(dims).map_err(|e| Error::invalid(op, format!("output {e} (input {x})")))
 }
 
 /// PyTorch rejects padding beyond half the kernel: such windows could see only padding.
@@ -188,7 +189,7 @@ impl MaxPool2d {
                 ));
             }
         }
-        Ok((p, [oh, ow], pooled_shape(x, oh, ow)?))
+        Ok((p, [oh, ow], pooled_shape(self.name(), x, oh, ow)?))
     }
 }
 
@@ -353,7 +354,7 @@ impl AvgPool2d {
         let ow = ww
             .count(op, "width", p.w, self.ceil_mode)
             .map_err(with_shape)?;
-        let shape = pooled_shape(x, oh, ow)?;
+        let shape = pooled_shape(self.name(), x, oh, ow)?;
         let axes = [
             AvgAxis {
                 win: wh,
@@ -432,8 +433,11 @@ impl OpRules for AvgPool2d {
         cot: &Tensor<S>,
     ) -> Result<Vec<Option<Tensor<S>>>> {
         let in_shape = &ctx.input_shapes[0];
-        let (p, [hs, ws], _) = self.geometry(in_shape)?;
+        let (p, [hs, ws], out_shape) = self.geometry(in_shape)?;
         let mut dx = vec![S::ZERO; in_shape.numel()];
+        if out_shape.numel() == 0 {
+            return Ok(vec![Some(Tensor::from_shape(in_shape.clone(), dx)?)]);
+        }
         let mut g = cot.data().iter();
         for base in (0..p.planes).map(|i| i * p.h * p.w) {
             for sh in hs.spans() {
@@ -486,7 +490,7 @@ impl AdaptiveAvgPool2d {
     fn geometry(&self, x: &Shape) -> Result<(Planes, [AdaptiveAxis; 2], Shape)> {
         let p = planes(self.name(), x)?;
         let [oh, ow] = self.output_size;
-        let shape = pooled_shape(x, oh, ow)?;
+        let shape = pooled_shape(self.name(), x, oh, ow)?;
         let axes = [
             AdaptiveAxis { len: p.h, out: oh },
             AdaptiveAxis { len: p.w, out: ow },
@@ -498,6 +502,10 @@ impl AdaptiveAvgPool2d {
         let (p, [hs, ws], shape) = self.geometry(x.shape())?;
         let src = x.data();
         let mut out = try_with_capacity(self.name(), shape.numel())?;
+        // An empty output may still have one huge extent: do not walk its windows.
+        if shape.numel() == 0 {
+            return Tensor::from_shape(shape, out);
+        }
         for base in (0..p.planes).map(|i| i * p.h * p.w) {
             for (h0, h1) in hs.spans() {
                 for (w0, w1) in ws.spans() {
@@ -538,8 +546,11 @@ impl OpRules for AdaptiveAvgPool2d {
         cot: &Tensor<S>,
     ) -> Result<Vec<Option<Tensor<S>>>> {
         let in_shape = &ctx.input_shapes[0];
-        let (p, [hs, ws], _) = self.geometry(in_shape)?;
+        let (p, [hs, ws], out_shape) = self.geometry(in_shape)?;
         let mut dx = vec![S::ZERO; in_shape.numel()];
+        if out_shape.numel() == 0 {
+            return Ok(vec![Some(Tensor::from_shape(in_shape.clone(), dx)?)]);
+        }
         let mut g = cot.data().iter();
         for base in (0..p.planes).map(|i| i * p.h * p.w) {
             for (h0, h1) in hs.spans() {

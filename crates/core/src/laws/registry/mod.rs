@@ -1,6 +1,7 @@
 //! The registry of every op for the law checks: `OpKind` mirrors the op enums one-to-one, and each
 //! kind has named attribute variants and a generator of f64 arguments at generic points (away from
 //! kinks, ties and domain edges). `is_generic` decides whether arbitrary arguments are such a point.
+//! The neural-network family (`OpKind::Nn`) has its variants, generators and conditions in `nn.rs`.
 
 use crate::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, Op, ReduceOp, Reduction,
@@ -10,6 +11,8 @@ use rand::Rng;
 use std::sync::Arc;
 use tapegrad_tensor::kernels::broadcast_to;
 use tapegrad_tensor::{normalize_axes, Shape, Tensor};
+
+mod nn;
 
 /// Distance a generic point keeps from a kink (relu at 0, clamp bounds, max ties, ...). Finite
 /// differences with steps around 1e-6 never cross a kink this far away.
@@ -33,37 +36,68 @@ pub struct OpCase {
 }
 
 macro_rules! op_kinds {
-    ($($kind:ident => $label:literal,)*) => {
+    (
+        core { $($kind:ident => $label:literal,)* }
+        nn { $($nn:ident => $nn_label:literal,)* }
+    ) => {
         /// Every op variant, without its attributes.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum OpKind { $($kind,)* }
+        pub enum OpKind {
+            $($kind,)*
+            /// The neural-network family (`Op::Nn`), registered in `registry/nn.rs`.
+            Nn(NnKind),
+        }
+
+        /// Every variant of the neural-network family (`NnOp`), without its attributes.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum NnKind { $($nn,)* }
 
         impl OpKind {
-            /// Every kind, in declaration order.
-            pub const ALL: &'static [OpKind] = &[$(OpKind::$kind,)*];
+            /// Every kind, in declaration order (the nn family last).
+            pub const ALL: &'static [OpKind] = &[$(OpKind::$kind,)* $(OpKind::Nn(NnKind::$nn),)*];
 
             /// The op's name (as `Op::name`).
             pub fn label(self) -> &'static str {
-                match self { $(OpKind::$kind => $label,)* }
+                match self {
+                    $(OpKind::$kind => $label,)*
+                    OpKind::Nn(nn) => nn.label(),
+                }
+            }
+        }
+
+        impl NnKind {
+            /// The op's name (as `Op::name`).
+            pub fn label(self) -> &'static str {
+                match self { $(NnKind::$nn => $nn_label,)* }
             }
         }
     };
 }
 
 op_kinds! {
-    Add => "add", Sub => "sub", Mul => "mul", Div => "div", Neg => "neg", Scale => "scale",
-    Abs => "abs", Sqrt => "sqrt", Exp => "exp", Log => "log", SafeLog => "safe_log", Sin => "sin",
-    Cos => "cos", Pow => "pow", Clamp => "clamp", Maximum => "maximum", Minimum => "minimum",
-    Where => "where",
-    Relu => "relu", LeakyRelu => "leaky_relu", Sigmoid => "sigmoid", Tanh => "tanh",
-    Gelu => "gelu", Softplus => "softplus", Silu => "silu",
-    Sum => "sum", Mean => "mean", Amax => "amax", Softmax => "softmax",
-    LogSoftmax => "log_softmax",
-    Matmul => "matmul", Linear => "linear", Transpose => "transpose", Permute => "permute",
-    Reshape => "reshape", Flatten => "flatten", BroadcastTo => "broadcast_to", Concat => "concat",
-    Slice => "slice",
-    MseLoss => "mse_loss", CrossEntropy => "cross_entropy",
-    BinaryCrossEntropyWithLogits => "binary_cross_entropy_with_logits", NllLoss => "nll_loss",
+    core {
+        Add => "add", Sub => "sub", Mul => "mul", Div => "div", Neg => "neg", Scale => "scale",
+        Abs => "abs", Sqrt => "sqrt", Exp => "exp", Log => "log", SafeLog => "safe_log",
+        Sin => "sin", Cos => "cos", Pow => "pow", Clamp => "clamp", Maximum => "maximum",
+        Minimum => "minimum", Where => "where",
+        Relu => "relu", LeakyRelu => "leaky_relu", Sigmoid => "sigmoid", Tanh => "tanh",
+        Gelu => "gelu", Softplus => "softplus", Silu => "silu",
+        Sum => "sum", Mean => "mean", Amax => "amax", Softmax => "softmax",
+        LogSoftmax => "log_softmax",
+        Matmul => "matmul", Linear => "linear", Transpose => "transpose", Permute => "permute",
+        Reshape => "reshape", Flatten => "flatten", BroadcastTo => "broadcast_to",
+        Concat => "concat", Slice => "slice",
+        MseLoss => "mse_loss", CrossEntropy => "cross_entropy",
+        BinaryCrossEntropyWithLogits => "binary_cross_entropy_with_logits", NllLoss => "nll_loss",
+    }
+    nn {
+        Conv1d => "conv1d", Conv2d => "conv2d", MaxPool2d => "max_pool2d",
+        AvgPool2d => "avg_pool2d", AdaptiveAvgPool2d => "adaptive_avg_pool2d",
+        LayerNorm => "layer_norm", BatchNorm => "batch_norm", GroupNorm => "group_norm",
+        Embedding => "embedding", IndexSelect => "index_select", Gather => "gather",
+        ScatterAdd => "scatter_add", Select => "select", Dropout => "dropout",
+        ScaledDotProductAttention => "scaled_dot_product_attention",
+    }
 }
 
 use ActivationOp as A;
@@ -74,9 +108,10 @@ use OpKind as K;
 use ReduceOp as Red;
 use StructureOp as St;
 
-/// The kind of an op. `None` only for the nn family, whose variants are not registered yet.
-/// The matches are exhaustive: a new op variant does not compile until it has a kind here, and a
-/// new kind does not compile until `variants` and the generator handle it.
+/// The kind of an op (always `Some`; the `Option` is kept for callers written when a family could
+/// be unregistered). The matches are exhaustive: a new op variant does not compile until it has a
+/// kind here (or in `nn::kind_of_nn`), and a new kind does not compile until `variants`, the
+/// generator and `is_generic` handle it.
 pub fn kind_of(op: &Op) -> Option<OpKind> {
     Some(match op {
         Op::Elementwise(e) => match e {
@@ -134,8 +169,7 @@ pub fn kind_of(op: &Op) -> Option<OpKind> {
             Lo::BinaryCrossEntropyWithLogits { .. } => K::BinaryCrossEntropyWithLogits,
             Lo::NllLoss { .. } => K::NllLoss,
         },
-        // The nn family is being written; register its variants here when it lands.
-        Op::Nn(_) => return None,
+        Op::Nn(n) => K::Nn(nn::kind_of_nn(n)),
     })
 }
 
@@ -189,6 +223,7 @@ pub fn variants(kind: OpKind) -> &'static [&'static str] {
         K::Slice => &["prefix", "negative bounds step 2", "clamped end"],
         K::MseLoss | K::BinaryCrossEntropyWithLogits => REDUCTION,
         K::CrossEntropy | K::NllLoss => CLASSES,
+        K::Nn(n) => nn::variants(n),
     }
 }
 
@@ -218,7 +253,10 @@ pub fn op_cases<R: Rng + ?Sized>(rng: &mut R) -> Vec<OpCase> {
 /// A case of `kind`/`variant` at a random shape that suits it.
 pub fn draft_any<R: Rng + ?Sized>(kind: OpKind, variant: usize, rng: &mut R) -> Option<OpCase> {
     (0..256).find_map(|_| {
-        let shape = random_shape(rng);
+        let shape = match kind {
+            K::Nn(n) => nn::random_first_shape(n, rng),
+            _ => random_shape(rng),
+        };
         draft(kind, variant, &shape, rng)
     })
 }
@@ -730,6 +768,7 @@ fn generate<R: Rng + ?Sized>(
             };
             (Op::Loss(op), vec![uniform(x, rng, -3.0, 3.0)])
         }
+        K::Nn(n) => return nn::generate(n, variant, x, rng),
     })
 }
 
@@ -789,6 +828,7 @@ pub fn is_generic(op: &Op, inputs: &[&Tensor<f64>]) -> bool {
             }
         }
         (K::Amax, Op::Reduce(Red::Amax { axes, .. })) => no_near_ties(inputs[0], axes.as_deref()),
+        (K::Nn(_), Op::Nn(op)) => nn::is_generic_nn(op, inputs),
         (
             K::Add
             | K::Sub
@@ -823,7 +863,7 @@ pub fn is_generic(op: &Op, inputs: &[&Tensor<f64>]) -> bool {
             _,
         ) => true,
         // A kind paired with an op of another kind cannot come from `kind_of`.
-        (K::SafeLog | K::Pow | K::Clamp | K::Softplus | K::Amax, _) => false,
+        (K::SafeLog | K::Pow | K::Clamp | K::Softplus | K::Amax | K::Nn(_), _) => false,
     }
 }
 
