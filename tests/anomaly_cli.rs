@@ -225,7 +225,7 @@ fn grad_reports_log_behind_a_mask_in_forward() {
     assert_has(
         &e,
         &[
-            "graph node 'logx': anomaly in forward: node 2 (log)",
+            "node 'logx' (log): anomaly in forward: node 2 (log)",
             "with inputs of shapes [3] from node 0 'x' (leaf)",
             "produced -inf at element 1 of its output (shape [3])",
             "all its inputs are finite, so this op made it",

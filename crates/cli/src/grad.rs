@@ -8,7 +8,7 @@ use crate::error::{CliError, CliResult};
 use std::path::PathBuf;
 use tapegrad_core::graph::file::format_scalar;
 use tapegrad_core::graph::{GraphFile, Sweep};
-use tapegrad_core::{DType, Error, Scalar, Tape, Tensor};
+use tapegrad_core::{DType, Scalar, Tape, Tensor};
 
 /// Arguments of `tapegrad grad`.
 #[derive(Debug, clap::Args)]
@@ -91,7 +91,9 @@ pub fn grad_json_checked<S: Scalar>(file: &GraphFile) -> Result<String, CliError
     for node in graph.nodes() {
         let id = tape
             .apply(node.op.clone(), &node.args)
-            .map_err(|e| named(e, &node.name))?;
+            // A forward anomaly is found before the node is named on the tape: name it here, as
+            // graph evaluation names the node of any error.
+            .map_err(|e| e.at_node(format!("'{}' ({})", node.name, node.op.name())))?;
         tape.set_name(id, node.name.clone())?;
     }
     let all = tape.backward_all(file.output, &seed)?;
@@ -104,14 +106,6 @@ pub fn grad_json_checked<S: Scalar>(file: &GraphFile) -> Result<String, CliError
         .map(|(x, g)| (x.name.clone(), g.map(|v| v + S::ZERO)))
         .collect();
     Ok(json(tape.value(file.output)?, &grads))
-}
-
-/// A forward anomaly is found before its node is named on the tape: say the graph node's name.
-fn named(e: Error, name: &str) -> Error {
-    match e {
-        Error::Anomaly(m) => Error::Anomaly(format!("graph node '{name}': {m}")),
-        other => other,
-    }
 }
 
 /// Runs `tapegrad grad`.
