@@ -198,6 +198,16 @@ pub struct TrainOptions {
     /// Save a checkpoint here at the end (written atomically).
     #[arg(long)]
     pub save: Option<PathBuf>,
+    /// Also save the --save checkpoint whenever the step count is a multiple of N, so a run
+    /// that is killed can --resume from its last save.
+    #[arg(long, value_name = "N")]
+    pub save_every: Option<u64>,
+    /// Stop at the first NaN or infinity made in a forward or backward pass, with an error naming
+    /// the node, op, shapes and element (and the masked-branch trap, with its remedy). Off, it
+    /// costs nothing. With --backend compiled, the step's outputs, loss and gradients are checked
+    /// and a non-finite one is traced to its node by replaying the step eagerly.
+    #[arg(long)]
+    pub detect_anomaly: bool,
     /// Continue the run saved in this checkpoint.
     #[arg(long)]
     pub resume: Option<PathBuf>,
@@ -214,6 +224,15 @@ pub struct TrainOptions {
 
 /// Runs `tapegrad train`.
 pub fn run(args: TrainArgs) -> CliResult {
+    match (args.save_every, &args.save) {
+        (Some(0), _) => return Err(CliError::Usage("--save-every needs a positive N".into())),
+        (Some(_), None) => {
+            return Err(CliError::Usage(
+                "--save-every N needs --save FILE: where to write the checkpoint".into(),
+            ))
+        }
+        _ => {}
+    }
     if let Some(path) = &args.resume {
         let ckpt = Checkpoint::read(path)?;
         reject_changes_on_resume(&args, &ckpt)?;
@@ -532,8 +551,12 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
     let batches = trainer.order.batches_per_epoch() as u64;
     let eval_every = args.eval_every.unwrap_or(batches).max(1);
     let quiet = args.quiet;
+    trainer.set_detect_anomaly(args.detect_anomaly);
     if !quiet {
         print_header(&trainer, steps, args.backend.kind());
+        if args.detect_anomaly {
+            println!("anomaly mode: the first NaN or infinity stops the run and names its node");
+        }
     }
     let before_train = trainer.evaluate(Which::Train)?;
     let before_val = trainer.evaluate(Which::Validation)?;
@@ -641,6 +664,12 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
                 ));
             }
             bar.inc(1);
+        }
+        if let (Some(every), Some(path)) = (args.save_every, &args.save) {
+            // The last step is saved after the summary below; saving it twice would be waste.
+            if rec.step % every == 0 && i + 1 < steps {
+                checkpoint::save(path, &trainer)?;
+            }
         }
     }
     if let Some(bar) = &bar {

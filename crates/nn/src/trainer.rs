@@ -1,7 +1,8 @@
 //! The trainer: `TrainConfig` (everything that defines a run, stored in checkpoints) and
 //! `Trainer`, which takes optimizer steps on seeded mini-batches (learning-rate schedule, optional
 //! clipping by global norm) and evaluates the model on either split. A run is a pure function of
-//! its config and seed: the same config gives the same bits.
+//! its config and seed: the same config gives the same bits. Anomaly mode (`set_detect_anomaly`)
+//! is a switch of the run, not of its config: checkpoints neither store nor need it.
 
 use crate::backend::Backend;
 use crate::clip::clip_grad_norm;
@@ -83,6 +84,7 @@ pub struct Trainer<S: Scalar> {
     /// Optimizer steps taken.
     pub step: u64,
     backend: Box<dyn Backend<S>>,
+    detect_anomaly: bool,
 }
 
 impl<S: Scalar> Trainer<S> {
@@ -105,6 +107,7 @@ impl<S: Scalar> Trainer<S> {
             order,
             step: 0,
             backend,
+            detect_anomaly: false,
         })
     }
 
@@ -127,12 +130,21 @@ impl<S: Scalar> Trainer<S> {
             order,
             step,
             backend,
+            detect_anomaly: false,
         })
     }
 
     /// Swaps the backend (eager and compiled give the same bits).
-    pub fn set_backend(&mut self, backend: Box<dyn Backend<S>>) {
+    pub fn set_backend(&mut self, mut backend: Box<dyn Backend<S>>) {
+        backend.set_detect_anomaly(self.detect_anomaly);
         self.backend = backend;
+    }
+
+    /// Anomaly mode: the first NaN or infinity made in a step's forward or backward pass (or in an
+    /// evaluation) stops the run with an error naming the node, its op, shapes and the element.
+    pub fn set_detect_anomaly(&mut self, on: bool) {
+        self.detect_anomaly = on;
+        self.backend.set_detect_anomaly(on);
     }
 
     /// The learning rate of the next step.
@@ -147,7 +159,10 @@ impl<S: Scalar> Trainer<S> {
         let rows = self.order.next_batch();
         let batch = self.data.train.batch(&rows)?;
         let rng = dropout_rng(self.config.seed, self.step);
-        let out = self.backend.train_step(&self.model, &batch, rng)?;
+        let out = self
+            .backend
+            .train_step(&self.model, &batch, rng)
+            .map_err(|e| anomaly_at(e, &format!("step {}", self.step + 1)))?;
         if !out.loss.is_finite() {
             return Err(NnError::Config(format!(
                 "the loss became {} at step {}; try a smaller learning rate (--lr) or gradient clipping",
@@ -201,6 +216,7 @@ impl<S: Scalar> Trainer<S> {
             split,
             self.data.target.as_ref().map(|t| (t.mean[0], t.std[0])),
         )
+        .map_err(|e| anomaly_at(e, &format!("evaluation after step {}", self.step)))
     }
 }
 
@@ -260,6 +276,21 @@ pub fn evaluate_split<S: Scalar>(
             loss: metrics::cross_entropy(&out, labels)?,
             metric: metrics::accuracy(&out, labels)?,
         }),
+    }
+}
+
+/// Says where in the run (`when`) an anomaly happened and what usually causes one in training.
+fn anomaly_at(e: NnError, when: &str) -> NnError {
+    match e {
+        NnError::Engine(boxed) => match *boxed {
+            tapegrad_tensor::Error::Anomaly(m) => tapegrad_tensor::Error::Anomaly(format!(
+                "{when}: {m}. In training, values that overflow usually mean the parameters \
+                 diverged: try a smaller learning rate (--lr) or gradient clipping (--clip)"
+            ))
+            .into(),
+            other => other.into(),
+        },
+        other => other,
     }
 }
 

@@ -225,19 +225,33 @@ macro_rules! impl_scalar {
                     return;
                 }
                 // The bounds below are what makes the raw-pointer call sound; they are cheap next to
-                // the product itself and turn a caller's stride mistake into a panic, not UB.
-                assert!((m - 1) * dst_rs + n <= dst.len(), "gemm: dst too small");
+                // the product itself and turn a caller's stride mistake into a panic, not UB. The
+                // arithmetic is checked: a wrapped product would let an out-of-bounds stride pass.
+                let last = |rows: usize, rs: usize, cols: usize, cs: usize| {
+                    (rows - 1)
+                        .checked_mul(rs)
+                        .and_then(|r| (cols - 1).checked_mul(cs).and_then(|c| r.checked_add(c)))
+                };
                 assert!(
-                    (m - 1) * lhs_rs + (k - 1) * lhs_cs < lhs.len(),
+                    last(m, dst_rs, n, 1).is_some_and(|i| i < dst.len()),
+                    "gemm: dst too small"
+                );
+                // Overlapping rows would have two threads write one element.
+                assert!(m == 1 || dst_rs >= n, "gemm: dst rows overlap");
+                assert!(
+                    last(m, lhs_rs, k, lhs_cs).is_some_and(|i| i < lhs.len()),
                     "gemm: lhs too small"
                 );
                 assert!(
-                    (k - 1) * rhs_rs + (n - 1) * rhs_cs < rhs.len(),
+                    last(k, rhs_rs, n, rhs_cs).is_some_and(|i| i < rhs.len()),
                     "gemm: rhs too small"
                 );
                 let parallelism = crate::kernels::matmul::parallelism_for(m, n, k);
                 // SAFETY: the asserts above prove every element the product reads or writes lies
-                // inside `dst`, `lhs` and `rhs`; `dst` is uniquely borrowed and cannot alias the inputs.
+                // inside `dst`, `lhs` and `rhs` (m, n, k >= 1 here, so `- 1` cannot wrap) and that
+                // no two (row, column) pairs of `dst` share an element, so the threads gemm may
+                // split the rows over never write the same place; `dst` is uniquely borrowed and
+                // cannot alias the inputs, which are only read.
                 unsafe {
                     gemm::gemm(
                         m,

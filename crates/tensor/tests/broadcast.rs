@@ -53,7 +53,7 @@ fn check_binary_map(a_dims: &[usize], b_dims: &[usize], seed: u64) -> Result<(),
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(config(256))]
 
     #[test]
     fn broadcast_shape_follows_numpy_and_is_symmetric(a in dims(5, 3), b in dims(5, 3)) {

@@ -67,7 +67,7 @@ fn concat_args() -> impl Strategy<Value = (Vec<usize>, usize, Vec<usize>)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(160))]
+    #![proptest_config(config(160))]
 
     #[test]
     fn permute_matches_reference_and_inverts(

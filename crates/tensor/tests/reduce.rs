@@ -54,7 +54,7 @@ fn input() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, bool, u64)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(192))]
+    #![proptest_config(config(192))]
 
     #[test]
     fn sum_mean_max_equal_the_reference((dims, axes, keepdim, seed) in input()) {

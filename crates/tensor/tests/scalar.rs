@@ -1,6 +1,9 @@
 //! Tests of the `Scalar` helpers that kernels rely on: NaN-propagating `max_nan` / `min_nan`
 //! (PyTorch's `maximum` / `minimum`) for f32 and f64, and exact conversions.
 
+mod common;
+
+use common::config;
 use proptest::prelude::*;
 use tapegrad_tensor::{DType, Scalar};
 
@@ -32,7 +35,7 @@ fn check<S: Scalar>(a: f64, b: f64) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(config(256))]
 
     #[test]
     fn max_and_min_propagate_nan_from_either_side(a in special(), b in special()) {

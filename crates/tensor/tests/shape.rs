@@ -23,7 +23,7 @@ fn wild_dims() -> impl Strategy<Value = Vec<usize>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(config(256))]
 
     #[test]
     fn numel_and_strides_match_reference(d in dims(5, 4)) {

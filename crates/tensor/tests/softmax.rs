@@ -139,7 +139,7 @@ fn input() -> impl Strategy<Value = (Vec<usize>, usize, u64)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(128))]
+    #![proptest_config(config(128))]
 
     #[test]
     fn softmax_matches_reference_along_every_axis((dims, axis, seed) in input(), scale in prop_oneof![Just(1.0), Just(30.0)]) {

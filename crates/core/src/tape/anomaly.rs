@@ -19,10 +19,14 @@ fn describe<S: Scalar>(tape: &Tape<S>, id: usize) -> String {
     }
 }
 
+/// Each argument's shape and the node it comes from, so that a parameter is named by its name.
 fn shapes<S: Scalar>(tape: &Tape<S>, args: &[usize]) -> String {
     let list: Vec<String> = args
         .iter()
-        .filter_map(|&a| tape.nodes.get(a).map(|n| n.value.shape().to_string()))
+        .filter_map(|&a| {
+            let shape = tape.nodes.get(a)?.value.shape();
+            Some(format!("{shape} from {}", describe(tape, a)))
+        })
         .collect();
     list.join(", ")
 }
@@ -53,7 +57,7 @@ pub(crate) fn check_forward<S: Scalar>(
     };
     let id = tape.nodes.len();
     let mut msg = format!(
-        "anomaly in forward: node {id} ({op}) with inputs of shapes [{}] produced {bad} at element {index} of its output (shape {})",
+        "anomaly in forward: node {id} ({op}) with inputs of shapes {} produced {bad} at element {index} of its output (shape {})",
         shapes(tape, args),
         value.shape()
     );
@@ -88,7 +92,7 @@ pub(crate) fn check_backward<S: Scalar>(
     };
     let node = &tape.nodes[id];
     let mut msg = format!(
-        "anomaly in backward: {} with inputs of shapes [{}] sent {bad} at element {index} to its parent {}",
+        "anomaly in backward: {} with inputs of shapes {} sent {bad} at element {index} to its parent {}",
         describe(tape, id),
         shapes(tape, &node.parents),
         describe(tape, pid)

@@ -7,8 +7,11 @@
 //! saved graph's backward. By the laws (saved = graph = executed tape) the gradients, hence the
 //! parameters, equal the eager backend's bit for bit. Batch norm in training mode needs its batch
 //! statistics, which a saved graph does not expose, so such models must train eagerly.
+//! A saved graph keeps no per-node tape to watch, so anomaly mode here checks each step's
+//! outputs, loss and gradients, and when one is not finite replays the step on an eager tape
+//! in anomaly mode (same inputs, same dropout stream, so the same bits) to name the node.
 
-use super::{record_loss, Backend, BackendKind, StepOutput};
+use super::{record_loss, Backend, BackendKind, Eager, StepOutput};
 use crate::data::Batch;
 use crate::error::{NnError, NnResult};
 use crate::layers::{dropout_mask, Ctx, Mode};
@@ -43,6 +46,7 @@ struct Plan {
 pub struct Compiled<S> {
     session: Session<S>,
     plans: Vec<Plan>,
+    detect_anomaly: bool,
 }
 
 impl<S: Scalar> Compiled<S> {
@@ -51,6 +55,7 @@ impl<S: Scalar> Compiled<S> {
         Ok(Compiled {
             session: Session::new(),
             plans: Vec::new(),
+            detect_anomaly: false,
         })
     }
 
@@ -175,6 +180,7 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
         batch: &Batch<S>,
         mut rng: ChaCha8Rng,
     ) -> NnResult<StepOutput<S>> {
+        let replay_rng = self.detect_anomaly.then(|| rng.clone());
         let i = self.plan(model, &batch.x, Mode::Train)?;
         let plan = &self.plans[i];
         let inputs = Self::inputs(plan, model, &batch.x, &mut rng)?;
@@ -199,6 +205,28 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
             let g = slot.and_then(|s| input_grads[s].clone());
             grads.push(g.unwrap_or_else(|| Tensor::zeros(p.value.shape())));
         }
+        if let Some(rng) = replay_rng {
+            let loss_tensor = Tensor::scalar(S::from_f64(loss_value));
+            let checked = [("the outputs", &outputs), ("the loss", &loss_tensor)];
+            let named_grads = model
+                .params
+                .iter()
+                .filter(|p| p.kind == ParamKind::Trainable)
+                .zip(&grads)
+                .map(|(p, g)| (p.name.as_str(), g));
+            let found = checked
+                .into_iter()
+                .chain(named_grads)
+                .find_map(|(what, t)| {
+                    t.first_non_finite()
+                        .map(|(i, v)| format!("{} at element {i} of {what}", v.to_f64()))
+                });
+            if let Some(found) = found {
+                return Err(replay(found, |eager| {
+                    eager.train_step(model, batch, rng).map(|_| ())
+                }));
+            }
+        }
         Ok(StepOutput {
             loss: loss_value,
             outputs,
@@ -211,6 +239,39 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
         let i = self.plan(model, x, Mode::Eval)?;
         let plan = &self.plans[i];
         let inputs = Self::inputs(plan, model, x, &mut dropout_rng(0, 0))?;
-        Ok(plan.graph.forward(&inputs)?.output().clone())
+        let out = plan.graph.forward(&inputs)?.output().clone();
+        if self.detect_anomaly {
+            if let Some((i, v)) = out.first_non_finite() {
+                let found = format!("{} at element {i} of the outputs", v.to_f64());
+                return Err(replay(found, |eager| eager.infer(model, x).map(|_| ())));
+            }
+        }
+        Ok(out)
+    }
+
+    fn set_detect_anomaly(&mut self, on: bool) {
+        self.detect_anomaly = on;
+    }
+}
+
+/// Reruns a step on an eager tape in anomaly mode after the saved graph made `found`, and returns
+/// the eager report naming the node (or, should the replay stay finite, says so: that would
+/// break the law that saved and executed sweeps give the same bits).
+fn replay<S: Scalar>(found: String, step: impl FnOnce(&mut Eager<S>) -> NnResult<()>) -> NnError {
+    let mut eager = Eager::new();
+    eager.set_detect_anomaly(true);
+    let note = format!(
+        "the compiled backend's step made {found}; replaying it on an eager tape found the node"
+    );
+    match step(&mut eager) {
+        Err(NnError::Engine(e)) => match *e {
+            Error::Anomaly(m) => Error::Anomaly(format!("{m} ({note})")).into(),
+            other => other.into(),
+        },
+        Err(other) => other,
+        Ok(()) => Error::Anomaly(format!(
+            "the compiled backend's step made {found}, but its eager replay in anomaly mode stayed finite (the saved graph and the tape disagree: please report this)"
+        ))
+        .into(),
     }
 }

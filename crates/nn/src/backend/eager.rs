@@ -1,5 +1,6 @@
 //! The eager backend: each step resets one session, records the forward pass and the loss on its
-//! tape, and runs the executed sweep (`backward_all`) for the parameters' gradients.
+//! tape, and runs the executed sweep (`backward_all`) for the parameters' gradients. In anomaly
+//! mode the session's tape checks every value it records and every backward contribution.
 
 use super::{record_loss, Backend, BackendKind, StepOutput};
 use crate::data::Batch;
@@ -73,5 +74,10 @@ impl<S: Scalar> Backend<S> for Eager<S> {
         let value = ctx.session().value(out)?.clone();
         self.session.set_grad_enabled(true);
         Ok(value)
+    }
+
+    fn set_detect_anomaly(&mut self, on: bool) {
+        // The flag lives on the session's tape and survives `reset`.
+        self.session.set_detect_anomaly(on);
     }
 }

@@ -73,6 +73,10 @@ pub trait Backend<S: Scalar> {
     ) -> NnResult<StepOutput<S>>;
     /// Forward in eval mode: the model's outputs for `x`.
     fn infer(&mut self, model: &Model<S>, x: &Tensor<S>) -> NnResult<Tensor<S>>;
+    /// Anomaly mode: the first NaN or infinity a step makes becomes an `Error::Anomaly` naming the
+    /// node that made it (see `tapegrad_core::tape` anomaly mode). Off by default; off, it costs
+    /// one branch per step.
+    fn set_detect_anomaly(&mut self, on: bool);
 }
 
 /// A backend of the chosen kind.

@@ -6,6 +6,20 @@
 use proptest::prelude::*;
 use tapegrad_tensor::{Scalar, Tensor};
 
+/// `cases` proptest cases natively; under Miri, which interprets every instruction (about a
+/// thousand times slower), 4 cases and no failure-persistence file (Miri isolates the file system).
+pub fn config(cases: u32) -> ProptestConfig {
+    if cfg!(miri) {
+        ProptestConfig {
+            cases: 4,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    } else {
+        ProptestConfig::with_cases(cases)
+    }
+}
+
 /// Element count of `dims` (1 for a scalar).
 pub fn numel(dims: &[usize]) -> usize {
     dims.iter().product()
