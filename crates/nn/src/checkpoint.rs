@@ -268,14 +268,20 @@ impl Checkpoint {
     pub fn read(path: impl AsRef<Path>) -> NnResult<Checkpoint> {
         let path = path.as_ref();
         let bytes = std::fs::read(path).map_err(|e| NnError::io(path, e))?;
+        Checkpoint::from_bytes(path, &bytes)
+    }
+
+    /// Verifies a checkpoint's `bytes` as `read` does; `path` only names the file in messages.
+    pub fn from_bytes(path: impl AsRef<Path>, bytes: &[u8]) -> NnResult<Checkpoint> {
+        let path = path.as_ref();
         let err = |m: String| NnError::checkpoint(path, m);
-        let st = SafeTensors::deserialize(&bytes).map_err(|e| {
+        let st = SafeTensors::deserialize(bytes).map_err(|e| {
             err(format!(
                 "not a readable safetensors file ({} bytes; truncated or corrupted?): {e}",
                 bytes.len()
             ))
         })?;
-        let (_, metadata) = SafeTensors::read_metadata(&bytes)
+        let (_, metadata) = SafeTensors::read_metadata(bytes)
             .map_err(|e| err(format!("unreadable header: {e}")))?;
         let meta: HashMap<String, String> = metadata.metadata().clone().ok_or_else(|| {
             err("the file has no tapegrad metadata (not a tapegrad checkpoint?)".into())
