@@ -402,6 +402,29 @@ impl Checkpoint {
 
     /// Fills a model built from `config` with the stored tensors, checking names and shapes.
     pub fn model_from<S: Scalar>(&self, config: &TrainConfig) -> NnResult<Model<S>> {
+        // The layer sizes are declared in the header: check them against the stored tensors
+        // before allocating, so a corrupt or hostile size is an error, not an out-of-memory.
+        let stored = self
+            .tensors
+            .iter()
+            .filter(|(name, _)| name.starts_with("model."))
+            .try_fold(0usize, |n, (_, t)| {
+                t.shape
+                    .iter()
+                    .try_fold(1usize, |m, &d| m.checked_mul(d))?
+                    .checked_add(n)
+            })
+            .unwrap_or(usize::MAX);
+        match config.model.min_params() {
+            Some(needed) if needed <= stored => {}
+            needed => {
+                return Err(self.err(format!(
+                    "the config's model {} needs {} parameters but the file stores {stored}",
+                    config.model.name(),
+                    needed.map_or("more than usize::MAX".to_string(), |n| n.to_string())
+                )))
+            }
+        }
         let mut model = Model::<S>::new(&config.model, config.seed)?;
         for p in model.params.iter_mut() {
             p.value = self.tensor::<S>(&format!("model.{}", p.name), p.value.shape())?;
