@@ -343,6 +343,17 @@ impl Checkpoint {
             feature_names: json_field(path, "features", field("features")?)?,
             model: field("model")?.clone(),
         };
+        // Readers size their outputs by the task and their inputs by the feature names: both
+        // must agree with the model the config describes (`predict` indexes rows by them).
+        let (outputs, inputs) = (header.config.model.outputs(), header.config.model.inputs());
+        if header.task.outputs() != outputs || header.feature_names.len() != inputs {
+            return Err(err(format!(
+                "the task has {} outputs and {} feature names, but the model {} has {outputs} outputs and {inputs} inputs",
+                header.task.outputs(),
+                header.feature_names.len(),
+                header.config.model.name()
+            )));
+        }
         let optimizer_steps: u64 = parse(path, "optimizer_steps", field("optimizer_steps")?)?;
         if optimizer_steps != header.step {
             return Err(err(format!(
