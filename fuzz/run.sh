@@ -24,14 +24,14 @@ for t in "${targets[@]}"; do
     log="logs/$t.log"
     echo "== $t: ${seconds}s" >&2
     if ! cargo +nightly fuzz run -O "$t" "corpus/$t" -- \
-        -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -jobs=1 -workers=1 \
+        -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
         -print_final_stats=1 "${dict[@]}" >"$log" 2>&1; then
         status=1
         echo "!! $t found a problem: see fuzz/$log and fuzz/artifacts/$t/" >&2
     fi
-    runs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
-    rate=$(grep -oE 'stat::average_exec_per_sec: *[0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
-    last=$(grep -E '#[0-9]+.*(cov|ft):' "$log" | tail -1)
+    runs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1 || true)
+    rate=$(grep -oE 'stat::average_exec_per_sec: *[0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1 || true)
+    last=$(grep -E '#[0-9]+.*(cov|ft):' "$log" | tail -1 || true)
     cov=$(grep -oE 'cov: [0-9]+' <<<"$last" | grep -oE '[0-9]+' || true)
     ft=$(grep -oE 'ft: [0-9]+' <<<"$last" | grep -oE '[0-9]+' || true)
     corpus=$(ls "corpus/$t" | wc -l)

@@ -47,8 +47,7 @@ fn checksum(meta: &BTreeMap<String, String>, st: &SafeTensors) -> String {
 fn resealed(bytes: &[u8]) -> Option<Vec<u8>> {
     let st = SafeTensors::deserialize(bytes).ok()?;
     let (n, metadata) = SafeTensors::read_metadata(bytes).ok()?;
-    let mut meta: BTreeMap<String, String> =
-        metadata.metadata().clone()?.into_iter().collect();
+    let mut meta: BTreeMap<String, String> = metadata.metadata().clone()?.into_iter().collect();
     meta.remove("checksum");
     let sum = checksum(&meta, &st);
     let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).ok()?;

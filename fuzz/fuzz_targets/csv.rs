@@ -39,7 +39,7 @@ fuzz_target!(|bytes: &[u8]| {
     if let Ok(prepared) = Prepared::<f32>::new(&data, val_fraction, u64::from(flags)) {
         let rows: Vec<usize> = (0..prepared.train.len()).take(4).collect();
         let batch = prepared.train.batch(&rows).expect("rows of the split");
-        let _ = batch;
-        let _ = prepared.train.batch(&[prepared.train.len()]);
+        assert_eq!(batch.x.dims(), &[rows.len(), data.width()]);
+        assert!(prepared.train.batch(&[prepared.train.len()]).is_err());
     }
 });

@@ -27,14 +27,21 @@ fn sweeps<S: Scalar>(file: &GraphFile) {
         assert_eq!(r.output.shape(), file.graph.shape(file.output).unwrap());
         for (name, g) in &r.grads {
             let slot = file.graph.slot_of(name).unwrap();
-            assert_eq!(g.shape(), file.graph.shape(slot).unwrap(), "gradient of {name}");
+            assert_eq!(
+                g.shape(),
+                file.graph.shape(slot).unwrap(),
+                "gradient of {name}"
+            );
         }
     }
     if let [_, Ok(reference), Ok(saved)] = &results[..] {
         assert!(same(&reference.output, &saved.output), "outputs differ");
         assert_eq!(reference.grads.len(), saved.grads.len());
         for ((n, r), (_, s)) in reference.grads.iter().zip(&saved.grads) {
-            assert!(same(r, s), "reference and saved gradients of {n} differ: {r:?} vs {s:?}");
+            assert!(
+                same(r, s),
+                "reference and saved gradients of {n} differ: {r:?} vs {s:?}"
+            );
         }
     }
 }

@@ -78,7 +78,12 @@ struct Index {
 impl Index {
     fn get(&self) -> Option<IndexTensor> {
         let dims = dims(&self.dims);
-        let data: Vec<usize> = self.data.iter().take(64).map(|&i| usize::from(i % 6)).collect();
+        let data: Vec<usize> = self
+            .data
+            .iter()
+            .take(64)
+            .map(|&i| usize::from(i % 6))
+            .collect();
         if self.raw {
             Some(IndexTensor {
                 shape: Shape::new(&dims).ok()?,
@@ -184,16 +189,28 @@ impl<S: Scalar> Run<S> {
 
     /// Applies `op`; a success must have the shape the op's shape rule gives.
     fn apply(&mut self, op: Op, args: &[u8]) {
-        let Some(vars) = args.iter().map(|&a| self.var(a)).collect::<Option<Vec<_>>>() else {
+        let Some(vars) = args
+            .iter()
+            .map(|&a| self.var(a))
+            .collect::<Option<Vec<_>>>()
+        else {
             return;
         };
         if let Ok(v) = self.s.apply(op.clone(), &vars) {
             let shapes: Vec<Shape> = vars
                 .iter()
-                .map(|&a| self.s.value(a).expect("a used handle is live").shape().clone())
+                .map(|&a| {
+                    self.s
+                        .value(a)
+                        .expect("a used handle is live")
+                        .shape()
+                        .clone()
+                })
                 .collect();
             let refs: Vec<&Shape> = shapes.iter().collect();
-            let rule = op.output_shape(&refs).expect("shape rule of a successful op");
+            let rule = op
+                .output_shape(&refs)
+                .expect("shape rule of a successful op");
             assert_eq!(self.s.value(v).unwrap().shape(), &rule, "{op}");
             self.vars.push(v);
         }
@@ -283,7 +300,9 @@ impl<S: Scalar> Run<S> {
             ),
             K::Where(m, t, a, b) => {
                 let Some(m) = self.var(*m) else { return };
-                let Ok(mask) = self.s.gt(m, t.get()) else { return };
+                let Ok(mask) = self.s.gt(m, t.get()) else {
+                    return;
+                };
                 self.apply(el(ElementwiseOp::Where { mask }), &[*a, *b]);
             }
             K::WhereRaw(mask, a, b) => {
@@ -386,7 +405,13 @@ impl<S: Scalar> Run<S> {
                 &[*x],
             ),
             K::ClassLoss(x, targets, r, nll) => {
-                let targets = Arc::new(targets.iter().take(8).map(|&t| usize::from(t % 6)).collect());
+                let targets = Arc::new(
+                    targets
+                        .iter()
+                        .take(8)
+                        .map(|&t| usize::from(t % 6))
+                        .collect(),
+                );
                 let reduction = red(*r);
                 let op = if *nll {
                     LossOp::NllLoss { targets, reduction }
@@ -476,9 +501,7 @@ impl<S: Scalar> Run<S> {
                 let (Some(x), Some(w), Some(b)) = (self.var(*x), self.opt(*w), self.opt(*b)) else {
                     return;
                 };
-                if let Ok((y, stats)) =
-                    self.s
-                        .batch_norm_train(x, w, b, momentum.get(), eps.get())
+                if let Ok((y, stats)) = self.s.batch_norm_train(x, w, b, momentum.get(), eps.get())
                 {
                     let shape = self.s.value(x).unwrap().shape().clone();
                     assert_eq!(self.s.value(y).unwrap().shape(), &shape);
@@ -487,9 +510,13 @@ impl<S: Scalar> Run<S> {
                 }
             }
             K::BatchNormEval(x, m, v, w, b, eps) => {
-                let (Some(x), Some(m), Some(v), Some(w), Some(b)) =
-                    (self.var(*x), self.var(*m), self.var(*v), self.opt(*w), self.opt(*b))
-                else {
+                let (Some(x), Some(m), Some(v), Some(w), Some(b)) = (
+                    self.var(*x),
+                    self.var(*m),
+                    self.var(*v),
+                    self.opt(*w),
+                    self.opt(*b),
+                ) else {
                     return;
                 };
                 if let Ok(y) = self.s.batch_norm_eval(x, m, v, w, b, eps.get()) {
@@ -600,14 +627,20 @@ impl<S: Scalar> Run<S> {
                 assert_eq!(e.len(), r.len());
                 for (i, (a, b)) in e.iter().zip(&r).enumerate() {
                     assert_eq!(a.shape(), b.shape());
-                    let equal = a.data().iter().zip(b.data()).all(|(x, y)| {
-                        x == y || (x.to_f64().is_nan() && y.to_f64().is_nan())
-                    });
+                    let equal = a
+                        .data()
+                        .iter()
+                        .zip(b.data())
+                        .all(|(x, y)| x == y || (x.to_f64().is_nan() && y.to_f64().is_nan()));
                     assert!(equal, "law 1: node {i}: executed {a:?} vs reference {b:?}");
                 }
             }
             (Err(_), Err(_)) => {}
-            (e, r) => panic!("law 1: executed {:?} but reference {:?}", e.is_ok(), r.is_ok()),
+            (e, r) => panic!(
+                "law 1: executed {:?} but reference {:?}",
+                e.is_ok(),
+                r.is_ok()
+            ),
         }
     }
 }
