@@ -465,7 +465,7 @@ fn fresh_typed<S: Scalar>(args: &TrainArgs, plan: Plan) -> CliResult {
         }
     };
     let batches = data.train.len().div_ceil(plan.batch_size.max(1)) as u64;
-    let steps = args.steps.unwrap_or(plan.epochs * batches);
+    let steps = args.steps.unwrap_or(plan.epochs.saturating_mul(batches));
     let warmup = args.warmup.unwrap_or(0);
     let decay = match plan.schedule {
         ScheduleArg::Constant => Decay::Constant,
@@ -507,7 +507,7 @@ fn resume_typed<S: Scalar>(args: &TrainArgs, ckpt: &Checkpoint) -> CliResult {
     let batches = trainer.order.batches_per_epoch() as u64;
     let steps = args
         .steps
-        .or(args.epochs.map(|e| e * batches))
+        .or(args.epochs.map(|e| e.saturating_mul(batches)))
         .ok_or_else(|| {
             CliError::Usage(
                 "--resume needs --steps N or --epochs N: how much further to train".into(),

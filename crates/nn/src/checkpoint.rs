@@ -268,14 +268,20 @@ impl Checkpoint {
     pub fn read(path: impl AsRef<Path>) -> NnResult<Checkpoint> {
         let path = path.as_ref();
         let bytes = std::fs::read(path).map_err(|e| NnError::io(path, e))?;
+        Checkpoint::from_bytes(path, &bytes)
+    }
+
+    /// Verifies a checkpoint's `bytes` as `read` does; `path` only names the file in messages.
+    pub fn from_bytes(path: impl AsRef<Path>, bytes: &[u8]) -> NnResult<Checkpoint> {
+        let path = path.as_ref();
         let err = |m: String| NnError::checkpoint(path, m);
-        let st = SafeTensors::deserialize(&bytes).map_err(|e| {
+        let st = SafeTensors::deserialize(bytes).map_err(|e| {
             err(format!(
                 "not a readable safetensors file ({} bytes; truncated or corrupted?): {e}",
                 bytes.len()
             ))
         })?;
-        let (_, metadata) = SafeTensors::read_metadata(&bytes)
+        let (_, metadata) = SafeTensors::read_metadata(bytes)
             .map_err(|e| err(format!("unreadable header: {e}")))?;
         let meta: HashMap<String, String> = metadata.metadata().clone().ok_or_else(|| {
             err("the file has no tapegrad metadata (not a tapegrad checkpoint?)".into())
@@ -337,6 +343,17 @@ impl Checkpoint {
             feature_names: json_field(path, "features", field("features")?)?,
             model: field("model")?.clone(),
         };
+        // Readers size their outputs by the task and their inputs by the feature names: both
+        // must agree with the model the config describes (`predict` indexes rows by them).
+        let (outputs, inputs) = (header.config.model.outputs(), header.config.model.inputs());
+        if header.task.outputs() != outputs || header.feature_names.len() != inputs {
+            return Err(err(format!(
+                "the task has {} outputs and {} feature names, but the model {} has {outputs} outputs and {inputs} inputs",
+                header.task.outputs(),
+                header.feature_names.len(),
+                header.config.model.name()
+            )));
+        }
         let optimizer_steps: u64 = parse(path, "optimizer_steps", field("optimizer_steps")?)?;
         if optimizer_steps != header.step {
             return Err(err(format!(
@@ -396,6 +413,29 @@ impl Checkpoint {
 
     /// Fills a model built from `config` with the stored tensors, checking names and shapes.
     pub fn model_from<S: Scalar>(&self, config: &TrainConfig) -> NnResult<Model<S>> {
+        // The layer sizes are declared in the header: check them against the stored tensors
+        // before allocating, so a corrupt or hostile size is an error, not an out-of-memory.
+        let stored = self
+            .tensors
+            .iter()
+            .filter(|(name, _)| name.starts_with("model."))
+            .try_fold(0usize, |n, (_, t)| {
+                t.shape
+                    .iter()
+                    .try_fold(1usize, |m, &d| m.checked_mul(d))?
+                    .checked_add(n)
+            })
+            .unwrap_or(usize::MAX);
+        match config.model.min_params() {
+            Some(needed) if needed <= stored => {}
+            needed => {
+                return Err(self.err(format!(
+                    "the config's model {} needs {} parameters but the file stores {stored}",
+                    config.model.name(),
+                    needed.map_or("more than usize::MAX".to_string(), |n| n.to_string())
+                )))
+            }
+        }
         let mut model = Model::<S>::new(&config.model, config.seed)?;
         for p in model.params.iter_mut() {
             p.value = self.tensor::<S>(&format!("model.{}", p.name), p.value.shape())?;

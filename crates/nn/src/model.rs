@@ -69,11 +69,51 @@ impl ModelSpec {
         }
     }
 
-    /// Number of input features the model expects per row.
+    /// Number of input features the model expects per row (saturating: `Model::new` rejects
+    /// an image whose size overflows).
     pub fn inputs(&self) -> usize {
         match self {
             ModelSpec::Mlp { inputs, .. } => *inputs,
-            ModelSpec::Cnn { image, .. } => image.iter().product(),
+            ModelSpec::Cnn { image, .. } => image
+                .iter()
+                .try_fold(1usize, |n, &d| n.checked_mul(d))
+                .unwrap_or(usize::MAX),
+        }
+    }
+
+    /// A lower bound on the number of parameter elements `Model::new` allocates (weights and
+    /// biases of the linear and convolution layers), without allocating; `None` on overflow.
+    /// Lets a reader cap a size declared in a file against the tensors the file holds.
+    pub fn min_params(&self) -> Option<usize> {
+        let dense = |a: usize, b: usize| a.checked_mul(b)?.checked_add(b);
+        match self {
+            ModelSpec::Mlp {
+                inputs,
+                hidden,
+                outputs,
+                ..
+            } => {
+                let sizes: Vec<usize> = std::iter::once(*inputs)
+                    .chain(hidden.iter().copied())
+                    .chain([*outputs])
+                    .collect();
+                sizes
+                    .windows(2)
+                    .try_fold(0usize, |n, w| n.checked_add(dense(w[0], w[1])?))
+            }
+            ModelSpec::Cnn {
+                image: [c, h, w],
+                channels,
+                outputs,
+                ..
+            } => {
+                let (mut h, mut w, mut prev, mut n) = (*h, *w, *c, 0usize);
+                for &ch in channels {
+                    n = n.checked_add(dense(prev.checked_mul(9)?, ch)?)?;
+                    (h, w, prev) = (h / 2, w / 2, ch);
+                }
+                n.checked_add(dense(prev.checked_mul(h)?.checked_mul(w)?, *outputs)?)
+            }
         }
     }
 
@@ -186,6 +226,8 @@ pub fn cnn<S: Scalar>(
         ));
     }
     let mut net = Sequential::new();
+    // The casts are lossless once the layers below exist: the first convolution's weight
+    // [ch, c, 3, 3] and the flattened width bound c, h and w far below isize::MAX (Shape::new).
     net.push(Layer::Reshape(vec![-1, c as isize, h as isize, w as isize]));
     let mut prev = c;
     for &ch in channels {
@@ -220,13 +262,16 @@ pub fn cnn<S: Scalar>(
     if dropout > 0.0 {
         net.push(Layer::Dropout(Dropout::new(dropout)?));
     }
+    let flat = prev
+        .checked_mul(h)
+        .and_then(|n| n.checked_mul(w))
+        .ok_or_else(|| {
+            Error::invalid(
+                "cnn",
+                format!("{prev} channels of {h}x{w} overflow the flattened width"),
+            )
+        })?;
     let prefix = net.layers.len().to_string();
-    net.push(Layer::Linear(Linear::new(
-        b,
-        &prefix,
-        prev * h * w,
-        outputs,
-        true,
-    )?));
+    net.push(Layer::Linear(Linear::new(b, &prefix, flat, outputs, true)?));
     Ok(net)
 }

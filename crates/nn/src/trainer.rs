@@ -180,7 +180,7 @@ impl<S: Scalar> Trainer<S> {
         for (id, value) in out.updates {
             self.model.params.set(id, value)?;
         }
-        self.step += 1;
+        self.step = self.step.saturating_add(1);
         let metric = match &batch.y {
             crate::data::BatchTargets::Values(_) => {
                 let std = self.data.target.as_ref().map_or(1.0, |t| t.std[0]);

@@ -93,11 +93,12 @@ impl BatchOrder {
     /// The rows of the next mini-batch (the last batch of an epoch may be smaller, as PyTorch's
     /// `DataLoader` with `drop_last=False`).
     pub fn next_batch(&mut self) -> Vec<usize> {
-        let end = (self.cursor + self.batch_size).min(self.rows);
+        // Both come from user input (a flag, a checkpoint's config and metadata): saturate.
+        let end = self.cursor.saturating_add(self.batch_size).min(self.rows);
         let batch = self.perm[self.cursor..end].to_vec();
         self.cursor = end;
         if self.cursor == self.rows {
-            self.epoch += 1;
+            self.epoch = self.epoch.saturating_add(1);
             self.cursor = 0;
             self.reshuffle();
         }

@@ -6,7 +6,7 @@
 use super::{split_indices, Dataset, Standardizer, Targets};
 use crate::error::{NnError, NnResult};
 use serde::{Deserialize, Serialize};
-use tapegrad_tensor::{Scalar, Tensor};
+use tapegrad_tensor::{Error, Scalar, Tensor};
 
 /// What the model predicts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -57,9 +57,27 @@ impl<S: Scalar> Split<S> {
         self.len() == 0
     }
 
-    /// Gathers `rows` into a mini-batch.
+    /// Gathers `rows` into a mini-batch; a row outside the split is an error.
     pub fn batch(&self, rows: &[usize]) -> NnResult<Batch<S>> {
-        let width = self.x.dims()[1];
+        let &[len, width] = self.x.dims() else {
+            return Err(Error::invalid(
+                "batch",
+                format!(
+                    "split features must be [rows, width], found {}",
+                    self.x.shape()
+                ),
+            )
+            .into());
+        };
+        if let Some(&r) = rows.iter().find(|&&r| r >= len) {
+            return Err(Error::Index {
+                op: "batch",
+                what: "row",
+                index: i64::try_from(r).unwrap_or(i64::MAX),
+                bound: len,
+            }
+            .into());
+        }
         let data = self.x.data();
         let mut x = Vec::with_capacity(rows.len() * width);
         for &r in rows {
@@ -67,16 +85,31 @@ impl<S: Scalar> Split<S> {
         }
         let x = Tensor::new(&[rows.len(), width], x)?;
         let y = match &self.y {
-            SplitTargets::Values { standardized, .. } => BatchTargets::Values(Tensor::new(
-                &[rows.len(), 1],
-                rows.iter().map(|&r| standardized[r]).collect(),
-            )?),
-            SplitTargets::Classes(labels) => {
-                BatchTargets::Classes(rows.iter().map(|&r| labels[r]).collect())
+            SplitTargets::Values { standardized, .. } => {
+                BatchTargets::Values(Tensor::new(&[rows.len(), 1], pick(standardized, rows)?)?)
             }
+            SplitTargets::Classes(labels) => BatchTargets::Classes(pick(labels, rows)?),
         };
         Ok(Batch { x, y })
     }
+}
+
+/// `values[r]` for each row; the fields of a split are public, so the targets may be shorter.
+fn pick<T: Copy>(values: &[T], rows: &[usize]) -> NnResult<Vec<T>> {
+    rows.iter()
+        .map(|&r| {
+            values.get(r).copied().ok_or_else(|| {
+                Error::invalid(
+                    "batch",
+                    format!(
+                        "row {r} has no target (the split has {} targets)",
+                        values.len()
+                    ),
+                )
+                .into()
+            })
+        })
+        .collect()
 }
 
 /// The targets of a mini-batch.

@@ -81,7 +81,7 @@ impl<S: Scalar> Optimizer<S> {
                 ),
             ));
         }
-        self.steps += 1;
+        self.steps = self.steps.saturating_add(1);
         let step = self.steps;
         for ((p, g), slots) in params.trainable_mut().zip(grads).zip(&mut self.state) {
             if p.value.shape() != g.shape() {

@@ -109,6 +109,17 @@ fn data(map: &Map<String, Value>, shape: &Shape, what: &str) -> Result<Vec<f64>>
     Ok(values)
 }
 
+/// Elements a file whose inputs hold `input_elements` may produce in all, inputs and every
+/// node's value, so that a size written in a file (`broadcast_to`, padding, ...) cannot exhaust
+/// memory or time. It depends on the data, not the text, so a written file parses back.
+fn element_budget(input_elements: usize) -> usize {
+    const MIN_ELEMENTS: usize = 1 << 20;
+    const PER_INPUT_ELEMENT: usize = 256;
+    input_elements
+        .saturating_mul(PER_INPUT_ELEMENT)
+        .max(MIN_ELEMENTS)
+}
+
 pub(super) fn parse(text: &str) -> Result<GraphFile> {
     // Syntax errors are reported on the original text, so their line and column are right.
     serde_json::from_str::<serde::de::IgnoredAny>(text)
@@ -148,8 +159,21 @@ pub(super) fn parse(text: &str) -> Result<GraphFile> {
         .iter()
         .filter_map(|n| n.get("name").and_then(Value::as_str))
         .collect();
+    let input_elements: usize = input_data.iter().map(Vec::len).sum();
+    let budget = element_budget(input_elements);
+    let mut elements = input_elements;
     for (k, item) in nodes.iter().enumerate() {
         parse_node(&mut graph, item, k, &defined_later)?;
+        let slot = input_data.len() + k;
+        let shape = graph.shape(slot)?;
+        elements = elements.saturating_add(shape.numel());
+        if elements > budget {
+            return Err(invalid(format!(
+                "shape {shape} brings the graph to {elements} elements; a file whose inputs hold {input_elements} may produce at most {budget} (256 per input element, at least {})",
+                element_budget(0)
+            ))
+            .at_node(format!("'{}'", graph.name(slot)?)));
+        }
     }
     let output = match top.get("output") {
         None => graph
