@@ -7,7 +7,9 @@ Usage (needs `pip install torch`):
 
 Workloads: an MLP 784-256-128-10 training step (ReLU, softmax cross entropy, SGD) at batch 1, 32, 256;
 the tape-overhead chain 1,000 x (x = x * 1.0001 + 0.0001) forward + backward on 1 and 16 elements;
-square sgemm at 512 and 1024. Timings: median, min and max over --reps repetitions after warm-up.
+square sgemm at 512 and 1024; conv2d (32, 16, 28, 28) x 32 3x3, padding 1, forward + backward.
+Timings: median, min and max over --reps repetitions after warm-up (default: at least
+50 and at least one second, as `tapegrad bench`).
 """
 
 import argparse
@@ -17,13 +19,20 @@ import time
 
 
 def timed(reps, fn):
-    for _ in range(reps // 5 + 1):
+    """Seconds per call: median, min, max (as `tapegrad bench`: with no --reps, at least 50 calls
+    and at least one second)."""
+    for _ in range(max(3, (reps or 50) // 5)):
         fn()
     out = []
-    for _ in range(reps):
+    start = time.perf_counter()
+    while True:
         t0 = time.perf_counter()
         fn()
         out.append(time.perf_counter() - t0)
+        if reps is not None and len(out) >= reps:
+            break
+        if reps is None and (len(out) >= 5000 or (len(out) >= 50 and time.perf_counter() - start >= 1.0)):
+            break
     out.sort()
     return statistics.median(out), out[0], out[-1]
 
@@ -31,7 +40,7 @@ def timed(reps, fn):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--reps", type=int, default=None)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -78,10 +87,26 @@ def main():
     for n in (512, 1024):
         a = torch.rand(n, n)
         b = torch.rand(n, n)
-        med, lo, hi = timed(max(args.reps // 3, 3), lambda: a @ b)
+        med, lo, hi = timed(args.reps, lambda: a @ b)
         flops = 2 * n ** 3
         rows.append({"workload": "matmul", "n": n, "threads": args.threads, "backend": "pytorch",
                      "gflops": flops / med / 1e9, "gflops_min": flops / hi / 1e9, "gflops_max": flops / lo / 1e9})
+
+    # conv2d (32, 16, 28, 28) with 32 3x3 filters, padding 1, bias: forward + backward.
+    x0 = torch.rand(32, 16, 28, 28) * 2 - 1
+    w0 = (torch.rand(32, 16, 3, 3) * 2 - 1) * 0.1
+    b0 = (torch.rand(32) * 2 - 1) * 0.1
+    seed = torch.rand(32, 32, 28, 28) * 2 - 1
+
+    def conv():
+        x, w, b = (t.clone().requires_grad_(True) for t in (x0, w0, b0))
+        torch.nn.functional.conv2d(x, w, b, padding=1).backward(seed)
+
+    med, lo, hi = timed(args.reps, conv)
+    flops = 3 * 2 * 32 * 32 * 28 * 28 * 16 * 9
+    rows.append({"workload": "conv", "threads": args.threads, "backend": "pytorch",
+                 "ms_per_step": med * 1e3, "ms_min": lo * 1e3, "ms_max": hi * 1e3,
+                 "gflops": flops / med / 1e9})
 
     for row in rows:
         if args.json:

@@ -1,37 +1,43 @@
-//! `tapegrad bench`: timing of whole workloads (an MLP training step, the tape-overhead chain, square
-//! sgemm), reported as median and spread over repetitions, as a table or one JSON object per line.
+//! `tapegrad bench`: timing of whole workloads (an MLP training step on either backend, the
+//! tape-overhead chain, square sgemm, a conv2d forward + backward), reported as median and spread
+//! (min, quartiles, max) over repetitions, as a table or one JSON object per workload.
 
 use crate::error::{CliError, CliResult};
 use clap::{Args, Subcommand, ValueEnum};
 use rand::{Rng, SeedableRng};
 use std::process::ExitCode;
 use std::time::Instant;
+use tapegrad_core::ops::nn::Conv2d;
 use tapegrad_core::{Session, Shape, Tensor};
-use tapegrad_tensor::kernels::{matmul, set_num_threads};
+use tapegrad_nn::data::{Batch, BatchTargets};
+use tapegrad_nn::layers::Activation;
+use tapegrad_nn::{make_backend, Backend as StepBackend, BackendKind, Model, ModelSpec};
+use tapegrad_nn::{Optimizer, OptimizerConfig};
+use tapegrad_tensor::kernels::{batched_matmul, matmul, set_num_threads};
 
 /// Arguments of `tapegrad bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     #[command(subcommand)]
     pub workload: Workload,
-    /// Threads for the GEMM (1 = single-threaded everywhere).
+    /// Threads for every kernel, GEMM included (1 = single-threaded everywhere).
     #[arg(long, global = true, default_value_t = 1)]
     pub threads: usize,
-    /// Which engine runs the step.
+    /// Which engine runs the MLP step (the other workloads have no compiled form).
     #[arg(long, global = true, value_enum, default_value_t = Backend::Eager)]
     pub backend: Backend,
     /// Print one JSON object per workload instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
-    /// Timed repetitions (after warm-up).
-    #[arg(long, global = true, default_value_t = 30)]
-    pub reps: usize,
+    /// Timed repetitions after warm-up; by default at least 50 and at least one second's worth.
+    #[arg(long, global = true)]
+    pub reps: Option<usize>,
 }
 
 /// The workloads.
 #[derive(Debug, Subcommand)]
 pub enum Workload {
-    /// One training step of an MLP 784-256-128-10 (ReLU, softmax cross entropy, SGD), f32.
+    /// One training step of an MLP 784-256-128-10 (ReLU, softmax cross entropy, SGD lr 0.01), f32.
     Mlp {
         #[arg(long, default_value_t = 32)]
         batch: usize,
@@ -46,6 +52,9 @@ pub enum Workload {
         #[arg(long, default_value_t = 512)]
         n: usize,
     },
+    /// conv2d of a (32, 16, 28, 28) f32 input with 32 3x3 filters, padding 1, bias: forward and
+    /// backward (input, weight, bias gradients), next to the same-shape GEMMs it is made of.
+    Conv,
 }
 
 /// Engines a step can run on.
@@ -55,34 +64,97 @@ pub enum Backend {
     Compiled,
 }
 
-/// Median and spread of a set of timings, in the unit they were given.
+/// Median and spread of a set of measurements, in the unit they were given.
 struct Stats {
     median: f64,
     min: f64,
+    q1: f64,
+    q3: f64,
     max: f64,
+    reps: usize,
 }
 
-fn stats(mut xs: Vec<f64>) -> Stats {
-    xs.sort_by(f64::total_cmp);
-    Stats {
-        median: xs[xs.len() / 2],
-        min: xs[0],
-        max: xs[xs.len() - 1],
+impl Stats {
+    fn of(mut xs: Vec<f64>) -> Stats {
+        xs.sort_by(f64::total_cmp);
+        let at = |q: f64| xs[((xs.len() - 1) as f64 * q).round() as usize];
+        Stats {
+            median: at(0.5),
+            min: xs[0],
+            q1: at(0.25),
+            q3: at(0.75),
+            max: xs[xs.len() - 1],
+            reps: xs.len(),
+        }
+    }
+
+    /// The same measurements under `f` (monotone decreasing maps swap the ends).
+    fn map(&self, f: impl Fn(f64) -> f64) -> Stats {
+        Stats::of(vec![
+            f(self.min),
+            f(self.q1),
+            f(self.median),
+            f(self.q3),
+            f(self.max),
+        ])
+        .with_reps(self.reps)
+    }
+
+    fn with_reps(mut self, reps: usize) -> Stats {
+        self.reps = reps;
+        self
+    }
+
+    /// JSON fields `{key}` (the median), `{unit}_min`, `_q1`, `_q3`, `_max`.
+    fn json(&self, key: &str, unit: &str, obj: &mut serde_json::Map<String, serde_json::Value>) {
+        obj.insert(key.into(), self.median.into());
+        obj.insert(format!("{unit}_min"), self.min.into());
+        obj.insert(format!("{unit}_q1"), self.q1.into());
+        obj.insert(format!("{unit}_q3"), self.q3.into());
+        obj.insert(format!("{unit}_max"), self.max.into());
+        obj.insert("reps".into(), self.reps.into());
+    }
+
+    fn text(&self, unit: &str, digits: usize) -> String {
+        format!(
+            "{:.d$} {unit} (min {:.d$}, IQR {:.d$}-{:.d$}, max {:.d$}; {} reps)",
+            self.median,
+            self.min,
+            self.q1,
+            self.q3,
+            self.max,
+            self.reps,
+            d = digits
+        )
     }
 }
 
-/// Times `f` `reps` times after `reps / 5 + 1` warm-up calls; returns seconds per call.
-fn time_it(reps: usize, mut f: impl FnMut() -> Result<(), CliError>) -> Result<Vec<f64>, CliError> {
-    for _ in 0..reps / 5 + 1 {
+/// Times `f` after warm-up; returns seconds per call. With no fixed count, repeats at least 50
+/// times and until one second has passed (at most 5,000 times).
+fn time_it(
+    reps: Option<usize>,
+    mut f: impl FnMut() -> Result<(), CliError>,
+) -> Result<Vec<f64>, CliError> {
+    let warm = Instant::now();
+    let mut warmups = 0;
+    while warmups < 3 || (warmups < reps.unwrap_or(50) / 5 && warm.elapsed().as_secs_f64() < 0.3) {
         f()?;
+        warmups += 1;
     }
-    let mut out = Vec::with_capacity(reps);
-    for _ in 0..reps {
+    let mut out = Vec::new();
+    let start = Instant::now();
+    loop {
         let t0 = Instant::now();
         f()?;
         out.push(t0.elapsed().as_secs_f64());
+        let done = match reps {
+            Some(n) => out.len() >= n,
+            None => out.len() >= 5000 || (out.len() >= 50 && start.elapsed().as_secs_f64() >= 1.0),
+        };
+        if done {
+            return Ok(out);
+        }
     }
-    Ok(out)
 }
 
 fn random(rng: &mut impl Rng, dims: &[usize], scale: f32) -> Result<Tensor<f32>, CliError> {
@@ -93,61 +165,48 @@ fn random(rng: &mut impl Rng, dims: &[usize], scale: f32) -> Result<Tensor<f32>,
     Ok(Tensor::from_shape(shape, data)?)
 }
 
-/// State of the MLP benchmark: parameters updated in place by SGD after each step.
+/// The MLP benchmark's state: a model, a fixed batch, a backend and SGD (lr 0.01), as the trainer
+/// runs them.
 struct Mlp {
-    params: Vec<(String, Tensor<f32>)>,
-    x: Tensor<f32>,
-    labels: Vec<usize>,
-    session: Session<f32>,
-    saved_bytes: usize,
+    model: Model<f32>,
+    batch: Batch<f32>,
+    backend: Box<dyn StepBackend<f32>>,
+    optimizer: Optimizer<f32>,
 }
 
 impl Mlp {
-    fn new(batch: usize) -> Result<Mlp, CliError> {
+    fn new(batch: usize, kind: BackendKind) -> Result<Mlp, CliError> {
+        let spec = ModelSpec::Mlp {
+            inputs: 784,
+            hidden: vec![256, 128],
+            outputs: 10,
+            activation: Activation::Relu,
+            dropout: 0.0,
+        };
+        let model = Model::new(&spec, 0)?;
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
-        let sizes = [784usize, 256, 128, 10];
-        let mut params = Vec::new();
-        for (i, w) in sizes.windows(2).enumerate() {
-            let bound = 1.0 / (w[0] as f32).sqrt();
-            params.push((format!("w{i}"), random(&mut rng, &[w[1], w[0]], bound)?));
-            params.push((format!("b{i}"), random(&mut rng, &[w[1]], bound)?));
-        }
         let x = random(&mut rng, &[batch, 784], 1.0)?;
         let labels = (0..batch).map(|_| rng.random_range(0..10)).collect();
+        let optimizer = Optimizer::new(OptimizerConfig::by_name("sgd", 0.01)?, &model.params)?;
         Ok(Mlp {
-            params,
-            x,
-            labels,
-            session: Session::new(),
-            saved_bytes: 0,
+            model,
+            batch: Batch {
+                x,
+                y: BatchTargets::Classes(labels),
+            },
+            backend: make_backend(kind)?,
+            optimizer,
         })
     }
 
     fn step(&mut self) -> Result<(), CliError> {
-        let s = &mut self.session;
-        s.reset();
-        let mut vars = Vec::with_capacity(self.params.len());
-        for (name, p) in &self.params {
-            vars.push(s.parameter(name.clone(), p.clone())?);
-        }
-        let mut h = s.input(self.x.clone());
-        for layer in 0..3 {
-            h = s.linear(h, vars[2 * layer], Some(vars[2 * layer + 1]))?;
-            if layer < 2 {
-                h = s.relu(h)?;
-            }
-        }
-        let loss = s.cross_entropy(h, &self.labels)?;
-        self.saved_bytes = s.tape().saved_bytes();
-        let grads = s.backward(loss)?;
-        // Drop the tape's references first so the parameter buffers are unshared and update in place.
-        s.reset();
-        let lr = 0.01f32;
-        for ((_, p), (_, g)) in self.params.iter_mut().zip(grads.iter()) {
-            for (w, &d) in p.data_mut().iter_mut().zip(g.data()) {
-                *w -= lr * d;
-            }
-        }
+        let out = self.backend.train_step(
+            &self.model,
+            &self.batch,
+            tapegrad_nn::rng::dropout_rng(0, 0),
+        )?;
+        let grads = out.grads;
+        self.optimizer.step(&mut self.model.params, &grads, 0.01)?;
         Ok(())
     }
 }
@@ -169,41 +228,76 @@ fn chain_step(
     Ok(())
 }
 
+/// One result: a table label, the JSON object and the table's figures.
+struct Report {
+    label: String,
+    json: serde_json::Map<String, serde_json::Value>,
+    line: String,
+}
+
+fn report(
+    label: String,
+    fields: serde_json::Value,
+    line: String,
+    args: &BenchArgs,
+    backend: &str,
+) -> Report {
+    let mut json = serde_json::Map::new();
+    if let serde_json::Value::Object(map) = fields {
+        let (workload, rest): (Vec<_>, Vec<_>) =
+            map.into_iter().partition(|(k, _)| k == "workload");
+        json.extend(workload);
+        json.insert("threads".into(), args.threads.into());
+        json.insert("backend".into(), backend.into());
+        json.extend(rest);
+    }
+    Report { label, json, line }
+}
+
 /// Runs `tapegrad bench`.
 pub fn run(args: BenchArgs) -> CliResult {
-    if args.reps == 0 {
+    if args.reps == Some(0) {
         return Err(CliError::Usage("--reps must be at least 1".into()));
     }
     if args.threads == 0 {
         return Err(CliError::Usage("--threads must be at least 1".into()));
     }
-    if args.backend == Backend::Compiled {
+    let is_mlp = matches!(args.workload, Workload::Mlp { .. });
+    if args.backend == Backend::Compiled && !is_mlp {
         return Err(CliError::Usage(
-            "--backend compiled is not available in this build yet; use --backend eager".into(),
+            "--backend compiled applies to the mlp workload only; chain, matmul and conv time the eager engine and the kernels".into(),
         ));
     }
     set_num_threads(args.threads);
-    let backend = format!("{:?}", args.backend).to_lowercase();
-    let (label, json, line) = match args.workload {
+    let kind = match args.backend {
+        Backend::Eager => BackendKind::Eager,
+        Backend::Compiled => BackendKind::Compiled,
+    };
+    let backend = kind.name();
+    let r = match args.workload {
         Workload::Mlp { batch } => {
             if batch == 0 {
                 return Err(CliError::Usage("--batch must be at least 1".into()));
             }
-            let mut mlp = Mlp::new(batch)?;
-            let st = stats(
+            let mut mlp = Mlp::new(batch, kind)?;
+            let st = Stats::of(
                 time_it(args.reps, || mlp.step())?
                     .into_iter()
                     .map(|s| s * 1e3)
                     .collect(),
             );
-            (
+            let kept = mlp.backend.kept_bytes();
+            let mut fields = serde_json::json!({"workload": "mlp", "batch": batch});
+            if let serde_json::Value::Object(m) = &mut fields {
+                st.json("ms_per_step", "ms", m);
+                m.insert("kept_bytes".into(), kept.into());
+            }
+            report(
                 format!("mlp 784-256-128-10 batch {batch}"),
-                serde_json::json!({"workload": "mlp", "batch": batch, "threads": args.threads, "backend": backend,
-                    "ms_per_step": st.median, "ms_min": st.min, "ms_max": st.max, "saved_bytes": mlp.saved_bytes}),
-                format!(
-                    "{:.4} ms/step (min {:.4}, max {:.4}), {} bytes saved for backward",
-                    st.median, st.min, st.max, mlp.saved_bytes
-                ),
+                fields,
+                format!("{}, {kept} bytes kept for backward", st.text("ms/step", 4)),
+                &args,
+                backend,
             )
         }
         Workload::Chain { numel } => {
@@ -211,22 +305,25 @@ pub fn run(args: BenchArgs) -> CliResult {
             let bias = Tensor::scalar(0.0001f32);
             let mut s = Session::new();
             let ops = 2000.0;
-            let st = stats(
+            let st = Stats::of(
                 time_it(args.reps, || chain_step(&mut s, &x0, &bias))?
                     .into_iter()
                     .map(|t| t * 1e6 / ops)
                     .collect(),
             );
-            (
+            let mut fields = serde_json::json!({"workload": "chain", "numel": numel});
+            if let serde_json::Value::Object(m) = &mut fields {
+                st.json("us_per_op", "us", m);
+            }
+            report(
                 format!("chain 1000 x (x * 1.0001 + 0.0001), numel {numel}"),
-                serde_json::json!({"workload": "chain", "numel": numel, "threads": args.threads, "backend": backend,
-                    "us_per_op": st.median, "us_min": st.min, "us_max": st.max}),
+                fields,
                 format!(
-                    "{:.1} ns/op (min {:.1}, max {:.1}), forward + backward",
-                    st.median * 1e3,
-                    st.min * 1e3,
-                    st.max * 1e3
+                    "{}, forward + backward",
+                    st.map(|us| us * 1e3).text("ns/op", 1)
                 ),
+                &args,
+                backend,
             )
         }
         Workload::Matmul { n } => {
@@ -237,33 +334,100 @@ pub fn run(args: BenchArgs) -> CliResult {
             let a = random(&mut rng, &[n, n], 1.0)?;
             let b = random(&mut rng, &[n, n], 1.0)?;
             let flops = 2.0 * (n as f64).powi(3);
-            let st = stats(
-                time_it(args.reps, || {
-                    std::hint::black_box(matmul(&a, &b)?);
-                    Ok(())
-                })?
-                .into_iter()
-                .map(|t| flops / t / 1e9)
-                .collect(),
-            );
-            (
+            let secs = time_it(args.reps, || {
+                std::hint::black_box(matmul(&a, &b)?);
+                Ok(())
+            })?;
+            let st = Stats::of(secs.into_iter().map(|t| flops / t / 1e9).collect());
+            let mut fields = serde_json::json!({"workload": "matmul", "n": n});
+            if let serde_json::Value::Object(m) = &mut fields {
+                st.json("gflops", "gflops", m);
+            }
+            report(
                 format!("sgemm {n} x {n} x {n}"),
-                serde_json::json!({"workload": "matmul", "n": n, "threads": args.threads,
-                    "gflops": st.median, "gflops_min": st.min, "gflops_max": st.max}),
-                format!(
-                    "{:.1} GFLOP/s (min {:.1}, max {:.1})",
-                    st.median, st.min, st.max
-                ),
+                fields,
+                st.text("GFLOP/s", 1),
+                &args,
+                backend,
             )
         }
+        Workload::Conv => conv(&args, backend)?,
     };
     if args.json {
-        println!("{json}");
+        println!("{}", serde_json::Value::Object(r.json));
     } else {
         println!(
-            "{label:<48} threads {:<2} {backend:<8} {line}",
-            args.threads
+            "{:<48} threads {:<2} {backend:<8} {}",
+            r.label, args.threads, r.line
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The conv2d workload: forward + backward on a session tape, and the same-shape GEMMs (the
+/// forward's weight (32 x 144) by each sample's columns (144 x 784), three times for forward,
+/// input and weight gradients) as the ceiling the convolution is measured against.
+fn conv(args: &BenchArgs, backend: &str) -> Result<Report, CliError> {
+    const N: usize = 32;
+    const C: usize = 16;
+    const HW: usize = 28;
+    const O: usize = 32;
+    const K: usize = 3;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let x0 = random(&mut rng, &[N, C, HW, HW], 1.0)?;
+    let w0 = random(&mut rng, &[O, C, K, K], 0.1)?;
+    let b0 = random(&mut rng, &[O], 0.1)?;
+    let seed = random(&mut rng, &[N, O, HW, HW], 1.0)?;
+    let mut s = Session::new();
+    let options = Conv2d {
+        padding: [1, 1],
+        ..Conv2d::default()
+    };
+    let mut kept = 0;
+    let secs = time_it(args.reps, || {
+        s.reset();
+        let x = s.parameter("x", x0.clone())?;
+        let w = s.parameter("w", w0.clone())?;
+        let b = s.parameter("b", b0.clone())?;
+        let y = s.conv2d(x, w, Some(b), options.clone())?;
+        kept = tapegrad_core::graph::tape_kept_bytes(s.tape());
+        std::hint::black_box(s.backward_with(y, &seed)?);
+        Ok(())
+    })?;
+    // Forward: N * O * 28 * 28 outputs, each C * 3 * 3 multiply-adds; backward: two more such
+    // products (input and weight gradients); the bias gradient is a sum, not counted.
+    let gemm_flops = 2.0 * (N * O * HW * HW * C * K * K) as f64;
+    let flops = 3.0 * gemm_flops;
+    let st = Stats::of(secs.iter().map(|t| flops / t / 1e9).collect());
+    let ms = Stats::of(secs.iter().map(|t| t * 1e3).collect());
+    let wm = random(&mut rng, &[O, C * K * K], 1.0)?;
+    let cols = random(&mut rng, &[N, C * K * K, HW * HW], 1.0)?;
+    let gemm_secs = time_it(args.reps, || {
+        std::hint::black_box(batched_matmul(&wm, false, &cols, false)?);
+        Ok(())
+    })?;
+    let gemm = Stats::of(gemm_secs.iter().map(|t| gemm_flops / t / 1e9).collect());
+    let share = st.median / gemm.median;
+    let mut fields = serde_json::json!({"workload": "conv", "input": [N, C, HW, HW], "weight": [O, C, K, K],
+        "padding": 1, "ms_per_step": ms.median, "ms_min": ms.min, "ms_max": ms.max});
+    if let serde_json::Value::Object(m) = &mut fields {
+        st.json("gflops", "gflops", m);
+        m.insert("gemm_gflops".into(), gemm.median.into());
+        m.insert("gemm_gflops_max".into(), gemm.max.into());
+        m.insert("share_of_gemm".into(), share.into());
+        m.insert("kept_bytes".into(), kept.into());
+    }
+    Ok(report(
+        "conv2d (32,16,28,28) x 32x3x3 pad 1, fwd + bwd".into(),
+        fields,
+        format!(
+            "{:.2} ms/step, {}; same-shape GEMM {:.1} GFLOP/s, conv at {:.0}% of it",
+            ms.median,
+            st.text("GFLOP/s", 1),
+            gemm.median,
+            share * 100.0
+        ),
+        args,
+        backend,
+    ))
 }

@@ -1,5 +1,6 @@
 //! `Tensor<S>`: a shape plus a shared, row-major, contiguous buffer. Cloning shares the buffer
-//! (an `Arc`), writing through `data_mut` copies it only when it is shared.
+//! (an `Arc<[S]>`: count and elements in one allocation), writing through `data_mut` copies it
+//! only when it is shared.
 
 use crate::{Error, Result, Scalar, Shape};
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use std::sync::Arc;
 #[derive(Clone, PartialEq)]
 pub struct Tensor<S> {
     shape: Shape,
-    data: Arc<Vec<S>>,
+    data: Arc<[S]>,
 }
 
 impl<S: Scalar> Tensor<S> {
@@ -18,7 +19,9 @@ impl<S: Scalar> Tensor<S> {
         Self::from_shape(shape, data)
     }
 
-    /// A tensor from an already-built shape and row-major data.
+    /// A tensor from an already-built shape and row-major data. The elements are moved into the
+    /// shared buffer (one copy); kernels on hot paths build the buffer in place with
+    /// [`Tensor::from_iter_exact`] instead.
     pub fn from_shape(shape: Shape, data: Vec<S>) -> Result<Self> {
         if data.len() != shape.numel() {
             return Err(Error::DataLength {
@@ -30,8 +33,37 @@ impl<S: Scalar> Tensor<S> {
         }
         Ok(Tensor {
             shape,
-            data: Arc::new(data),
+            data: Arc::from(data),
         })
+    }
+
+    /// A tensor whose elements are produced by an exact-size iterator, written straight into the
+    /// shared buffer (a single allocation); errors when the count differs from the shape's.
+    pub fn from_iter_exact<I>(shape: Shape, iter: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        I::IntoIter: ExactSizeIterator,
+    {
+        let iter = iter.into_iter();
+        if iter.len() != shape.numel() {
+            return Err(Error::DataLength {
+                op: "tensor",
+                len: iter.len(),
+                numel: shape.numel(),
+                shape,
+            });
+        }
+        Ok(Tensor {
+            shape,
+            data: iter.collect(),
+        })
+    }
+
+    /// Zeros whose buffer the caller fills at once through `fill` (which sees it unshared).
+    pub fn zeros_with(shape: Shape, fill: impl FnOnce(&mut [S])) -> Self {
+        let mut t = Self::zeros(&shape);
+        fill(t.data_mut());
+        t
     }
 
     /// A tensor from f64 values, rounded to `S`.
@@ -43,7 +75,7 @@ impl<S: Scalar> Tensor<S> {
     pub fn scalar(v: S) -> Self {
         Tensor {
             shape: Shape::scalar(),
-            data: Arc::new(vec![v]),
+            data: Arc::from([v]),
         }
     }
 
@@ -51,7 +83,7 @@ impl<S: Scalar> Tensor<S> {
     pub fn full(shape: &Shape, v: S) -> Self {
         Tensor {
             shape: shape.clone(),
-            data: Arc::new(vec![v; shape.numel()]),
+            data: std::iter::repeat_n(v, shape.numel()).collect(),
         }
     }
 
@@ -92,12 +124,12 @@ impl<S: Scalar> Tensor<S> {
 
     /// Mutable elements; copies the buffer first if another tensor shares it.
     pub fn data_mut(&mut self) -> &mut [S] {
-        Arc::make_mut(&mut self.data).as_mut_slice()
+        Arc::make_mut(&mut self.data)
     }
 
-    /// The buffer as an owned vector (copies only if shared).
+    /// The buffer as an owned vector (a copy: the shared buffer is not a `Vec`).
     pub fn into_vec(self) -> Vec<S> {
-        Arc::try_unwrap(self.data).unwrap_or_else(|shared| (*shared).clone())
+        self.data.to_vec()
     }
 
     /// Elements widened to f64.
@@ -109,7 +141,7 @@ impl<S: Scalar> Tensor<S> {
     pub fn cast<T: Scalar>(&self) -> Tensor<T> {
         Tensor {
             shape: self.shape.clone(),
-            data: Arc::new(self.data.iter().map(|v| T::from_f64(v.to_f64())).collect()),
+            data: self.data.iter().map(|v| T::from_f64(v.to_f64())).collect(),
         }
     }
 
@@ -158,7 +190,7 @@ impl<S: Scalar> Tensor<S> {
     pub fn map(&self, f: impl Fn(S) -> S) -> Self {
         Tensor {
             shape: self.shape.clone(),
-            data: Arc::new(self.data.iter().map(|&v| f(v)).collect()),
+            data: self.data.iter().map(|&v| f(v)).collect(),
         }
     }
 
@@ -173,13 +205,12 @@ impl<S: Scalar> Tensor<S> {
         }
         Ok(Tensor {
             shape: self.shape.clone(),
-            data: Arc::new(
-                self.data
-                    .iter()
-                    .zip(other.data.iter())
-                    .map(|(&a, &b)| f(a, b))
-                    .collect(),
-            ),
+            data: self
+                .data
+                .iter()
+                .zip(other.data.iter())
+                .map(|(&a, &b)| f(a, b))
+                .collect(),
         })
     }
 

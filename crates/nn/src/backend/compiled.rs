@@ -19,7 +19,7 @@ use crate::model::Model;
 use crate::params::ParamKind;
 use crate::rng::dropout_rng;
 use rand_chacha::ChaCha8Rng;
-use tapegrad_core::graph::{CompiledGraph, Graph};
+use tapegrad_core::graph::{tape_kept_bytes, CompiledGraph, Graph};
 use tapegrad_core::tape::Rule;
 use tapegrad_core::Session;
 use tapegrad_tensor::{Error, Scalar, Shape, Tensor};
@@ -47,6 +47,7 @@ pub struct Compiled<S> {
     session: Session<S>,
     plans: Vec<Plan>,
     detect_anomaly: bool,
+    kept_bytes: usize,
 }
 
 impl<S: Scalar> Compiled<S> {
@@ -56,6 +57,7 @@ impl<S: Scalar> Compiled<S> {
             session: Session::new(),
             plans: Vec::new(),
             detect_anomaly: false,
+            kept_bytes: 0,
         })
     }
 
@@ -191,6 +193,9 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
         let loss = record_loss(&mut self.session, o, &batch.y)?;
         let loss_value = self.session.value(loss)?.item()?.to_f64();
         let seed = Tensor::ones(self.session.value(loss)?.shape());
+        // The loss tape's leaf shares the output's buffer, which `saved` already counts.
+        self.kept_bytes =
+            saved.kept_bytes() + tape_kept_bytes(self.session.tape()) - outputs.nbytes();
         let dout = self.session.backward_all(loss, &seed)?.swap_remove(o.id());
         let input_grads = saved.backward(&dout)?;
         let mut grads = Vec::new();
@@ -233,6 +238,10 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
             grads,
             updates: Vec::new(),
         })
+    }
+
+    fn kept_bytes(&self) -> usize {
+        self.kept_bytes
     }
 
     fn infer(&mut self, model: &Model<S>, x: &Tensor<S>) -> NnResult<Tensor<S>> {

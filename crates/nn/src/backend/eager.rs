@@ -9,12 +9,14 @@ use crate::layers::{Ctx, Mode};
 use crate::model::Model;
 use crate::rng::dropout_rng;
 use rand_chacha::ChaCha8Rng;
+use tapegrad_core::graph::tape_kept_bytes;
 use tapegrad_core::Session;
 use tapegrad_tensor::{Scalar, Tensor};
 
 /// Records every step on a session tape.
 pub struct Eager<S> {
     session: Session<S>,
+    kept_bytes: usize,
 }
 
 impl<S: Scalar> Eager<S> {
@@ -22,6 +24,7 @@ impl<S: Scalar> Eager<S> {
     pub fn new() -> Self {
         Eager {
             session: Session::new(),
+            kept_bytes: 0,
         }
     }
 }
@@ -50,14 +53,22 @@ impl<S: Scalar> Backend<S> for Eager<S> {
         let loss = record_loss(ctx.session(), out, &batch.y)?;
         let outputs = ctx.session().value(out)?.clone();
         let loss_value = ctx.session().value(loss)?.item()?.to_f64();
+        let kept_bytes = tape_kept_bytes(ctx.session().tape());
         let grads = ctx.session().backward(loss)?;
         let updates = ctx.into_updates();
+        self.kept_bytes = kept_bytes;
+        // Drop the tape's references to the parameters, so the optimizer updates them in place.
+        self.session.reset();
         Ok(StepOutput {
             loss: loss_value,
             outputs,
             grads: grads.into_vec().into_iter().map(|(_, g)| g).collect(),
             updates,
         })
+    }
+
+    fn kept_bytes(&self) -> usize {
+        self.kept_bytes
     }
 
     fn infer(&mut self, model: &Model<S>, x: &Tensor<S>) -> NnResult<Tensor<S>> {

@@ -71,6 +71,9 @@ pub trait Backend<S: Scalar> {
         batch: &Batch<S>,
         rng: ChaCha8Rng,
     ) -> NnResult<StepOutput<S>>;
+    /// Bytes the last `train_step` kept for its backward pass (values and saved tensors, each
+    /// buffer once); 0 before the first step.
+    fn kept_bytes(&self) -> usize;
     /// Forward in eval mode: the model's outputs for `x`.
     fn infer(&mut self, model: &Model<S>, x: &Tensor<S>) -> NnResult<Tensor<S>>;
     /// Anomaly mode: the first NaN or infinity a step makes becomes an `Error::Anomaly` naming the

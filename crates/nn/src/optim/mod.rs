@@ -174,11 +174,6 @@ impl<S: Scalar> Slots<'_, S> {
             .data_mut()
     }
 
-    /// Slot `k` set to a copy of `values` (PyTorch's `torch.clone(d_p)` for a first momentum).
-    fn set(&mut self, k: usize, values: Vec<S>) {
-        self.slots[k] = Tensor::from_shape(self.shape.clone(), values).ok();
-    }
-
     /// Slots `a` and `b` (distinct), both created as zeros on first use.
     fn two(&mut self, a: usize, b: usize) -> (&mut [S], &mut [S]) {
         self.zeroed(a);

@@ -31,37 +31,25 @@ pub(super) fn update<S: Scalar>(
     else {
         unreachable!("sgd::update is only called for Sgd")
     };
-    let mut g: Vec<S> = if weight_decay != 0.0 {
-        let wd = s::<S>(weight_decay);
-        grad.iter()
-            .zip(p.iter())
-            .map(|(&g, &p)| g + wd * p)
-            .collect()
-    } else {
-        grad.to_vec()
-    };
-    if momentum != 0.0 {
-        let m = s::<S>(momentum);
-        if !state.has(MOMENTUM_BUFFER) {
-            state.set(MOMENTUM_BUFFER, g.clone());
-        } else {
-            let keep = s::<S>(1.0 - dampening);
-            let b = state.zeroed(MOMENTUM_BUFFER);
-            for (b, &g) in b.iter_mut().zip(&g) {
-                *b = *b * m + keep * g;
-            }
-        }
-        let b = state.zeroed(MOMENTUM_BUFFER);
-        if nesterov {
-            for (g, &b) in g.iter_mut().zip(b.iter()) {
-                *g += m * b;
-            }
-        } else {
-            g.copy_from_slice(b);
-        }
-    }
+    // One pass per element, in place: the same operations in the same order as the whole-tensor
+    // formulation above, so results are bit-identical, without a temporary gradient copy.
+    let wd = s::<S>(weight_decay);
+    let decayed = |g: S, p: S| if weight_decay != 0.0 { g + wd * p } else { g };
     let neg_lr = s::<S>(-lr);
-    for (p, &g) in p.iter_mut().zip(&g) {
-        *p += neg_lr * g;
+    if momentum == 0.0 {
+        for (p, &g) in p.iter_mut().zip(grad) {
+            *p += neg_lr * decayed(g, *p);
+        }
+        return;
+    }
+    let m = s::<S>(momentum);
+    let first = !state.has(MOMENTUM_BUFFER);
+    let keep = s::<S>(1.0 - dampening);
+    let b = state.zeroed(MOMENTUM_BUFFER);
+    for ((p, &g), b) in p.iter_mut().zip(grad).zip(b.iter_mut()) {
+        let g = decayed(g, *p);
+        *b = if first { g } else { *b * m + keep * g };
+        let step = if nesterov { g + m * *b } else { *b };
+        *p += neg_lr * step;
     }
 }

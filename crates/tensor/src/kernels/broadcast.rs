@@ -7,8 +7,23 @@ use crate::{Error, Result, Scalar, Shape, Tensor};
 
 /// The broadcast of two shapes (right-aligned; a dimension of 1 stretches).
 pub fn broadcast_shape(op: &'static str, a: &Shape, b: &Shape) -> Result<Shape> {
+    // The common cases (equal shapes, a scalar operand) need no dimension walk.
+    if a == b || b.rank() == 0 {
+        return Ok(a.clone());
+    }
+    if a.rank() == 0 {
+        return Ok(b.clone());
+    }
     let rank = a.rank().max(b.rank());
-    let mut dims = vec![0; rank];
+    // Ranks up to 8 are built on the stack: this runs on every binary op's forward.
+    let mut stack = [0usize; 8];
+    let mut heap = Vec::new();
+    let dims: &mut [usize] = if rank <= stack.len() {
+        &mut stack[..rank]
+    } else {
+        heap.resize(rank, 0);
+        &mut heap
+    };
     for (i, out) in dims.iter_mut().enumerate() {
         let da = dim_from_right(a, rank - 1 - i);
         let db = dim_from_right(b, rank - 1 - i);
@@ -25,7 +40,7 @@ pub fn broadcast_shape(op: &'static str, a: &Shape, b: &Shape) -> Result<Shape> 
             }
         };
     }
-    Shape::new(dims)
+    Shape::new(&*dims)
 }
 
 fn dim_from_right(s: &Shape, from_right: usize) -> usize {
@@ -58,40 +73,39 @@ pub fn binary_map<S: Scalar>(
     b: &Tensor<S>,
     f: impl Fn(S, S) -> S,
 ) -> Result<Tensor<S>> {
+    // Every path writes straight into the output's shared buffer (one allocation per result).
     if a.shape() == b.shape() {
-        let data = a
-            .data()
-            .iter()
-            .zip(b.data())
-            .map(|(&x, &y)| f(x, y))
-            .collect();
-        return Tensor::from_shape(a.shape().clone(), data);
+        let data = a.data().iter().zip(b.data()).map(|(&x, &y)| f(x, y));
+        return Tensor::from_iter_exact(a.shape().clone(), data);
     }
     let out = broadcast_shape(op, a.shape(), b.shape())?;
     if b.numel() == 1 && out == *a.shape() {
         let y = b.data()[0];
-        return Tensor::from_shape(out, a.data().iter().map(|&x| f(x, y)).collect());
+        return Tensor::from_iter_exact(out, a.data().iter().map(|&x| f(x, y)));
     }
     if a.numel() == 1 && out == *b.shape() {
         let x = a.data()[0];
-        return Tensor::from_shape(out, b.data().iter().map(|&y| f(x, y)).collect());
+        return Tensor::from_iter_exact(out, b.data().iter().map(|&y| f(x, y)));
     }
+    let (da, db) = (a.data(), b.data());
     // A trailing-suffix operand (bias rows): repeat it in chunks without a general walk.
     if out == *a.shape() && is_suffix(b.shape(), a.shape()) && b.numel() > 0 {
-        let mut data = Vec::with_capacity(out.numel());
-        for chunk in a.data().chunks(b.numel()) {
-            data.extend(chunk.iter().zip(b.data()).map(|(&x, &y)| f(x, y)));
-        }
-        return Tensor::from_shape(out, data);
+        return Ok(Tensor::zeros_with(out, |dst| {
+            for (d, x) in dst.chunks_mut(db.len()).zip(da.chunks(db.len())) {
+                for ((d, &x), &y) in d.iter_mut().zip(x).zip(db) {
+                    *d = f(x, y);
+                }
+            }
+        }));
     }
     let sa = broadcast_strides(a.shape(), &out);
     let sb = broadcast_strides(b.shape(), &out);
-    let (da, db) = (a.data(), b.data());
-    let mut data = Vec::with_capacity(out.numel());
-    strided_walk(out.dims(), [&sa, &sb], |_, [ia, ib]| {
-        data.push(f(da[ia], db[ib]))
-    });
-    Tensor::from_shape(out, data)
+    let dims = out.dims().to_vec();
+    Ok(Tensor::zeros_with(out, |dst| {
+        strided_walk(&dims, [&sa, &sb], |lin, [ia, ib]| {
+            dst[lin] = f(da[ia], db[ib])
+        })
+    }))
 }
 
 /// True when `small`'s dims equal the trailing dims of `big` (after dropping leading ones).
@@ -136,8 +150,8 @@ pub fn sum_to<S: Scalar>(g: &Tensor<S>, shape: &Shape) -> Result<Tensor<S>> {
         });
     }
     let st = broadcast_strides(shape, g.shape());
-    let mut acc = vec![S::ZERO; shape.numel()];
     let src = g.data();
-    strided_walk(g.dims(), [&st], |lin, [i]| acc[i] += src[lin]);
-    Tensor::from_shape(shape.clone(), acc)
+    Ok(Tensor::zeros_with(shape.clone(), |acc| {
+        strided_walk(g.dims(), [&st], |lin, [i]| acc[i] += src[lin])
+    }))
 }

@@ -126,10 +126,12 @@ pub fn batched_matmul<S: Scalar>(
     let mut out_dims = batch.dims().to_vec();
     out_dims.extend([m, n]);
     let out_shape = Shape::new(out_dims)?;
-    let mut out = vec![S::ZERO; out_shape.numel()];
-    if out.is_empty() {
-        return Tensor::from_shape(out_shape, out);
+    let mut result = Tensor::zeros(&out_shape);
+    if result.numel() == 0 {
+        return Ok(result);
     }
+    // Fresh, so unshared: the GEMM writes straight into the tensor's buffer.
+    let out = result.data_mut();
     let a_mat = a_rows * a_cols;
     let b_mat = b_rows * b_cols;
     let a_strides: Vec<usize> = broadcast_strides(&a_batch, &batch)
@@ -161,7 +163,7 @@ pub fn batched_matmul<S: Scalar>(
             false,
         );
     });
-    Tensor::from_shape(out_shape, out)
+    Ok(result)
 }
 
 #[cfg(test)]
