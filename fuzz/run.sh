@@ -34,8 +34,9 @@ for t in "${targets[@]}"; do
     last=$(grep -E '#[0-9]+.*(cov|ft):' "$log" | tail -1 || true)
     cov=$(grep -oE 'cov: [0-9]+' <<<"$last" | grep -oE '[0-9]+' || true)
     ft=$(grep -oE 'ft: [0-9]+' <<<"$last" | grep -oE '[0-9]+' || true)
+    took=$(grep -oE 'Done [0-9]+ runs in [0-9]+ second' "$log" | grep -oE '[0-9]+ second' | grep -oE '[0-9]+' | tail -1 || true)
     corpus=$(ls "corpus/$t" | wc -l)
-    summary+=("$(printf '%-12s %8ss %12s %10s %8s %8s %8s' "$t" "$seconds" "${runs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$corpus")")
+    summary+=("$(printf '%-12s %8ss %12s %10s %8s %8s %8s' "$t" "${took:-?}" "${runs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$corpus")")
 done
 printf '%-12s %9s %12s %10s %8s %8s %8s\n' target time execs execs/s cov ft corpus
 printf '%s\n' "${summary[@]}"
