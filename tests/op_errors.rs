@@ -15,7 +15,8 @@ use tapegrad::core::laws::registry::{draft_any, variants};
 use tapegrad::core::laws::{NnKind, OpKind};
 use tapegrad::core::ops::nn::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm, Conv1d, Conv2d, Dropout, Embedding, Gather, GroupNorm,
-    IndexSelect, IndexTensor, LayerNorm, MaxPool2d, ScaledDotProductAttention, ScatterAdd, Select,
+    IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NamedPadding, PaddingMode,
+    ScaledDotProductAttention, ScatterAdd, Select,
 };
 use tapegrad::core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, ReduceOp, Reduction,
@@ -259,6 +260,27 @@ fn hostile_index(rng: &mut ChaCha8Rng) -> IndexTensor {
     }
 }
 
+/// "same", "valid" or numeric padding, at random.
+fn named_padding(rng: &mut ChaCha8Rng) -> Option<NamedPadding> {
+    pick(
+        rng,
+        &[None, Some(NamedPadding::Same), Some(NamedPadding::Valid)],
+    )
+}
+
+/// Any of PyTorch's four padding modes.
+fn padding_mode(rng: &mut ChaCha8Rng) -> PaddingMode {
+    pick(
+        rng,
+        &[
+            PaddingMode::Zeros,
+            PaddingMode::Reflect,
+            PaddingMode::Replicate,
+            PaddingMode::Circular,
+        ],
+    )
+}
+
 /// An nn op of `kind` with random, often invalid, attributes (exhaustive over `NnKind`).
 fn hostile_nn(kind: NnKind, rng: &mut ChaCha8Rng) -> Op {
     use NnKind as N;
@@ -269,6 +291,8 @@ fn hostile_nn(kind: NnKind, rng: &mut ChaCha8Rng) -> Op {
             dilation: size(rng),
             groups: size(rng),
             bias: rng.random_bool(0.5),
+            named_padding: named_padding(rng),
+            padding_mode: padding_mode(rng),
         }
         .into(),
         N::Conv2d => Conv2d {
@@ -277,6 +301,8 @@ fn hostile_nn(kind: NnKind, rng: &mut ChaCha8Rng) -> Op {
             dilation: sizes(rng),
             groups: size(rng),
             bias: rng.random_bool(0.5),
+            named_padding: named_padding(rng),
+            padding_mode: padding_mode(rng),
         }
         .into(),
         N::MaxPool2d => MaxPool2d {
@@ -293,6 +319,9 @@ fn hostile_nn(kind: NnKind, rng: &mut ChaCha8Rng) -> Op {
             padding: sizes(rng),
             ceil_mode: rng.random_bool(0.5),
             count_include_pad: rng.random_bool(0.5),
+            divisor_override: rng
+                .random_bool(0.5)
+                .then(|| pick(rng, &[i64::MIN, -3, -1, 0, 1, 4, i64::MAX])),
         }
         .into(),
         N::AdaptiveAvgPool2d => AdaptiveAvgPool2d {
@@ -323,6 +352,9 @@ fn hostile_nn(kind: NnKind, rng: &mut ChaCha8Rng) -> Op {
         .into(),
         N::Embedding => Embedding {
             indices: hostile_index(rng),
+            padding_idx: rng
+                .random_bool(0.5)
+                .then(|| pick(rng, &[isize::MIN, -9, -1, 0, 1, 9, isize::MAX])),
         }
         .into(),
         N::IndexSelect => IndexSelect {
@@ -361,6 +393,13 @@ fn hostile_nn(kind: NnKind, rng: &mut ChaCha8Rng) -> Op {
                 is_causal: rng.random_bool(0.5),
                 scale: rng.random_bool(0.5).then(|| value(rng)),
                 attn_mask,
+                float_mask: rng.random_bool(0.3),
+                dropout_p: if rng.random_bool(0.5) {
+                    0.0
+                } else {
+                    value(rng)
+                },
+                seed: rng.random(),
             }
             .into()
         }

@@ -226,7 +226,7 @@ fn embedding_gradients_of_repeated_indices_accumulate() {
     let mut tape = Tape::new();
     let w = tape.leaf(t(&[3, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), true);
     let indices = IndexTensor::vector(vec![2, 0, 2]);
-    let e = tape.apply(Embedding { indices }.into(), &[w]).unwrap();
+    let e = tape.apply(Embedding::new(indices).into(), &[w]).unwrap();
     assert_eq!(
         tape.value(e).unwrap().data(),
         &[5.0, 6.0, 1.0, 2.0, 5.0, 6.0]
@@ -307,9 +307,7 @@ fn conv_and_pooling_on_sizes_the_stride_does_not_divide() {
     let conv = Conv2d {
         stride: [2, 2],
         padding: [1, 1],
-        dilation: [1, 1],
-        groups: 1,
-        bias: false,
+        ..Conv2d::default()
     };
     let y = tape.apply(conv.into(), &[x, w]).unwrap();
     assert_eq!(tape.value(y).unwrap().dims(), &[1, 1, 2, 2]);

@@ -11,6 +11,7 @@ use crate::ops::nn::{
     IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NnOp, ScaledDotProductAttention, ScatterAdd,
     Select,
 };
+use crate::ops::nn::{NamedPadding, PaddingMode};
 use crate::ops::{Mask, Op, OpRules};
 use rand::Rng;
 use tapegrad_tensor::{Shape, Tensor};
@@ -49,6 +50,8 @@ const CONV2D: &[&str] = &[
     "stride 2 padding 1",
     "stride (2, 1) padding (0, 1) dilation (1, 2)",
     "groups 2 bias",
+    "padding same reflect",
+    "padding 1 replicate bias",
 ];
 const CONV1D: &[&str] = &[
     "plain",
@@ -56,6 +59,8 @@ const CONV1D: &[&str] = &[
     "stride 2 padding 1",
     "stride 3 padding 2 dilation 2",
     "groups 2 bias",
+    "padding same reflect",
+    "padding 1 circular bias",
 ];
 
 /// The named attribute variants of an nn kind.
@@ -74,6 +79,7 @@ pub(super) fn variants(kind: NnKind) -> &'static [&'static str] {
             "kernel 3 stride 2 padding 1 count pad",
             "kernel 3 stride 2 padding 1 skip pad",
             "kernel 2 ceil mode",
+            "kernel 3 stride 2 padding 1 divisor 4",
         ],
         N::AdaptiveAvgPool2d => &["global", "2x3", "larger than input"],
         N::LayerNorm => &["last axis affine", "last two axes", "weight only"],
@@ -84,12 +90,23 @@ pub(super) fn variants(kind: NnKind) -> &'static [&'static str] {
             "evaluation plain",
         ],
         N::GroupNorm => &["one group affine", "group per channel", "two groups affine"],
-        N::Embedding => &["repeated indices", "2-D indices"],
+        N::Embedding => &[
+            "repeated indices",
+            "2-D indices",
+            "padding_idx not looked up",
+        ],
         N::IndexSelect => &["axis 0", "last axis repeated", "0-D index"],
         N::Gather | N::ScatterAdd => &["axis 0", "last axis"],
         N::Select => &["axis 0", "negative index last axis"],
         N::Dropout => &["training p 0.3", "training p 1", "evaluation"],
-        N::ScaledDotProductAttention => &["plain", "causal", "scale 0.5", "mask with an empty row"],
+        N::ScaledDotProductAttention => &[
+            "plain",
+            "causal",
+            "scale 0.5",
+            "mask with an empty row",
+            "dropout 0.3",
+            "float mask",
+        ],
     }
 }
 
@@ -138,6 +155,8 @@ struct ConvAttrs {
     dilation: [usize; 2],
     groups: usize,
     bias: bool,
+    named_padding: Option<NamedPadding>,
+    padding_mode: PaddingMode,
 }
 
 fn conv_attrs(spatial: usize, variant: usize) -> ConvAttrs {
@@ -147,6 +166,8 @@ fn conv_attrs(spatial: usize, variant: usize) -> ConvAttrs {
         dilation: [1, 1],
         groups: 1,
         bias: false,
+        named_padding: None,
+        padding_mode: PaddingMode::Zeros,
     };
     match (spatial, variant) {
         (_, 1) => ConvAttrs {
@@ -174,6 +195,25 @@ fn conv_attrs(spatial: usize, variant: usize) -> ConvAttrs {
         },
         (_, 4) => ConvAttrs {
             groups: 2,
+            bias: true,
+            ..plain
+        },
+        // "same" pads (at most 1 per side for kernels up to 3) below every input size (>= 2), as
+        // reflect requires; the odd total of an even kernel takes the explicit-padding path.
+        (_, 5) => ConvAttrs {
+            named_padding: Some(NamedPadding::Same),
+            padding_mode: PaddingMode::Reflect,
+            ..plain
+        },
+        (2, 6) => ConvAttrs {
+            padding: [1, 1],
+            padding_mode: PaddingMode::Replicate,
+            bias: true,
+            ..plain
+        },
+        (_, 6) => ConvAttrs {
+            padding: [1, 1],
+            padding_mode: PaddingMode::Circular,
             bias: true,
             ..plain
         },
@@ -219,6 +259,8 @@ fn conv<R: Rng + ?Sized>(spatial: usize, variant: usize, x: &Shape, rng: &mut R)
             dilation: a.dilation,
             groups: a.groups,
             bias: a.bias,
+            named_padding: a.named_padding,
+            padding_mode: a.padding_mode,
         }
         .into()
     } else {
@@ -228,6 +270,8 @@ fn conv<R: Rng + ?Sized>(spatial: usize, variant: usize, x: &Shape, rng: &mut R)
             dilation: a.dilation[1],
             groups: a.groups,
             bias: a.bias,
+            named_padding: a.named_padding,
+            padding_mode: a.padding_mode,
         }
         .into()
     };
@@ -334,6 +378,10 @@ pub(super) fn generate<R: Rng + ?Sized>(
                     ceil_mode: true,
                     ..AvgPool2d::new([2, 2])
                 },
+                4 => AvgPool2d {
+                    divisor_override: Some(4),
+                    ..padded(true)
+                },
                 _ => return None,
             };
             (op.into(), vec![uniform(x, rng, -2.0, 2.0)])
@@ -433,10 +481,21 @@ pub(super) fn generate<R: Rng + ?Sized>(
                 let dims = [rng.random_range(1..=3), rng.random_range(1..=3)];
                 IndexTensor::new(&dims, index_vector(dims[0] * dims[1], d[0], false, rng)).ok()?
             };
-            (
-                Embedding { indices }.into(),
-                vec![uniform(x, rng, -2.0, 2.0)],
-            )
+            let mut op = Embedding::new(indices);
+            if variant == 2 {
+                // A padding row that is looked up has a zero gradient where finite differences
+                // see a slope (by design), so the generic case pads a row no index reads.
+                let unused = (0..d[0]).find(|row| !op.indices.data.contains(row))?;
+                op.padding_idx = Some(
+                    unused as isize
+                        - if rng.random_bool(0.5) {
+                            d[0] as isize
+                        } else {
+                            0
+                        },
+                );
+            }
+            (op.into(), vec![uniform(x, rng, -2.0, 2.0)])
         }
         N::IndexSelect => {
             if rank == 0 {
@@ -520,6 +579,15 @@ pub(super) fn generate<R: Rng + ?Sized>(
                     scale: Some(0.5),
                     ..Default::default()
                 },
+                4 => ScaledDotProductAttention {
+                    dropout_p: 0.3,
+                    seed: rng.random(),
+                    ..Default::default()
+                },
+                5 => ScaledDotProductAttention {
+                    float_mask: true,
+                    ..Default::default()
+                },
                 _ => {
                     // Query row 0 sees no key: its output is 0 and it passes no gradient.
                     let bits = (0..l * s).map(|i| i >= s && rng.random_bool(0.6)).collect();
@@ -529,14 +597,18 @@ pub(super) fn generate<R: Rng + ?Sized>(
                     }
                 }
             };
-            (
-                op.into(),
-                vec![
-                    uniform(x, rng, -2.0, 2.0),
-                    uniform(&shape(&k), rng, -2.0, 2.0),
-                    uniform(&shape(&v), rng, -2.0, 2.0),
-                ],
-            )
+            let mut inputs = vec![
+                uniform(x, rng, -2.0, 2.0),
+                uniform(&shape(&k), rng, -2.0, 2.0),
+                uniform(&shape(&v), rng, -2.0, 2.0),
+            ];
+            if op.float_mask {
+                // An additive (L, S) mask broadcast over the batch axes. Finite: an input of -inf
+                // would poison the size-scaled tolerances of the whole-program laws; the -inf rows
+                // are covered by crates/core/tests/ops_nn_options_attention.rs.
+                inputs.push(uniform(&shape(&[l, s]), rng, -1.0, 1.0));
+            }
+            (op.into(), inputs)
         }
     })
 }
