@@ -18,7 +18,7 @@ fn add_into<S: Scalar>(existing: &mut Tensor<S>, new: &Tensor<S>) {
 impl<S: Scalar> Tape<S> {
     /// Checks a contribution to `pid` and says whether it should be kept (its parent requires grad).
     fn check_contribution(&self, pid: usize, g: &Tensor<S>) -> Result<bool> {
-        let parent = self.nodes.get(pid).ok_or_else(|| Error::BadId {
+        let parent = self.nodes.get(pid).ok_or(Error::BadId {
             context: CONTEXT,
             id: pid,
             len: self.nodes.len(),
@@ -37,7 +37,7 @@ impl<S: Scalar> Tape<S> {
 
     /// Validates the output id and the seed's shape.
     fn check_seed(&self, out: usize, seed: &Tensor<S>) -> Result<()> {
-        let node = self.nodes.get(out).ok_or_else(|| Error::BadId {
+        let node = self.nodes.get(out).ok_or(Error::BadId {
             context: CONTEXT,
             id: out,
             len: self.nodes.len(),

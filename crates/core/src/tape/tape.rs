@@ -69,7 +69,7 @@ impl<S: Scalar> Tape<S> {
 
     /// Node `id`, or an error naming the id and the tape length.
     pub fn node(&self, id: usize) -> Result<&Node<S>> {
-        self.nodes.get(id).ok_or_else(|| Error::BadId {
+        self.nodes.get(id).ok_or(Error::BadId {
             context: "tape",
             id,
             len: self.nodes.len(),
@@ -113,7 +113,7 @@ impl<S: Scalar> Tape<S> {
     /// Sets the display name of node `id`.
     pub fn set_name(&mut self, id: usize, name: impl Into<String>) -> Result<()> {
         let len = self.nodes.len();
-        let node = self.nodes.get_mut(id).ok_or_else(|| Error::BadId {
+        let node = self.nodes.get_mut(id).ok_or(Error::BadId {
             context: "set_name",
             id,
             len,
