@@ -140,8 +140,8 @@ fn a_huge_batch_size_or_epoch_saturates() {
 
 /// Found by the audit: a checkpoint's config declares the layer widths, and the model was built
 /// (allocated) from them before any stored tensor was compared, so a header saying
-/// `hidden: [1000000000, 1000000000]` ran out of memory. The widths are now capped by the
-/// tensors the file holds.
+/// `hidden: [1000000000, 1000000000]` ran out of memory. A declared model larger than both
+/// the stored tensors and a harmless size (2^24 parameters) is now refused before it is built.
 #[test]
 fn a_checkpoint_config_cannot_declare_a_model_larger_than_its_file() {
     use tapegrad_nn::ModelSpec;
