@@ -3,44 +3,9 @@
 //! trap names the op, node, shapes, element, value and remedy; without the flag, and on healthy
 //! runs with it, the output is what it was.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod cli_support;
 
-fn tapegrad(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tapegrad"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("the tapegrad binary runs")
-}
-
-fn ok(args: &[&str], dir: &Path) -> String {
-    let out = tapegrad(args, dir);
-    assert!(
-        out.status.success(),
-        "tapegrad {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn fails(args: &[&str], dir: &Path) -> String {
-    let out = tapegrad(args, dir);
-    assert!(
-        !out.status.success(),
-        "tapegrad {args:?} should fail: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stderr).unwrap()
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tapegrad-anomaly-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use cli_support::{fails, ok, tempdir};
 
 fn assert_has(text: &str, parts: &[&str]) {
     for p in parts {
@@ -64,7 +29,7 @@ const BLOW_UP: [&str; 9] = [
 
 #[test]
 fn a_diverging_run_stops_at_the_first_non_finite_value_naming_the_node() {
-    let dir = tempdir("train");
+    let dir = tempdir("anomaly-train");
     // Without the flag: the run stops later, at the loss, with no node named (as before).
     let plain = fails(&BLOW_UP, &dir);
     assert_has(&plain, &["the loss became NaN at step 2"]);
@@ -106,7 +71,7 @@ fn a_diverging_run_stops_at_the_first_non_finite_value_naming_the_node() {
 
 #[test]
 fn a_healthy_run_is_the_same_with_and_without_the_flag() {
-    let dir = tempdir("healthy");
+    let dir = tempdir("anomaly-healthy");
     for backend in ["eager", "compiled"] {
         let run = |file: &str, flag: bool| {
             let mut args = vec![
@@ -166,7 +131,7 @@ const BARE_SQRT: &str = r#"{"format": "tapegrad-graph/1",
 
 #[test]
 fn grad_reports_the_masked_sqrt_trap_in_backward() {
-    let dir = tempdir("sqrt");
+    let dir = tempdir("anomaly-sqrt");
     std::fs::write(dir.join("g.json"), MASKED_SQRT).unwrap();
     // Without the flag: the NaN gradient is printed, as before.
     let plain = ok(&["grad", "g.json"], &dir);
@@ -214,7 +179,7 @@ fn grad_reports_the_masked_sqrt_trap_in_backward() {
 
 #[test]
 fn grad_reports_log_behind_a_mask_in_forward() {
-    let dir = tempdir("log");
+    let dir = tempdir("anomaly-log");
     std::fs::write(dir.join("g.json"), MASKED_LOG).unwrap();
     let plain = ok(&["grad", "g.json"], &dir);
     assert_eq!(
@@ -237,7 +202,7 @@ fn grad_reports_log_behind_a_mask_in_forward() {
 
 #[test]
 fn grad_reports_an_infinite_derivative_that_is_not_the_trap() {
-    let dir = tempdir("bare");
+    let dir = tempdir("anomaly-bare");
     std::fs::write(dir.join("g.json"), BARE_SQRT).unwrap();
     let e = fails(&["grad", "g.json", "--detect-anomaly"], &dir);
     assert_has(
@@ -254,7 +219,7 @@ fn grad_reports_an_infinite_derivative_that_is_not_the_trap() {
 
 #[test]
 fn grad_on_a_healthy_file_prints_the_same_with_the_flag() {
-    let dir = tempdir("clean");
+    let dir = tempdir("anomaly-clean");
     let file = r#"{"format": "tapegrad-graph/1", "dtype": "f64",
  "inputs": [{"name": "x", "shape": [2, 3], "data": [1, 2, 3, 4, 5, 6], "requires_grad": true},
             {"name": "w", "shape": [3, 2], "data": [1, 0, 0.5, 1, 1, 1], "requires_grad": true}],

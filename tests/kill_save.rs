@@ -6,9 +6,12 @@
 //! byte-identical to an uninterrupted run's. A temporary file left by a kill must not break the
 //! next save. Rounds: `TAPEGRAD_KILL_ROUNDS` (default 10), seed: `TAPEGRAD_KILL_SEED` (default 1).
 
+mod cli_support;
+
+use cli_support::tempdir;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tapegrad::nn::checkpoint::Checkpoint;
@@ -26,13 +29,6 @@ fn env_or(name: &str, default: u64) -> u64 {
             .unwrap_or_else(|_| panic!("{name}={v} is not a number")),
         Err(_) => default,
     }
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tapegrad-kill-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 /// A fresh run of the whole schedule (dropout and Adam, so the data order, the dropout stream and
@@ -172,7 +168,7 @@ fn check_listing(dir: &Path) {
 fn killed_saves_leave_the_last_complete_checkpoint_and_resume_finishes_the_run() {
     let rounds = env_or("TAPEGRAD_KILL_ROUNDS", 10);
     let mut rng = ChaCha8Rng::seed_from_u64(env_or("TAPEGRAD_KILL_SEED", 1));
-    let base = tempdir("base");
+    let base = tempdir("kill-base");
     let started = Instant::now();
     run(&fresh_args("straight.st"), &base);
     // Random kill moments are drawn up to a little past the uninterrupted run's length on this
@@ -252,7 +248,7 @@ fn killed_saves_leave_the_last_complete_checkpoint_and_resume_finishes_the_run()
 
 #[test]
 fn save_every_needs_save_and_a_positive_count() {
-    let dir = tempdir("flags");
+    let dir = tempdir("kill-flags");
     for (args, expected) in [
         (
             vec!["train", "mlp", "--steps", "2", "--save-every", "1"],
@@ -288,7 +284,7 @@ fn save_every_needs_save_and_a_positive_count() {
 fn intermediate_saves_change_nothing() {
     // The kill test above checks the mid-run checkpoints themselves; here, a run that saves every
     // 2 steps ends with the same bytes as one that saves only at the end.
-    let dir = tempdir("every");
+    let dir = tempdir("kill-every");
     let args = |extra: &[&str]| -> Vec<String> {
         let mut a = vec![
             "train",

@@ -3,40 +3,9 @@
 //! a straight run, bad checkpoints and flags give clear errors, and the log, plot and
 //! predictions are written.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod cli_support;
 
-fn tapegrad(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tapegrad"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("the tapegrad binary runs")
-}
-
-fn ok(args: &[&str], dir: &Path) -> String {
-    let out = tapegrad(args, dir);
-    assert!(
-        out.status.success(),
-        "tapegrad {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn fails(args: &[&str], dir: &Path) -> String {
-    let out = tapegrad(args, dir);
-    assert!(!out.status.success(), "tapegrad {args:?} should fail");
-    String::from_utf8(out.stderr).unwrap()
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tapegrad-cli-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use cli_support::{fails, ok, tapegrad, tempdir};
 
 /// The `after` cell of the summary row that starts with `label`.
 fn after(summary: &str, label: &str) -> f64 {
@@ -54,7 +23,7 @@ fn after(summary: &str, label: &str) -> f64 {
 
 #[test]
 fn default_run_reaches_95_percent_on_digits() {
-    let dir = tempdir("digits");
+    let dir = tempdir("cli-digits");
     let out = ok(&["train", "--quiet"], &dir);
     let acc = after(&out, "validation accuracy");
     assert!(acc >= 95.0, "validation accuracy {acc}%:\n{out}");
@@ -63,7 +32,7 @@ fn default_run_reaches_95_percent_on_digits() {
 
 #[test]
 fn mlp_preset_reaches_rmse_below_3_5_mpg() {
-    let dir = tempdir("mpg");
+    let dir = tempdir("cli-mpg");
     let out = ok(&["train", "mlp", "--quiet"], &dir);
     let rmse = after(&out, "validation RMSE (mpg)");
     assert!(rmse < 3.5, "validation RMSE {rmse} mpg:\n{out}");
@@ -72,7 +41,7 @@ fn mlp_preset_reaches_rmse_below_3_5_mpg() {
 
 #[test]
 fn resume_through_the_cli_matches_a_straight_run_byte_for_byte() {
-    let dir = tempdir("resume");
+    let dir = tempdir("cli-resume");
     let common = [
         "--optimizer",
         "sgd",
@@ -139,7 +108,7 @@ fn resume_through_the_cli_matches_a_straight_run_byte_for_byte() {
 
 #[test]
 fn bad_checkpoints_give_clear_errors_and_stay_untouched() {
-    let dir = tempdir("bad");
+    let dir = tempdir("cli-bad");
     ok(
         &[
             "train", "mlp", "--steps", "5", "--save", "good.st", "--quiet",
@@ -172,7 +141,7 @@ fn bad_checkpoints_give_clear_errors_and_stay_untouched() {
 
 #[test]
 fn compiled_backend_matches_eager() {
-    let dir = tempdir("backends");
+    let dir = tempdir("cli-backends");
     let run = [
         "train",
         "--steps",
@@ -217,7 +186,7 @@ fn compiled_backend_matches_eager() {
 
 #[test]
 fn cnn_trains_and_evaluates() {
-    let dir = tempdir("cnn");
+    let dir = tempdir("cli-cnn");
     let out = ok(
         &[
             "train", "--model", "cnn", "--steps", "30", "--quiet", "--save", "cnn.st",
@@ -246,7 +215,7 @@ fn cnn_trains_and_evaluates() {
 
 #[test]
 fn log_plot_eval_and_predict() {
-    let dir = tempdir("outputs");
+    let dir = tempdir("cli-outputs");
     let out = ok(
         &[
             "train",
@@ -335,7 +304,7 @@ fn log_plot_eval_and_predict() {
 
 #[test]
 fn a_users_csv_file_trains_and_predicts() {
-    let dir = tempdir("csv");
+    let dir = tempdir("cli-csv");
     // y = 2a - b + 1 with a text column to ignore.
     let mut text = String::from("a,b,note,y\n");
     for i in 0..120 {
