@@ -37,6 +37,25 @@ def timed(reps, fn):
     return statistics.median(out), out[0], out[-1]
 
 
+def saved_bytes(model, x, y):
+    """Bytes autograd keeps for backward in one training forward pass: every tensor it saves,
+    each storage counted once (as `tapegrad bench`'s kept_bytes, which also counts the parameters
+    and the input; PyTorch saves the weights and the input by reference, so they count here too)."""
+    import torch
+
+    seen = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+    del loss
+    return sum(seen.values())
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1)
@@ -68,7 +87,8 @@ def main():
 
         med, lo, hi = timed(args.reps, step)
         rows.append({"workload": "mlp", "batch": batch, "threads": args.threads, "backend": "pytorch",
-                     "ms_per_step": med * 1e3, "ms_min": lo * 1e3, "ms_max": hi * 1e3})
+                     "ms_per_step": med * 1e3, "ms_min": lo * 1e3, "ms_max": hi * 1e3,
+                     "kept_bytes": saved_bytes(model, x, y)})
 
     for numel in (1, 16):
         x0 = torch.ones(numel)
