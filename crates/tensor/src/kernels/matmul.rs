@@ -19,15 +19,80 @@ pub fn num_threads() -> usize {
     THREADS.load(Ordering::Relaxed)
 }
 
-/// Threads only pay for themselves on products large enough to amortise the hand-off.
-pub(crate) fn parallelism_for(m: usize, n: usize, k: usize) -> gemm::Parallelism {
-    let threads = num_threads();
+/// How one product is spread over threads: the rows of the output cut into `parts` bands of
+/// `rows_per_part` rows (the last may be shorter), each an independent single-threaded GEMM, or the
+/// whole product handed to gemm's own Rayon split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Split {
+    Serial,
+    Rows { rows_per_part: usize, parts: usize },
+    Gemm(usize),
+}
+
+/// Below this many multiply-adds (about 6 us of single-threaded GEMM) waking a second thread costs
+/// more than it saves; measured on the MLP shapes (see bench/gemm_peers/README.md).
+const MIN_PARALLEL_WORK: usize = 64 * 64 * 64 * 2;
+/// A band narrower than this wastes the GEMM's register tile (8 rows of AVX-512 and AVX2 f32
+/// microkernels once gemm transposes a row-major product).
+const MIN_ROWS_PER_PART: usize = 8;
+/// gemm's own split (over its cache blocks) only where a row split is impossible and the product
+/// is big enough for its heavier set-up.
+const MIN_GEMM_RAYON_WORK: usize = 128 * 128 * 128;
+
+/// Whether `work` multiply-adds are enough to hand part of them to another thread.
+pub(crate) fn worth_threads(work: usize) -> bool {
+    work >= MIN_PARALLEL_WORK
+}
+
+/// The split for an m x k by k x n product on `threads` threads.
+///
+/// A band of rows is computed with exactly the additions, in the same order, as the same rows of
+/// the whole product, provided gemm 0.19 takes the same kernel path for both: it picks a
+/// different path (and a different depth blocking, hence different rounding) for k <= 2, for
+/// m or n <= 1, for m * n <= 256 and for m, n both <= 64. Bands are only cut where every band
+/// stays on the whole product's path, so the result is bit-identical for every thread count.
+pub(crate) fn split_for(m: usize, n: usize, k: usize, threads: usize) -> Split {
     let work = m.saturating_mul(n).saturating_mul(k);
-    if threads > 1 && work >= 48 * 48 * 48 {
-        gemm::Parallelism::Rayon(threads)
-    } else {
-        gemm::Parallelism::None
+    if threads <= 1 || work < MIN_PARALLEL_WORK {
+        return Split::Serial;
     }
+    let parts = threads.min(m / MIN_ROWS_PER_PART);
+    if parts >= 2 {
+        let even = m.div_ceil(parts);
+        // Whole register tiles per band, unless rounding would unbalance small bands.
+        let rows_per_part = if even >= 4 * MIN_ROWS_PER_PART {
+            even.next_multiple_of(MIN_ROWS_PER_PART)
+        } else {
+            even
+        };
+        let parts = m.div_ceil(rows_per_part);
+        let last = m - (parts - 1) * rows_per_part;
+        if parts >= 2 && same_gemm_path(m, n, k, last) && same_gemm_path(m, n, k, rows_per_part) {
+            return Split::Rows {
+                rows_per_part,
+                parts,
+            };
+        }
+    }
+    if work >= MIN_GEMM_RAYON_WORK {
+        Split::Gemm(threads)
+    } else {
+        Split::Serial
+    }
+}
+
+/// Whether gemm 0.19 multiplies a band of `band` rows (of an m x n x k product) on the same
+/// kernel path as the whole product (see `gemm_common::gemm::gemm_basic_generic`).
+fn same_gemm_path(m: usize, n: usize, k: usize, band: usize) -> bool {
+    let path = |rows: usize| {
+        (
+            k <= 2,
+            rows <= 1 || n <= 1,
+            rows * n <= 16 * 16,
+            rows <= 64 && n <= 64,
+        )
+    };
+    path(band) == path(m)
 }
 
 /// `a @ b` with PyTorch's rules: 1-D operands are promoted (and the added axis removed), batch
@@ -147,6 +212,7 @@ pub fn batched_matmul<S: Scalar>(
     let (b_rs, b_cs) = if trans_b { (1, b_cols) } else { (b_cols, 1) };
     let (ad, bd) = (a.data(), b.data());
     let mn = m * n;
+    let threads = num_threads();
     strided_walk(batch.dims(), [&a_strides, &b_strides], |lin, [ia, ib]| {
         S::gemm(
             m,
@@ -161,6 +227,7 @@ pub fn batched_matmul<S: Scalar>(
             b_rs,
             b_cs,
             false,
+            threads,
         );
     });
     Ok(result)
