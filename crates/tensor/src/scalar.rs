@@ -265,8 +265,8 @@ macro_rules! impl_scalar {
                         let threads_left = threads / 2;
                         let (dst_top, dst_bottom) = dst.split_at_mut(left * dst_rs);
                         let (lhs_bottom, m_bottom) = (&lhs[left * lhs_rs..], m - left);
-                        rayon::join(
-                            || {
+                        crate::kernels::matmul::run_jobs(vec![
+                            Box::new(|| {
                                 Self::gemm(
                                     left,
                                     n,
@@ -282,8 +282,8 @@ macro_rules! impl_scalar {
                                     accumulate,
                                     threads_left,
                                 )
-                            },
-                            || {
+                            }),
+                            Box::new(|| {
                                 Self::gemm(
                                     m_bottom,
                                     n,
@@ -299,8 +299,8 @@ macro_rules! impl_scalar {
                                     accumulate,
                                     threads - threads_left,
                                 )
-                            },
-                        );
+                            }),
+                        ]);
                         return;
                     }
                 };

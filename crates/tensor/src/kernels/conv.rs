@@ -3,9 +3,8 @@
 //! matrix products. Conv1d is the same code with a height of 1.
 
 use super::alloc::try_zeroed;
-use super::matmul::{num_threads, split_for, worth_threads, Split};
+use super::matmul::{num_threads, run_jobs, split_for, worth_threads, Split};
 use crate::{Error, Result, Scalar, Tensor};
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// The per-axis window parameters of a sliding-window op (convolution or pooling).
@@ -365,13 +364,16 @@ fn over_samples<S: Scalar>(
         return f(0..batch, buffer, threads);
     }
     let per_part = batch.div_ceil(parts);
-    buffer
-        .par_chunks_mut(per_part * per_sample)
+    let f = &f;
+    let jobs = buffer
+        .chunks_mut(per_part * per_sample)
         .enumerate()
-        .try_for_each(|(i, band)| {
+        .map(|(i, band)| {
             let first = i * per_part;
-            f(first..first + band.len() / per_sample, band, 1)
+            Box::new(move || f(first..first + band.len() / per_sample, band, 1)) as Box<_>
         })
+        .collect();
+    run_jobs(jobs).into_iter().collect()
 }
 
 fn conv2d_forward_on<S: Scalar>(
@@ -642,10 +644,15 @@ fn conv2d_grad_weight_on<S: Scalar>(
         };
         let split = split_for(og, rows, l, threads);
         match split {
-            Split::Rows { rows_per_part, .. } if geo.batch > 0 => dw_g
-                .par_chunks_mut(rows_per_part * rows)
-                .enumerate()
-                .try_for_each(|(i, dst)| band(i * rows_per_part, dst, 1))?,
+            Split::Rows { rows_per_part, .. } if geo.batch > 0 => {
+                let band = &band;
+                let jobs = dw_g
+                    .chunks_mut(rows_per_part * rows)
+                    .enumerate()
+                    .map(|(i, dst)| Box::new(move || band(i * rows_per_part, dst, 1)) as Box<_>)
+                    .collect();
+                run_jobs(jobs).into_iter().collect::<Result<()>>()?
+            }
             _ => band(0, dw_g, threads)?,
         }
     }

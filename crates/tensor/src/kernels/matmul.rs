@@ -39,6 +39,27 @@ const MIN_ROWS_PER_PART: usize = 8;
 /// is big enough for its heavier set-up.
 const MIN_GEMM_RAYON_WORK: usize = 128 * 128 * 128;
 
+/// Runs `jobs` on up to `jobs.len()` threads: the caller runs the first itself and the rest go to
+/// rayon's global pool (gemm's pool). Unlike `rayon::join` from outside the pool, which queues
+/// both halves and parks the caller, this wakes one worker per extra job and keeps the caller
+/// busy, which is what makes a split pay on products of a few tens of microseconds.
+pub(crate) fn run_jobs<'a, R: Send>(jobs: Vec<Box<dyn FnOnce() -> R + Send + 'a>>) -> Vec<R> {
+    let mut results: Vec<Option<R>> = jobs.iter().map(|_| None).collect();
+    let mut jobs = jobs.into_iter();
+    let Some(first) = jobs.next() else {
+        return Vec::new();
+    };
+    let (head, tail) = results.split_at_mut(1);
+    rayon::in_place_scope(|scope| {
+        for (job, slot) in jobs.zip(tail.iter_mut()) {
+            scope.spawn(move |_| *slot = Some(job()));
+        }
+        head[0] = Some(first());
+    });
+    // The scope returns only once every spawned job has run (a panic in one is resumed above).
+    results.into_iter().flatten().collect()
+}
+
 /// Whether `work` multiply-adds are enough to hand part of them to another thread.
 pub(crate) fn worth_threads(work: usize) -> bool {
     work >= MIN_PARALLEL_WORK
