@@ -8,6 +8,7 @@
 use std::time::{Duration, Instant};
 
 struct Args {
+    mlp_shapes: bool,
     threads: usize,
     sizes: Vec<usize>,
     seconds: f64,
@@ -15,12 +16,17 @@ struct Args {
 
 fn parse_args() -> Args {
     let mut args = Args {
+        mlp_shapes: false,
         threads: 1,
         sizes: vec![512, 1024],
         seconds: 1.5,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if flag == "--mlp-shapes" {
+            args.mlp_shapes = true;
+            continue;
+        }
         let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
         match flag.as_str() {
             "--threads" => args.threads = value.parse().expect("--threads: a positive integer"),
@@ -98,8 +104,51 @@ fn max_diff(a: &[f32], b: &[f32]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// tapegrad's products of one MLP 784-256-128-10 training step at batch 1, 32 and 256, as the
+/// eager and compiled engines call them (forward `x W^T`, then `dy W` and `dy^T x`), timed alone.
+fn mlp_shapes(args: &Args) {
+    use tapegrad_tensor::kernels::{batched_matmul, set_num_threads};
+    set_num_threads(args.threads);
+    for batch in [1usize, 32, 256] {
+        for (fan_in, fan_out) in [(784usize, 256usize), (256, 128), (128, 10)] {
+            let x =
+                tapegrad_tensor::Tensor::new(&[batch, fan_in], values(batch * fan_in, 3)).unwrap();
+            let w = tapegrad_tensor::Tensor::new(&[fan_out, fan_in], values(fan_out * fan_in, 4))
+                .unwrap();
+            let dy = tapegrad_tensor::Tensor::new(&[batch, fan_out], values(batch * fan_out, 5))
+                .unwrap();
+            let products: [(
+                &str,
+                &tapegrad_tensor::Tensor<f32>,
+                bool,
+                &tapegrad_tensor::Tensor<f32>,
+                bool,
+            ); 3] = [
+                ("x W^T", &x, false, &w, true),
+                ("dy W", &dy, false, &w, false),
+                ("dy^T x", &dy, true, &x, false),
+            ];
+            for (name, a, ta, b, tb) in products {
+                let mut times = time(args.seconds, || {
+                    std::hint::black_box(batched_matmul(a, ta, b, tb).unwrap());
+                });
+                times.sort();
+                println!(
+                    "{{\"product\": \"{name}\", \"batch\": {batch}, \"layer\": [{fan_in}, {fan_out}], \"threads\": {}, \"min_us\": {:.1}, \"median_us\": {:.1}}}",
+                    args.threads,
+                    times[0].as_secs_f64() * 1e6,
+                    times[times.len() / 2].as_secs_f64() * 1e6
+                );
+            }
+        }
+    }
+}
+
 fn main() {
     let args = parse_args();
+    if args.mlp_shapes {
+        return mlp_shapes(&args);
+    }
     let t = args.threads;
     // matrixmultiply reads this once, on its first threaded call.
     std::env::set_var("MATMUL_NUM_THREADS", t.to_string());

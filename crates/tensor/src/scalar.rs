@@ -303,6 +303,69 @@ macro_rules! impl_scalar {
                         ]);
                         return;
                     }
+                    Split::Cols {
+                        cols_per_part,
+                        parts,
+                    } => {
+                        // Column bands of `dst` are not contiguous, so each half is computed in a
+                        // compact m x width buffer (seeded from `dst` when accumulating; the
+                        // row stride does not change the arithmetic) and copied back: no unsafe.
+                        let left = parts / 2 * cols_per_part;
+                        let threads_left = threads / 2;
+                        let band = |c0: usize, width: usize| -> Vec<Self> {
+                            if accumulate {
+                                (0..m)
+                                    .flat_map(|r| dst[r * dst_rs + c0..][..width].iter().copied())
+                                    .collect()
+                            } else {
+                                vec![0.0; m * width]
+                            }
+                        };
+                        let (mut a, mut b) = (band(0, left), band(left, n - left));
+                        let rhs_right = &rhs[left * rhs_cs..];
+                        crate::kernels::matmul::run_jobs(vec![
+                            Box::new(|| {
+                                Self::gemm(
+                                    m,
+                                    left,
+                                    k,
+                                    &mut a,
+                                    left,
+                                    lhs,
+                                    lhs_rs,
+                                    lhs_cs,
+                                    rhs,
+                                    rhs_rs,
+                                    rhs_cs,
+                                    accumulate,
+                                    threads_left,
+                                )
+                            }),
+                            Box::new(|| {
+                                Self::gemm(
+                                    m,
+                                    n - left,
+                                    k,
+                                    &mut b,
+                                    n - left,
+                                    lhs,
+                                    lhs_rs,
+                                    lhs_cs,
+                                    rhs_right,
+                                    rhs_rs,
+                                    rhs_cs,
+                                    accumulate,
+                                    threads - threads_left,
+                                )
+                            }),
+                        ]);
+                        for r in 0..m {
+                            let row = &mut dst[r * dst_rs..][..n];
+                            row[..left].copy_from_slice(&a[r * left..][..left]);
+                            row[left..].copy_from_slice(&b[r * (n - left)..][..n - left]);
+                        }
+                        return;
+                    }
                 };
                 // SAFETY: the asserts above prove every element the product reads or writes lies
                 // inside `dst`, `lhs` and `rhs` (m, n, k >= 1 here, so `- 1` cannot wrap) and that

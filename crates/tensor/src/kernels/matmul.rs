@@ -20,20 +20,21 @@ pub fn num_threads() -> usize {
     THREADS.load(Ordering::Relaxed)
 }
 
-/// How one product is spread over threads: the rows of the output cut into `parts` bands of
-/// `rows_per_part` rows (the last may be shorter), each an independent single-threaded GEMM, or the
-/// whole product handed to gemm's own Rayon split.
+/// How one product is spread over threads: the rows (or columns) of the output cut into `parts`
+/// bands of `per_part` rows (columns; the last band may be narrower), each an independent GEMM,
+/// or the whole product handed to gemm's own Rayon split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Split {
     Serial,
     Rows { rows_per_part: usize, parts: usize },
+    Cols { cols_per_part: usize, parts: usize },
     Gemm(usize),
 }
 
 /// Below this many multiply-adds (about 6 us of single-threaded GEMM) waking a second thread costs
 /// more than it saves; measured on the MLP shapes (see bench/gemm_peers/README.md).
 const MIN_PARALLEL_WORK: usize = 64 * 64 * 64 * 2;
-/// A band narrower than this wastes the GEMM's register tile (8 rows of AVX-512 and AVX2 f32
+/// A band narrower than this (rows or columns) wastes the GEMM's register tile (8 rows of AVX-512 and AVX2 f32
 /// microkernels once gemm transposes a row-major product).
 const MIN_ROWS_PER_PART: usize = 8;
 /// gemm's own split (over its cache blocks) only where a row split is impossible and the product
@@ -94,33 +95,31 @@ pub(crate) fn worth_threads(work: usize) -> bool {
 
 /// The split for an m x k by k x n product on `threads` threads.
 ///
-/// A band of rows is computed with exactly the additions, in the same order, as the same rows of
-/// the whole product, provided gemm 0.19 takes the same kernel path for both: it picks a
-/// different path (and a different depth blocking, hence different rounding) for k <= 2, for
-/// m or n <= 1, for m * n <= 256 and for m, n both <= 64. Bands are only cut where every band
-/// stays on the whole product's path, so the result is bit-identical for every thread count.
+/// A band of rows (columns) is computed with exactly the additions, in the same order, as the same
+/// rows (columns) of the whole product, provided gemm 0.19 takes the same kernel path for both:
+/// it picks a different path (and a different depth blocking, hence different rounding) for
+/// k <= 2, for m or n <= 1, for m * n <= 256 and for m, n both <= 64. Bands are only cut where
+/// every band stays on the whole product's path, so the result is bit-identical for every thread
+/// count.
 pub(crate) fn split_for(m: usize, n: usize, k: usize, threads: usize) -> Split {
     let work = m.saturating_mul(n).saturating_mul(k);
     if threads <= 1 || work < MIN_PARALLEL_WORK {
         return Split::Serial;
     }
-    let parts = threads.min(m / MIN_ROWS_PER_PART);
-    if parts >= 2 {
-        let even = m.div_ceil(parts);
-        // Whole register tiles per band, unless rounding would unbalance small bands.
-        let rows_per_part = if even >= 4 * MIN_ROWS_PER_PART {
-            even.next_multiple_of(MIN_ROWS_PER_PART)
-        } else {
-            even
-        };
-        let parts = m.div_ceil(rows_per_part);
-        let last = m - (parts - 1) * rows_per_part;
-        if parts >= 2 && same_gemm_path(m, n, k, last) && same_gemm_path(m, n, k, rows_per_part) {
+    // Every band packs all of the operand it shares with the others (rhs for row bands, lhs for
+    // column bands), so cut the longer side: the shared operand is then the smaller one.
+    if m >= n {
+        if let Some((rows_per_part, parts)) = bands(m, k, threads, |rows| (rows, n)) {
             return Split::Rows {
                 rows_per_part,
                 parts,
             };
         }
+    } else if let Some((cols_per_part, parts)) = bands(n, k, threads, |cols| (m, cols)) {
+        return Split::Cols {
+            cols_per_part,
+            parts,
+        };
     }
     if work >= MIN_GEMM_RAYON_WORK {
         Split::Gemm(threads)
@@ -129,18 +128,49 @@ pub(crate) fn split_for(m: usize, n: usize, k: usize, threads: usize) -> Split {
     }
 }
 
-/// Whether gemm 0.19 multiplies a band of `band` rows (of an m x n x k product) on the same
-/// kernel path as the whole product (see `gemm_common::gemm::gemm_basic_generic`).
-fn same_gemm_path(m: usize, n: usize, k: usize, band: usize) -> bool {
-    let path = |rows: usize| {
+/// Bands of a side of length `len`: `(per_part, parts)` with at least two parts, or `None` when
+/// the side is too short or a band would leave the whole product's kernel path (`dims` maps a
+/// band width to the band's (rows, cols)).
+fn bands(
+    len: usize,
+    k: usize,
+    threads: usize,
+    dims: impl Fn(usize) -> (usize, usize),
+) -> Option<(usize, usize)> {
+    let parts = threads.min(len / MIN_ROWS_PER_PART);
+    if parts < 2 {
+        return None;
+    }
+    let even = len.div_ceil(parts);
+    // Whole register tiles per band, unless rounding would unbalance small bands.
+    let per_part = if even >= 4 * MIN_ROWS_PER_PART {
+        even.next_multiple_of(MIN_ROWS_PER_PART)
+    } else {
+        even
+    };
+    let parts = len.div_ceil(per_part);
+    let last = len - (parts - 1) * per_part;
+    let whole = dims(len);
+    let same = |w: usize| {
+        let (r, c) = dims(w);
+        same_gemm_path(whole.0, whole.1, k, r, c)
+    };
+    (parts >= 2 && same(per_part) && same(last)).then_some((per_part, parts))
+}
+
+/// Whether gemm 0.19 multiplies an r x c band of an m x n x k product on the same kernel path as
+/// the whole product (see `gemm_common::gemm::gemm_basic_generic`). Each condition is monotone in
+/// r and c, so bands between the narrowest and the whole also agree.
+fn same_gemm_path(m: usize, n: usize, k: usize, r: usize, c: usize) -> bool {
+    let path = |rows: usize, cols: usize| {
         (
             k <= 2,
-            rows <= 1 || n <= 1,
-            rows * n <= 16 * 16,
-            rows <= 64 && n <= 64,
+            rows <= 1 || cols <= 1,
+            rows * cols <= 16 * 16,
+            rows <= 64 && cols <= 64,
         )
     };
-    path(band) == path(m)
+    path(r, c) == path(m, n)
 }
 
 /// `a @ b` with PyTorch's rules: 1-D operands are promoted (and the added axis removed), batch
