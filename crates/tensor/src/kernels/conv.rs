@@ -859,13 +859,13 @@ mod tests {
     fn threads_split_samples_and_channels_without_changing_bits() {
         let cases = [
             // Unit stride (grad input = forward of the transposed geometry), bands of channels.
-            ([4, 8, 16, 16], [32, 8, 3, 3], [1, 1], [1, 1], [1, 1], 1),
+            ([2, 16, 24, 24], [64, 16, 3, 3], [1, 1], [1, 1], [1, 1], 1),
             // Stride 2 (col2im path), odd batch, groups.
-            ([5, 8, 19, 17], [40, 4, 3, 3], [2, 2], [1, 1], [1, 1], 2),
+            ([5, 16, 33, 31], [40, 8, 3, 3], [2, 2], [1, 1], [1, 1], 2),
             // Pointwise, batch 3 over 2 threads.
-            ([3, 64, 12, 12], [48, 64, 1, 1], [1, 1], [0, 0], [1, 1], 1),
+            ([3, 64, 16, 16], [48, 64, 1, 1], [1, 1], [0, 0], [1, 1], 1),
             // Single sample: the GEMM splits instead.
-            ([1, 16, 20, 20], [32, 16, 3, 3], [1, 1], [1, 1], [1, 1], 1),
+            ([1, 16, 24, 24], [64, 16, 3, 3], [1, 1], [1, 1], [1, 1], 1),
         ];
         for (xs, ws, stride, padding, dilation, groups) in cases {
             let geo =

@@ -31,9 +31,11 @@ pub(crate) enum Split {
     Gemm(usize),
 }
 
-/// Below this many multiply-adds (about 6 us of single-threaded GEMM) waking a second thread costs
-/// more than it saves; measured on the MLP shapes (see bench/gemm_peers/README.md).
-const MIN_PARALLEL_WORK: usize = 64 * 64 * 64 * 2;
+/// Below this many multiply-adds (about 50 us of single-threaded GEMM) the hand-off to a second
+/// thread (a wake-up, tens of microseconds on a busy machine) eats most of what the split saves;
+/// on the MLP it splits the 784-wide layer's products from batch 32 and everything but the
+/// 10-wide layer at batch 256 (see bench/gemm_peers/README.md, `--mlp-shapes`).
+const MIN_PARALLEL_WORK: usize = 128 * 128 * 128;
 /// A band narrower than this (rows or columns) wastes the GEMM's register tile (8 rows of AVX-512 and AVX2 f32
 /// microkernels once gemm transposes a row-major product).
 const MIN_ROWS_PER_PART: usize = 8;
@@ -106,20 +108,45 @@ pub(crate) fn split_for(m: usize, n: usize, k: usize, threads: usize) -> Split {
     if threads <= 1 || work < MIN_PARALLEL_WORK {
         return Split::Serial;
     }
-    // Every band packs all of the operand it shares with the others (rhs for row bands, lhs for
-    // column bands), so cut the longer side: the shared operand is then the smaller one.
-    if m >= n {
-        if let Some((rows_per_part, parts)) = bands(m, k, threads, |rows| (rows, n)) {
+    // What a cut costs on top of the product: row bands each pack all of rhs (k x n) again;
+    // column bands each pack lhs (m x k) again and go through compact m x width buffers (two
+    // passes over the output). Take the cheaper cut that keeps gemm's kernel path.
+    let rows = || bands(m, k, threads, |rows| (rows, n));
+    let cols = || bands(n, k, threads, |cols| (m, cols));
+    let row_extra = k.saturating_mul(n);
+    let col_extra = m.saturating_mul(n.saturating_mul(2).saturating_add(k));
+    let (first, second) = if row_extra <= col_extra {
+        (rows(), cols())
+    } else {
+        (cols(), rows())
+    };
+    let row_first = row_extra <= col_extra;
+    match (first, second) {
+        (Some((per_part, parts)), _) if row_first => {
             return Split::Rows {
-                rows_per_part,
+                rows_per_part: per_part,
                 parts,
-            };
+            }
         }
-    } else if let Some((cols_per_part, parts)) = bands(n, k, threads, |cols| (m, cols)) {
-        return Split::Cols {
-            cols_per_part,
-            parts,
-        };
+        (Some((per_part, parts)), _) => {
+            return Split::Cols {
+                cols_per_part: per_part,
+                parts,
+            }
+        }
+        (None, Some((per_part, parts))) if row_first => {
+            return Split::Cols {
+                cols_per_part: per_part,
+                parts,
+            }
+        }
+        (None, Some((per_part, parts))) => {
+            return Split::Rows {
+                rows_per_part: per_part,
+                parts,
+            }
+        }
+        (None, None) => {}
     }
     if work >= MIN_GEMM_RAYON_WORK {
         Split::Gemm(threads)
