@@ -3,7 +3,7 @@
 //! matrix products. Conv1d is the same code with a height of 1.
 
 use super::alloc::try_zeroed;
-use super::matmul::{num_threads, run_jobs, split_for, worth_threads, Split};
+use super::matmul::{num_threads, row_bands, run_jobs, worth_threads};
 use crate::{Error, Result, Scalar, Tensor};
 use std::ops::Range;
 
@@ -642,9 +642,8 @@ fn conv2d_grad_weight_on<S: Scalar>(
             }
             Ok(())
         };
-        let split = split_for(og, rows, l, threads);
-        match split {
-            Split::Rows { rows_per_part, .. } if geo.batch > 0 => {
+        match row_bands(og, rows, l, threads) {
+            Some((rows_per_part, _)) if geo.batch > 0 => {
                 let band = &band;
                 let jobs = dw_g
                     .chunks_mut(rows_per_part * rows)

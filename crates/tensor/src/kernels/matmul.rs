@@ -155,6 +155,17 @@ pub(crate) fn split_for(m: usize, n: usize, k: usize, threads: usize) -> Split {
     }
 }
 
+/// Row bands `(rows_per_part, parts)` for an m x n x k product on `threads` threads, whichever cut
+/// `split_for` would prefer: for callers whose rows carry their own work (the convolution's
+/// weight gradient builds its column matrix once per band, not once per product).
+pub(crate) fn row_bands(m: usize, n: usize, k: usize, threads: usize) -> Option<(usize, usize)> {
+    let work = m.saturating_mul(n).saturating_mul(k);
+    if threads <= 1 || work < MIN_PARALLEL_WORK {
+        return None;
+    }
+    bands(m, k, threads, |rows| (rows, n))
+}
+
 /// Bands of a side of length `len`: `(per_part, parts)` with at least two parts, or `None` when
 /// the side is too short or a band would leave the whole product's kernel path (`dims` maps a
 /// band width to the band's (rows, cols)).
