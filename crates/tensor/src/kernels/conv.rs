@@ -855,6 +855,10 @@ mod tests {
     /// (exact small integers in f64) the definitions' values; f32 with arbitrary values checks
     /// the bits only.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "convolutions of about 10^7 multiply-adds, several times over"
+    )]
     fn threads_split_samples_and_channels_without_changing_bits() {
         let cases = [
             // Unit stride (grad input = forward of the transposed geometry), bands of channels.

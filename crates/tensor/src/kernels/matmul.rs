@@ -36,12 +36,9 @@ pub(crate) enum Split {
 /// on the MLP it splits the 784-wide layer's products from batch 32 and everything but the
 /// 10-wide layer at batch 256 (see bench/gemm_peers/README.md, `--mlp-shapes`).
 const MIN_PARALLEL_WORK: usize = 128 * 128 * 128;
-/// A band narrower than this (rows or columns) wastes the GEMM's register tile (8 rows of AVX-512 and AVX2 f32
-/// microkernels once gemm transposes a row-major product).
+/// A band narrower than this (rows or columns) wastes the GEMM's register tile (8 wide in gemm's
+/// f32 AVX2 and AVX-512 microkernels).
 const MIN_ROWS_PER_PART: usize = 8;
-/// gemm's own split (over its cache blocks) only where a row split is impossible and the product
-/// is big enough for its heavier set-up.
-const MIN_GEMM_RAYON_WORK: usize = 128 * 128 * 128;
 
 /// Helper pools by size: `threads - 1` workers, since the calling thread always runs one job.
 /// (Rayon's global pool has a worker per core, all of which wake and spin for a while; on a
@@ -111,48 +108,24 @@ pub(crate) fn split_for(m: usize, n: usize, k: usize, threads: usize) -> Split {
     // What a cut costs on top of the product: row bands each pack all of rhs (k x n) again;
     // column bands each pack lhs (m x k) again and go through compact m x width buffers (two
     // passes over the output). Take the cheaper cut that keeps gemm's kernel path.
-    let rows = || bands(m, k, threads, |rows| (rows, n));
-    let cols = || bands(n, k, threads, |cols| (m, cols));
+    let rows = bands(m, k, threads, |rows| (rows, n)).map(|(rows_per_part, parts)| Split::Rows {
+        rows_per_part,
+        parts,
+    });
+    let cols = bands(n, k, threads, |cols| (m, cols)).map(|(cols_per_part, parts)| Split::Cols {
+        cols_per_part,
+        parts,
+    });
     let row_extra = k.saturating_mul(n);
     let col_extra = m.saturating_mul(n.saturating_mul(2).saturating_add(k));
-    let (first, second) = if row_extra <= col_extra {
-        (rows(), cols())
+    let preferred = if row_extra <= col_extra {
+        rows.or(cols)
     } else {
-        (cols(), rows())
+        cols.or(rows)
     };
-    let row_first = row_extra <= col_extra;
-    match (first, second) {
-        (Some((per_part, parts)), _) if row_first => {
-            return Split::Rows {
-                rows_per_part: per_part,
-                parts,
-            }
-        }
-        (Some((per_part, parts)), _) => {
-            return Split::Cols {
-                cols_per_part: per_part,
-                parts,
-            }
-        }
-        (None, Some((per_part, parts))) if row_first => {
-            return Split::Cols {
-                cols_per_part: per_part,
-                parts,
-            }
-        }
-        (None, Some((per_part, parts))) => {
-            return Split::Rows {
-                rows_per_part: per_part,
-                parts,
-            }
-        }
-        (None, None) => {}
-    }
-    if work >= MIN_GEMM_RAYON_WORK {
-        Split::Gemm(threads)
-    } else {
-        Split::Serial
-    }
+    // Fewer than 2 * 8 rows and columns (or a band off gemm's path): gemm's own split, which
+    // divides its cache blocks among threads without changing any element's additions.
+    preferred.unwrap_or(Split::Gemm(threads))
 }
 
 /// Row bands `(rows_per_part, parts)` for an m x n x k product on `threads` threads, whichever cut
