@@ -115,7 +115,9 @@ pub trait Scalar:
     /// by its row stride and column stride in elements.
     ///
     /// Callers guarantee every index `r * rs + c * cs` addressed by the shapes lies inside its slice;
-    /// [`crate::kernels::matmul`] checks this before calling.
+    /// [`crate::kernels::matmul`] checks this before calling. `threads` caps the threads the
+    /// product may use (1 = this thread only, as a caller that already runs in parallel wants);
+    /// the result is bit-identical for every thread count.
     #[allow(clippy::too_many_arguments)]
     fn gemm(
         m: usize,
@@ -130,6 +132,7 @@ pub trait Scalar:
         rhs_rs: usize,
         rhs_cs: usize,
         accumulate: bool,
+        threads: usize,
     );
 }
 
@@ -212,6 +215,7 @@ macro_rules! impl_scalar {
                 rhs_rs: usize,
                 rhs_cs: usize,
                 accumulate: bool,
+                threads: usize,
             ) {
                 if m == 0 || n == 0 {
                     return;
@@ -246,7 +250,123 @@ macro_rules! impl_scalar {
                     last(k, rhs_rs, n, rhs_cs).is_some_and(|i| i < rhs.len()),
                     "gemm: rhs too small"
                 );
-                let parallelism = crate::kernels::matmul::parallelism_for(m, n, k);
+                use crate::kernels::matmul::{split_for, Split};
+                let parallelism = match split_for(m, n, k, threads) {
+                    Split::Serial => gemm::Parallelism::None,
+                    Split::Gemm(threads) => gemm::Parallelism::Rayon(threads),
+                    Split::Rows {
+                        rows_per_part,
+                        parts,
+                    } => {
+                        // The first half of the bands and half the threads on one side, the rest
+                        // on the other, recursively; the slices are disjoint, so this needs no
+                        // unsafe of its own.
+                        let left = parts / 2 * rows_per_part;
+                        let threads_left = threads / 2;
+                        let (dst_top, dst_bottom) = dst.split_at_mut(left * dst_rs);
+                        let (lhs_bottom, m_bottom) = (&lhs[left * lhs_rs..], m - left);
+                        crate::kernels::matmul::run_jobs(vec![
+                            Box::new(|| {
+                                Self::gemm(
+                                    left,
+                                    n,
+                                    k,
+                                    dst_top,
+                                    dst_rs,
+                                    lhs,
+                                    lhs_rs,
+                                    lhs_cs,
+                                    rhs,
+                                    rhs_rs,
+                                    rhs_cs,
+                                    accumulate,
+                                    threads_left,
+                                )
+                            }),
+                            Box::new(|| {
+                                Self::gemm(
+                                    m_bottom,
+                                    n,
+                                    k,
+                                    dst_bottom,
+                                    dst_rs,
+                                    lhs_bottom,
+                                    lhs_rs,
+                                    lhs_cs,
+                                    rhs,
+                                    rhs_rs,
+                                    rhs_cs,
+                                    accumulate,
+                                    threads - threads_left,
+                                )
+                            }),
+                        ]);
+                        return;
+                    }
+                    Split::Cols {
+                        cols_per_part,
+                        parts,
+                    } => {
+                        // Column bands of `dst` are not contiguous, so each half is computed in a
+                        // compact m x width buffer (seeded from `dst` when accumulating; the
+                        // row stride does not change the arithmetic) and copied back: no unsafe.
+                        let left = parts / 2 * cols_per_part;
+                        let threads_left = threads / 2;
+                        let band = |c0: usize, width: usize| -> Vec<Self> {
+                            if accumulate {
+                                (0..m)
+                                    .flat_map(|r| dst[r * dst_rs + c0..][..width].iter().copied())
+                                    .collect()
+                            } else {
+                                vec![0.0; m * width]
+                            }
+                        };
+                        let (mut a, mut b) = (band(0, left), band(left, n - left));
+                        let rhs_right = &rhs[left * rhs_cs..];
+                        crate::kernels::matmul::run_jobs(vec![
+                            Box::new(|| {
+                                Self::gemm(
+                                    m,
+                                    left,
+                                    k,
+                                    &mut a,
+                                    left,
+                                    lhs,
+                                    lhs_rs,
+                                    lhs_cs,
+                                    rhs,
+                                    rhs_rs,
+                                    rhs_cs,
+                                    accumulate,
+                                    threads_left,
+                                )
+                            }),
+                            Box::new(|| {
+                                Self::gemm(
+                                    m,
+                                    n - left,
+                                    k,
+                                    &mut b,
+                                    n - left,
+                                    lhs,
+                                    lhs_rs,
+                                    lhs_cs,
+                                    rhs_right,
+                                    rhs_rs,
+                                    rhs_cs,
+                                    accumulate,
+                                    threads - threads_left,
+                                )
+                            }),
+                        ]);
+                        for r in 0..m {
+                            let row = &mut dst[r * dst_rs..][..n];
+                            row[..left].copy_from_slice(&a[r * left..][..left]);
+                            row[left..].copy_from_slice(&b[r * (n - left)..][..n - left]);
+                        }
+                        return;
+                    }
+                };
                 // SAFETY: the asserts above prove every element the product reads or writes lies
                 // inside `dst`, `lhs` and `rhs` (m, n, k >= 1 here, so `- 1` cannot wrap) and that
                 // no two (row, column) pairs of `dst` share an element, so the threads gemm may

@@ -3,7 +3,9 @@
 //! matrix products. Conv1d is the same code with a height of 1.
 
 use super::alloc::try_zeroed;
+use super::matmul::{num_threads, row_bands, run_jobs, worth_threads};
 use crate::{Error, Result, Scalar, Tensor};
+use std::ops::Range;
 
 /// The per-axis window parameters of a sliding-window op (convolution or pooling).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -342,6 +344,45 @@ pub fn conv2d_forward<S: Scalar>(
     weight: &Tensor<S>,
     bias: Option<&Tensor<S>>,
 ) -> Result<Vec<S>> {
+    conv2d_forward_on(geo, x, weight, bias, num_threads())
+}
+
+/// Runs `f(samples, buffer, gemm_threads)` over bands of whole samples of `buffer` (`per_sample`
+/// elements each): one band per thread, each with single-threaded GEMMs, when there are several
+/// samples and threads and enough `work`; else one band whose GEMMs get every thread. A sample's
+/// result never depends on the band it falls in, so every thread count gives the same bits.
+fn over_samples<S: Scalar>(
+    buffer: &mut [S],
+    per_sample: usize,
+    batch: usize,
+    threads: usize,
+    work: usize,
+    f: impl Fn(Range<usize>, &mut [S], usize) -> Result<()> + Sync,
+) -> Result<()> {
+    let parts = threads.min(batch);
+    if parts <= 1 || per_sample == 0 || !worth_threads(work) {
+        return f(0..batch, buffer, threads);
+    }
+    let per_part = batch.div_ceil(parts);
+    let f = &f;
+    let jobs = buffer
+        .chunks_mut(per_part * per_sample)
+        .enumerate()
+        .map(|(i, band)| {
+            let first = i * per_part;
+            Box::new(move || f(first..first + band.len() / per_sample, band, 1)) as Box<_>
+        })
+        .collect();
+    run_jobs(jobs).into_iter().collect()
+}
+
+fn conv2d_forward_on<S: Scalar>(
+    geo: &Conv2dGeometry,
+    x: &Tensor<S>,
+    weight: &Tensor<S>,
+    bias: Option<&Tensor<S>>,
+    threads: usize,
+) -> Result<Vec<S>> {
     geo.check_len("input", x, geo.input_numel())?;
     geo.check_len("weight", weight, geo.weight_numel())?;
     if let Some(b) = bias {
@@ -349,35 +390,50 @@ pub fn conv2d_forward<S: Scalar>(
     }
     let (rows, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
     let group_x = geo.group_in() * geo.in_len();
+    let sample_out = geo.out_channels * l;
     let mut out = try_zeroed("conv2d", geo.output_numel())?;
-    let mut col = try_zeroed("conv2d", if geo.is_pointwise() { 0 } else { rows * l })?;
+    let col_len = if geo.is_pointwise() { 0 } else { rows * l };
     let (xd, wd) = (x.data(), weight.data());
-    for n in 0..geo.batch {
-        for g in 0..geo.groups {
-            let xs = &xd[(n * geo.groups + g) * group_x..][..group_x];
-            let rhs: &[S] = if geo.is_pointwise() {
-                xs
-            } else {
-                geo.im2col(xs, &mut col);
-                &col
-            };
-            let dst = &mut out[(n * geo.out_channels + g * og) * l..][..og * l];
-            S::gemm(
-                og,
-                l,
-                rows,
-                dst,
-                l,
-                &wd[g * og * rows..],
-                rows,
-                1,
-                rhs,
-                l,
-                1,
-                false,
-            );
-        }
-    }
+    let work = geo.output_numel().saturating_mul(rows);
+    over_samples(
+        &mut out,
+        sample_out,
+        geo.batch,
+        threads,
+        work,
+        |samples, band, gemm_threads| {
+            let mut col = try_zeroed("conv2d", col_len)?;
+            let first = samples.start;
+            for n in samples {
+                for g in 0..geo.groups {
+                    let xs = &xd[(n * geo.groups + g) * group_x..][..group_x];
+                    let rhs: &[S] = if geo.is_pointwise() {
+                        xs
+                    } else {
+                        geo.im2col(xs, &mut col);
+                        &col
+                    };
+                    let dst = &mut band[((n - first) * geo.out_channels + g * og) * l..][..og * l];
+                    S::gemm(
+                        og,
+                        l,
+                        rows,
+                        dst,
+                        l,
+                        &wd[g * og * rows..],
+                        rows,
+                        1,
+                        rhs,
+                        l,
+                        1,
+                        false,
+                        gemm_threads,
+                    );
+                }
+            }
+            Ok(())
+        },
+    )?;
     if let Some(b) = bias {
         for (chunk, &bv) in out.chunks_mut(l.max(1)).zip(b.data().iter().cycle()) {
             for v in chunk {
@@ -397,31 +453,82 @@ pub fn conv2d_grad_input<S: Scalar>(
     grad_out: &Tensor<S>,
     weight: &Tensor<S>,
 ) -> Result<Vec<S>> {
+    conv2d_grad_input_on(geo, grad_out, weight, num_threads())
+}
+
+fn conv2d_grad_input_on<S: Scalar>(
+    geo: &Conv2dGeometry,
+    grad_out: &Tensor<S>,
+    weight: &Tensor<S>,
+    threads: usize,
+) -> Result<Vec<S>> {
     geo.check_len("output gradient", grad_out, geo.output_numel())?;
     geo.check_len("weight", weight, geo.weight_numel())?;
     if !geo.is_pointwise() {
         if let Some(full) = geo.transposed() {
-            return conv2d_forward(&full, grad_out, &geo.flipped_weight(weight)?, None);
+            return conv2d_forward_on(&full, grad_out, &geo.flipped_weight(weight)?, None, threads);
         }
     }
     let (rows, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
     let group_x = geo.group_in() * geo.in_len();
+    let sample_x = geo.in_channels * geo.in_len();
     let mut dx = try_zeroed("conv2d", geo.input_numel())?;
-    let mut col = try_zeroed("conv2d", if geo.is_pointwise() { 0 } else { rows * l })?;
+    let col_len = if geo.is_pointwise() { 0 } else { rows * l };
     let (gd, wd) = (grad_out.data(), weight.data());
-    for n in 0..geo.batch {
-        for g in 0..geo.groups {
-            let dy = &gd[(n * geo.out_channels + g * og) * l..][..og * l];
-            let lhs = &wd[g * og * rows..];
-            let dxs = &mut dx[(n * geo.groups + g) * group_x..][..group_x];
-            if geo.is_pointwise() {
-                S::gemm(rows, l, og, dxs, l, lhs, 1, rows, dy, l, 1, false);
-            } else {
-                S::gemm(rows, l, og, &mut col, l, lhs, 1, rows, dy, l, 1, false);
-                geo.col2im(&col, dxs);
+    let work = geo.output_numel().saturating_mul(rows);
+    over_samples(
+        &mut dx,
+        sample_x,
+        geo.batch,
+        threads,
+        work,
+        |samples, band, gemm_threads| {
+            let mut col = try_zeroed("conv2d", col_len)?;
+            let first = samples.start;
+            for n in samples {
+                for g in 0..geo.groups {
+                    let dy = &gd[(n * geo.out_channels + g * og) * l..][..og * l];
+                    let lhs = &wd[g * og * rows..];
+                    let dxs = &mut band[((n - first) * geo.groups + g) * group_x..][..group_x];
+                    if geo.is_pointwise() {
+                        S::gemm(
+                            rows,
+                            l,
+                            og,
+                            dxs,
+                            l,
+                            lhs,
+                            1,
+                            rows,
+                            dy,
+                            l,
+                            1,
+                            false,
+                            gemm_threads,
+                        );
+                    } else {
+                        S::gemm(
+                            rows,
+                            l,
+                            og,
+                            &mut col,
+                            l,
+                            lhs,
+                            1,
+                            rows,
+                            dy,
+                            l,
+                            1,
+                            false,
+                            gemm_threads,
+                        );
+                        geo.col2im(&col, dxs);
+                    }
+                }
             }
-        }
-    }
+            Ok(())
+        },
+    )?;
     Ok(dx)
 }
 
@@ -476,30 +583,76 @@ impl Conv2dGeometry {
 }
 
 /// Gradient with respect to the weight: `sum_n dy_g @ col_g^T`, accumulated in sample order.
+/// With several threads each takes a band of output channels through every sample (each
+/// rebuilding the column matrix), so every element sums the same terms in the same order as on
+/// one thread.
 pub fn conv2d_grad_weight<S: Scalar>(
     geo: &Conv2dGeometry,
     grad_out: &Tensor<S>,
     x: &Tensor<S>,
+) -> Result<Vec<S>> {
+    conv2d_grad_weight_on(geo, grad_out, x, num_threads())
+}
+
+fn conv2d_grad_weight_on<S: Scalar>(
+    geo: &Conv2dGeometry,
+    grad_out: &Tensor<S>,
+    x: &Tensor<S>,
+    threads: usize,
 ) -> Result<Vec<S>> {
     geo.check_len("output gradient", grad_out, geo.output_numel())?;
     geo.check_len("input", x, geo.input_numel())?;
     let (rows, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
     let group_x = geo.group_in() * geo.in_len();
     let mut dw = try_zeroed("conv2d", geo.weight_numel())?;
-    let mut col = try_zeroed("conv2d", if geo.is_pointwise() { 0 } else { rows * l })?;
+    let col_len = if geo.is_pointwise() { 0 } else { rows * l };
     let (gd, xd) = (grad_out.data(), x.data());
-    for n in 0..geo.batch {
-        for g in 0..geo.groups {
-            let xs = &xd[(n * geo.groups + g) * group_x..][..group_x];
-            let rhs: &[S] = if geo.is_pointwise() {
-                xs
-            } else {
-                geo.im2col(xs, &mut col);
-                &col
-            };
-            let dy = &gd[(n * geo.out_channels + g * og) * l..][..og * l];
-            let dst = &mut dw[g * og * rows..][..og * rows];
-            S::gemm(og, rows, l, dst, rows, dy, l, 1, rhs, 1, l, n > 0);
+    if rows == 0 || og == 0 {
+        return Ok(dw);
+    }
+    for (g, dw_g) in dw.chunks_mut(og * rows).enumerate() {
+        // Output channels `first..` of group g, their rows of dw in `dst`.
+        let band = |first: usize, dst: &mut [S], gemm_threads: usize| -> Result<()> {
+            let band_rows = dst.len() / rows;
+            let mut col = try_zeroed("conv2d", col_len)?;
+            for n in 0..geo.batch {
+                let xs = &xd[(n * geo.groups + g) * group_x..][..group_x];
+                let rhs: &[S] = if geo.is_pointwise() {
+                    xs
+                } else {
+                    geo.im2col(xs, &mut col);
+                    &col
+                };
+                let dy = &gd[(n * geo.out_channels + g * og + first) * l..][..band_rows * l];
+                S::gemm(
+                    band_rows,
+                    rows,
+                    l,
+                    dst,
+                    rows,
+                    dy,
+                    l,
+                    1,
+                    rhs,
+                    1,
+                    l,
+                    n > 0,
+                    gemm_threads,
+                );
+            }
+            Ok(())
+        };
+        match row_bands(og, rows, l, threads) {
+            Some((rows_per_part, _)) if geo.batch > 0 => {
+                let band = &band;
+                let jobs = dw_g
+                    .chunks_mut(rows_per_part * rows)
+                    .enumerate()
+                    .map(|(i, dst)| Box::new(move || band(i * rows_per_part, dst, 1)) as Box<_>)
+                    .collect();
+                run_jobs(jobs).into_iter().collect::<Result<()>>()?
+            }
+            _ => band(0, dw_g, threads)?,
         }
     }
     Ok(dw)
@@ -650,6 +803,119 @@ mod tests {
             .unwrap();
             let got = conv2d_grad_input(&geo, &dy, &w).unwrap();
             assert_eq!(got, naive_grad_input(&geo, dy.data(), w.data()), "{geo:?}");
+        }
+    }
+
+    /// The weight gradient from the definition: each output gradient times every input element
+    /// its window read.
+    fn naive_grad_weight(geo: &Conv2dGeometry, dy: &[f64], x: &[f64]) -> Vec<f64> {
+        let mut dw = vec![0.0; geo.weight_numel()];
+        let (og, cg) = (geo.group_out(), geo.group_in());
+        let [kh, kw] = geo.kernel;
+        for n in 0..geo.batch {
+            for o in 0..geo.out_channels {
+                for oy in 0..geo.out_h {
+                    for ox in 0..geo.out_w {
+                        let g = dy[((n * geo.out_channels + o) * geo.out_h + oy) * geo.out_w + ox];
+                        for c in 0..cg {
+                            for ki in 0..kh {
+                                for kj in 0..kw {
+                                    let ih = (oy * geo.stride[0] + ki * geo.dilation[0]) as isize
+                                        - geo.padding[0] as isize;
+                                    let iw = (ox * geo.stride[1] + kj * geo.dilation[1]) as isize
+                                        - geo.padding[1] as isize;
+                                    if ih < 0
+                                        || iw < 0
+                                        || ih as usize >= geo.in_h
+                                        || iw as usize >= geo.in_w
+                                    {
+                                        continue;
+                                    }
+                                    let ch = o / og * cg + c;
+                                    let xi = ((n * geo.in_channels + ch) * geo.in_h + ih as usize)
+                                        * geo.in_w
+                                        + iw as usize;
+                                    dw[((o * cg + c) * kh + ki) * kw + kj] += g * x[xi];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        dw
+    }
+
+    fn bits<S: Scalar>(v: &[S]) -> Vec<u64> {
+        v.iter().map(|x| x.to_f64().to_bits()).collect()
+    }
+
+    /// Big enough that the forward pass and both gradients split over samples or output channels
+    /// (see `over_samples` and `split_for`): every thread count gives the bits of one thread, and
+    /// (exact small integers in f64) the definitions' values; f32 with arbitrary values checks
+    /// the bits only.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "convolutions of about 10^7 multiply-adds, several times over"
+    )]
+    fn threads_split_samples_and_channels_without_changing_bits() {
+        let cases = [
+            // Unit stride (grad input = forward of the transposed geometry), bands of channels.
+            ([2, 16, 24, 24], [64, 16, 3, 3], [1, 1], [1, 1], [1, 1], 1),
+            // Stride 2 (col2im path), odd batch, groups.
+            ([5, 16, 33, 31], [40, 8, 3, 3], [2, 2], [1, 1], [1, 1], 2),
+            // Pointwise, batch 3 over 2 threads.
+            ([3, 64, 16, 16], [48, 64, 1, 1], [1, 1], [0, 0], [1, 1], 1),
+            // Single sample: the GEMM splits instead.
+            ([1, 16, 24, 24], [64, 16, 3, 3], [1, 1], [1, 1], [1, 1], 1),
+        ];
+        for (xs, ws, stride, padding, dilation, groups) in cases {
+            let geo =
+                Conv2dGeometry::new("conv2d", xs, ws, stride, padding, dilation, groups).unwrap();
+            let x = Tensor::new(&xs, values(xs.iter().product(), 1)).unwrap();
+            let w = Tensor::new(&ws, values(ws.iter().product(), 2)).unwrap();
+            let ys = [xs[0], ws[0], geo.out_h, geo.out_w];
+            let dy = Tensor::new(&ys, values(geo.output_numel(), 3)).unwrap();
+            let want = (
+                naive(&geo, x.data(), w.data()),
+                naive_grad_input(&geo, dy.data(), w.data()),
+                naive_grad_weight(&geo, dy.data(), x.data()),
+            );
+            let xf = Tensor::new(
+                &xs,
+                x.data().iter().map(|v| (v * 0.37).sin() as f32).collect(),
+            )
+            .unwrap();
+            let wf = Tensor::new(
+                &ws,
+                w.data().iter().map(|v| (v * 0.71).cos() as f32).collect(),
+            )
+            .unwrap();
+            let dyf = Tensor::new(
+                &ys,
+                dy.data().iter().map(|v| (v * 0.53).sin() as f32).collect(),
+            )
+            .unwrap();
+            let run64 = |t| {
+                (
+                    conv2d_forward_on(&geo, &x, &w, None, t).unwrap(),
+                    conv2d_grad_input_on(&geo, &dy, &w, t).unwrap(),
+                    conv2d_grad_weight_on(&geo, &dy, &x, t).unwrap(),
+                )
+            };
+            let run32 = |t| {
+                (
+                    bits(&conv2d_forward_on(&geo, &xf, &wf, None, t).unwrap()),
+                    bits(&conv2d_grad_input_on(&geo, &dyf, &wf, t).unwrap()),
+                    bits(&conv2d_grad_weight_on(&geo, &dyf, &xf, t).unwrap()),
+                )
+            };
+            let one32 = run32(1);
+            for t in [1, 2, 3] {
+                assert_eq!(run64(t), want, "f64, {t} threads, {geo:?}");
+                assert!(run32(t) == one32, "f32, {t} threads vs 1, {geo:?}");
+            }
         }
     }
 

@@ -6,6 +6,7 @@ use super::broadcast::{broadcast_shape, broadcast_strides};
 use super::strided_walk;
 use crate::{Error, Result, Scalar, Shape, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 static THREADS: AtomicUsize = AtomicUsize::new(1);
 
@@ -19,15 +20,168 @@ pub fn num_threads() -> usize {
     THREADS.load(Ordering::Relaxed)
 }
 
-/// Threads only pay for themselves on products large enough to amortise the hand-off.
-pub(crate) fn parallelism_for(m: usize, n: usize, k: usize) -> gemm::Parallelism {
-    let threads = num_threads();
-    let work = m.saturating_mul(n).saturating_mul(k);
-    if threads > 1 && work >= 48 * 48 * 48 {
-        gemm::Parallelism::Rayon(threads)
-    } else {
-        gemm::Parallelism::None
+/// How one product is spread over threads: the rows (or columns) of the output cut into `parts`
+/// bands of `per_part` rows (columns; the last band may be narrower), each an independent GEMM,
+/// or the whole product handed to gemm's own Rayon split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Split {
+    Serial,
+    Rows { rows_per_part: usize, parts: usize },
+    Cols { cols_per_part: usize, parts: usize },
+    Gemm(usize),
+}
+
+/// Below this many multiply-adds (about 50 us of single-threaded GEMM) the hand-off to a second
+/// thread (a wake-up, tens of microseconds on a busy machine) eats most of what the split saves;
+/// on the MLP it splits the 784-wide layer's products from batch 32 and everything but the
+/// 10-wide layer at batch 256 (see bench/gemm_peers/README.md, `--mlp-shapes`).
+const MIN_PARALLEL_WORK: usize = 128 * 128 * 128;
+/// A band narrower than this (rows or columns) wastes the GEMM's register tile (8 wide in gemm's
+/// f32 AVX2 and AVX-512 microkernels).
+const MIN_ROWS_PER_PART: usize = 8;
+
+/// Helper pools by size: `threads - 1` workers, since the calling thread always runs one job.
+/// (Rayon's global pool has a worker per core, all of which wake and spin for a while; on a
+/// machine with as many cores as GEMM threads they then compete with the caller.)
+static POOLS: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
+
+fn helper_pool(workers: usize) -> Option<Arc<rayon::ThreadPool>> {
+    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, pool)) = pools.iter().find(|(w, _)| *w == workers) {
+        return Some(pool.clone());
     }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .thread_name(|i| format!("tapegrad-gemm-{i}"))
+        .build()
+        .ok()?;
+    let pool = Arc::new(pool);
+    pools.push((workers, pool.clone()));
+    Some(pool)
+}
+
+/// Runs `jobs`, each on its own thread: the caller runs the first itself and the rest go to a
+/// helper pool of `threads - 1` workers. Unlike `rayon::join` from outside a pool, which
+/// queues both halves and parks the caller, this wakes one worker per extra job and keeps the
+/// caller busy, which is what makes a split pay on products of a few tens of microseconds. If no
+/// pool can be started the jobs run one after the other (same results: the jobs are independent).
+pub(crate) fn run_jobs<'a, R: Send>(jobs: Vec<Box<dyn FnOnce() -> R + Send + 'a>>) -> Vec<R> {
+    let mut results: Vec<Option<R>> = jobs.iter().map(|_| None).collect();
+    // Bands split again (4 threads and more) queue their halves on the same pool.
+    let workers = num_threads().max(jobs.len()).saturating_sub(1).max(1);
+    let Some(pool) = helper_pool(workers) else {
+        return jobs.into_iter().map(|job| job()).collect();
+    };
+    let mut jobs = jobs.into_iter();
+    let Some(first) = jobs.next() else {
+        return Vec::new();
+    };
+    let (head, tail) = results.split_at_mut(1);
+    pool.in_place_scope(|scope| {
+        for (job, slot) in jobs.zip(tail.iter_mut()) {
+            scope.spawn(move |_| *slot = Some(job()));
+        }
+        head[0] = Some(first());
+    });
+    // The scope returns only once every spawned job has run (a panic in one is resumed above).
+    results.into_iter().flatten().collect()
+}
+
+/// Whether `work` multiply-adds are enough to hand part of them to another thread.
+pub(crate) fn worth_threads(work: usize) -> bool {
+    work >= MIN_PARALLEL_WORK
+}
+
+/// The split for an m x k by k x n product on `threads` threads.
+///
+/// A band of rows (columns) is computed with exactly the additions, in the same order, as the same
+/// rows (columns) of the whole product, provided gemm 0.19 takes the same kernel path for both:
+/// it picks a different path (and a different depth blocking, hence different rounding) for
+/// k <= 2, for m or n <= 1, for m * n <= 256 and for m, n both <= 64. Bands are only cut where
+/// every band stays on the whole product's path, so the result is bit-identical for every thread
+/// count.
+pub(crate) fn split_for(m: usize, n: usize, k: usize, threads: usize) -> Split {
+    let work = m.saturating_mul(n).saturating_mul(k);
+    if threads <= 1 || work < MIN_PARALLEL_WORK {
+        return Split::Serial;
+    }
+    // What a cut costs on top of the product: row bands each pack all of rhs (k x n) again;
+    // column bands each pack lhs (m x k) again and go through compact m x width buffers (two
+    // passes over the output). Take the cheaper cut that keeps gemm's kernel path.
+    let rows = bands(m, k, threads, |rows| (rows, n)).map(|(rows_per_part, parts)| Split::Rows {
+        rows_per_part,
+        parts,
+    });
+    let cols = bands(n, k, threads, |cols| (m, cols)).map(|(cols_per_part, parts)| Split::Cols {
+        cols_per_part,
+        parts,
+    });
+    let row_extra = k.saturating_mul(n);
+    let col_extra = m.saturating_mul(n.saturating_mul(2).saturating_add(k));
+    let preferred = if row_extra <= col_extra {
+        rows.or(cols)
+    } else {
+        cols.or(rows)
+    };
+    // Fewer than 2 * 8 rows and columns (or a band off gemm's path): gemm's own split, which
+    // divides its cache blocks among threads without changing any element's additions.
+    preferred.unwrap_or(Split::Gemm(threads))
+}
+
+/// Row bands `(rows_per_part, parts)` for an m x n x k product on `threads` threads, whichever cut
+/// `split_for` would prefer: for callers whose rows carry their own work (the convolution's
+/// weight gradient builds its column matrix once per band, not once per product).
+pub(crate) fn row_bands(m: usize, n: usize, k: usize, threads: usize) -> Option<(usize, usize)> {
+    let work = m.saturating_mul(n).saturating_mul(k);
+    if threads <= 1 || work < MIN_PARALLEL_WORK {
+        return None;
+    }
+    bands(m, k, threads, |rows| (rows, n))
+}
+
+/// Bands of a side of length `len`: `(per_part, parts)` with at least two parts, or `None` when
+/// the side is too short or a band would leave the whole product's kernel path (`dims` maps a
+/// band width to the band's (rows, cols)).
+fn bands(
+    len: usize,
+    k: usize,
+    threads: usize,
+    dims: impl Fn(usize) -> (usize, usize),
+) -> Option<(usize, usize)> {
+    let parts = threads.min(len / MIN_ROWS_PER_PART);
+    if parts < 2 {
+        return None;
+    }
+    let even = len.div_ceil(parts);
+    // Whole register tiles per band, unless rounding would unbalance small bands.
+    let per_part = if even >= 4 * MIN_ROWS_PER_PART {
+        even.next_multiple_of(MIN_ROWS_PER_PART)
+    } else {
+        even
+    };
+    let parts = len.div_ceil(per_part);
+    let last = len - (parts - 1) * per_part;
+    let whole = dims(len);
+    let same = |w: usize| {
+        let (r, c) = dims(w);
+        same_gemm_path(whole.0, whole.1, k, r, c)
+    };
+    (parts >= 2 && same(per_part) && same(last)).then_some((per_part, parts))
+}
+
+/// Whether gemm 0.19 multiplies an r x c band of an m x n x k product on the same kernel path as
+/// the whole product (see `gemm_common::gemm::gemm_basic_generic`). Each condition is monotone in
+/// r and c, so bands between the narrowest and the whole also agree.
+fn same_gemm_path(m: usize, n: usize, k: usize, r: usize, c: usize) -> bool {
+    let path = |rows: usize, cols: usize| {
+        (
+            k <= 2,
+            rows <= 1 || cols <= 1,
+            rows * cols <= 16 * 16,
+            rows <= 64 && cols <= 64,
+        )
+    };
+    path(r, c) == path(m, n)
 }
 
 /// `a @ b` with PyTorch's rules: 1-D operands are promoted (and the added axis removed), batch
@@ -147,6 +301,7 @@ pub fn batched_matmul<S: Scalar>(
     let (b_rs, b_cs) = if trans_b { (1, b_cols) } else { (b_cols, 1) };
     let (ad, bd) = (a.data(), b.data());
     let mn = m * n;
+    let threads = num_threads();
     strided_walk(batch.dims(), [&a_strides, &b_strides], |lin, [ia, ib]| {
         S::gemm(
             m,
@@ -161,6 +316,7 @@ pub fn batched_matmul<S: Scalar>(
             b_rs,
             b_cs,
             false,
+            threads,
         );
     });
     Ok(result)
