@@ -355,10 +355,9 @@ fn relu_in_place<S: Scalar>(
     }
     let mut value = context[a].take()?;
     // Copies only if another holder shares the buffer (e.g. the producer saved its output).
+    // A select, not a conditional store, so the loop vectorises.
     for v in value.data_mut() {
-        if *v <= S::ZERO {
-            *v = S::ZERO;
-        }
+        *v = if *v <= S::ZERO { S::ZERO } else { *v };
     }
     Some(value)
 }
@@ -378,9 +377,7 @@ fn relu_vjp_in_place<S: Scalar>(
         _ => return Err(cot),
     };
     for (g, &y) in cot.data_mut().iter_mut().zip(y.data()) {
-        if y <= S::ZERO {
-            *g = S::ZERO;
-        }
+        *g = if y <= S::ZERO { S::ZERO } else { *g };
     }
     Ok(cot)
 }
