@@ -20,7 +20,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::graph::{tape_kept_bytes, CompiledGraph, Graph};
 use tapegrad_core::laws::Program;
-use tapegrad_core::ops::{ElementwiseOp, Op};
+use tapegrad_core::ops::{ActivationOp, ElementwiseOp, LinalgOp, Op};
 use tapegrad_core::tape::Rule;
 use tapegrad_core::{Error, Scalar, Shape, Tape, Tensor};
 
@@ -41,6 +41,9 @@ fn check<S: Scalar>(case: u64) {
     let (saved, context) = compiled.forward_with_context(&x).unwrap();
     assert_bits(&context, &g.eval(&x).unwrap(), &what);
     assert!(same_bits(saved.output(), context.last().unwrap()), "{what}");
+    // The plain forward (which frees values and runs relu in place on a dead input) too.
+    let plain = compiled.forward(&x).unwrap();
+    assert!(same_bits(plain.output(), context.last().unwrap()), "{what}");
 
     let mut rng = ChaCha8Rng::seed_from_u64(case ^ 0x4);
     let seed = random_seed::<S>(&mut rng, &g.shapes());
@@ -287,4 +290,68 @@ fn a_compiled_graph_takes_new_attributes_between_batches() {
     assert!(wrong.unwrap_err().to_string().contains("'loss'"));
     let more_rows = compiled.set_op(loss, ce(vec![0, 1, 2]));
     assert!(more_rows.is_err());
+}
+
+/// Compiled mode runs relu in place on its producer's dead output and applies relu's VJP to the
+/// cotangent's own buffer: the values, the gradients and the caller's inputs stay exactly as the
+/// reference has them (NaN and both zero signs included), and an input that relu reads directly
+/// is never overwritten.
+#[test]
+fn relu_in_place_keeps_values_gradients_and_inputs() {
+    let mut g = Graph::new();
+    let x = g.input("x", Shape::new([2, 3]).unwrap(), false).unwrap();
+    let w1 = g.input("w1", Shape::new([4, 3]).unwrap(), true).unwrap();
+    let b1 = g.input("b1", Shape::new([4]).unwrap(), true).unwrap();
+    let w2 = g.input("w2", Shape::new([2, 4]).unwrap(), true).unwrap();
+    let relu = || Op::Activation(ActivationOp::Relu);
+    let direct = g.node("direct", relu(), &[x]).unwrap();
+    let h = g
+        .node(
+            "h",
+            Op::Linalg(LinalgOp::Linear { bias: true }),
+            &[direct, w1, b1],
+        )
+        .unwrap();
+    let a = g.node("a", relu(), &[h]).unwrap();
+    let y = g
+        .node("y", Op::Linalg(LinalgOp::Linear { bias: false }), &[a, w2])
+        .unwrap();
+    g.node("z", relu(), &[y]).unwrap();
+    let xs = [
+        t(&[2, 3], &[1.0, -2.0, 0.5, f64::NAN, -0.0, 3.0]),
+        t(
+            &[4, 3],
+            &[
+                1.0, -1.0, 0.5, -2.0, 0.25, 1.0, 0.0, 0.0, 0.0, 1.5, 2.0, -0.5,
+            ],
+        ),
+        t(&[4], &[0.5, -4.0, -0.0, 0.25]),
+        t(&[2, 4], &[1.0, -1.0, 2.0, 0.5, -1.5, 0.25, 1.0, -2.0]),
+    ];
+    let before = xs.clone();
+    let compiled = CompiledGraph::new(g.clone());
+    let saved = compiled.forward(&xs).unwrap();
+    let context = g.eval(&xs).unwrap();
+    assert!(same_bits(saved.output(), context.last().unwrap()));
+    assert!(saved.output().data()[2].is_nan(), "NaN passes through relu");
+    assert!(!saved.output().data()[0].is_nan());
+    for (a, b) in xs.iter().zip(&before) {
+        assert!(same_bits(a, b), "an input was overwritten");
+    }
+    let seed = t(&[2, 2], &[1.0, -0.5, 2.0, -3.0]);
+    let reference = g.backprop(&xs, g.single(g.last_slot().unwrap(), &seed).unwrap());
+    let reference = reference.unwrap();
+    let grads = saved.backward(&seed).unwrap();
+    assert!(grads[0].is_none());
+    for i in 1..4 {
+        let (grad, want) = (grads[i].as_ref().unwrap(), &reference[i]);
+        // The weights see the NaN row through their products; the bias only through finite
+        // cotangents (relu passes the cotangent where its output is NaN).
+        let has_nan = grad.data().iter().any(|v| v.is_nan());
+        assert_eq!(has_nan, i != 2, "input {i}");
+        let same = grad.data().iter().zip(want.data()).all(|(a, b)| {
+            (a.is_nan() && b.is_nan()) || (a == b && (*a == 0.0 || a.to_bits() == b.to_bits()))
+        });
+        assert!(same, "input {i}: {grad:?} vs {want:?}");
+    }
 }

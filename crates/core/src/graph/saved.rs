@@ -7,7 +7,7 @@
 use super::backprop::accumulate;
 use super::graph::CONTEXT;
 use super::Graph;
-use crate::ops::{Saved, VjpContext};
+use crate::ops::{ActivationOp, Forward, Op, Saved, VjpContext};
 use crate::tape::{Rule, Tape};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -114,6 +114,21 @@ impl CompiledGraph {
         context.extend(inputs.iter().cloned().map(Some));
         let mut records = Vec::with_capacity(g.nodes().len());
         for (k, node) in g.nodes().iter().enumerate() {
+            if !checked && !keep_values {
+                if let Some(value) = relu_in_place(plan, k, n_in, output_slot, &mut context) {
+                    let forward = Forward::new(value);
+                    // relu keeps only its output (checked by `relu_in_place`); its input is
+                    // gone, and has the output's shape.
+                    records.push(Saved::keep(
+                        node.op.saves(),
+                        &[&forward.value],
+                        &forward,
+                        [true],
+                    ));
+                    context.push(Some(forward.value));
+                    continue;
+                }
+            }
             let args = node
                 .args
                 .iter()
@@ -268,6 +283,14 @@ impl<S: Scalar> SavedGraph<S> {
             })?;
             let node = &g.nodes()[k];
             let cot = cot.unwrap_or_else(|| Tensor::zeros(&node.shape));
+            let cot = match relu_vjp_in_place(&node.op, &plan.needs[k], &record, cot) {
+                Ok(c) => {
+                    drop(record);
+                    add_contribution(&mut acc[node.args[0]], c);
+                    continue;
+                }
+                Err(cot) => cot,
+            };
             let ctx = VjpContext {
                 needs: &plan.needs[k],
                 ..record.context()
@@ -280,12 +303,7 @@ impl<S: Scalar> SavedGraph<S> {
             drop(record);
             for ((&arg, c), &needed) in node.args.iter().zip(contributions).zip(&plan.needs[k]) {
                 if let (Some(c), true) = (c, needed) {
-                    match &mut acc[arg] {
-                        Some(existing) => accumulate(existing, &c),
-                        // Stored as is: the dense pass's `0 + c` would only turn a -0 into +0,
-                        // and rewriting every first contribution costs a pass over it.
-                        empty => *empty = Some(c),
-                    }
+                    add_contribution(&mut acc[arg], c);
                 }
             }
         }
@@ -299,6 +317,69 @@ impl<S: Scalar> SavedGraph<S> {
             })
             .collect())
     }
+}
+
+/// Adds a contribution into an argument's cotangent slot (`existing + c`, existing on the left).
+fn add_contribution<S: Scalar>(slot: &mut Option<Tensor<S>>, c: Tensor<S>) {
+    match slot {
+        Some(existing) => accumulate(existing, &c),
+        // Stored as is: the dense pass's `0 + c` would only turn a -0 into +0, and rewriting
+        // every first contribution costs a pass over it.
+        empty => *empty = Some(c),
+    }
+}
+
+/// Whether `op` is relu and keeps only its output for its VJP (what the in-place paths rely on).
+fn is_plain_relu(op: &Op) -> bool {
+    let saves = op.saves();
+    matches!(op, Op::Activation(ActivationOp::Relu)) && saves.output && !saves.keeps_input(0)
+}
+
+/// Compiled-mode fusion of relu into its producer: when node `k` is relu and its argument is an
+/// intermediate value read by no later node (typically a linear's output, which linear does not
+/// keep), relu overwrites that buffer instead of allocating its own. The same expression as
+/// relu's forward (`x <= 0 ? 0 : x`, so NaN passes through), hence the same bits as `eval`.
+fn relu_in_place<S: Scalar>(
+    plan: &Plan,
+    k: usize,
+    n_in: usize,
+    output_slot: usize,
+    context: &mut [Option<Tensor<S>>],
+) -> Option<Tensor<S>> {
+    let node = &plan.graph.nodes()[k];
+    let &[a] = node.args.as_slice() else {
+        return None;
+    };
+    if !is_plain_relu(&node.op) || a < n_in || a == output_slot || plan.last_use[a] != Some(k) {
+        return None;
+    }
+    let mut value = context[a].take()?;
+    // Copies only if another holder shares the buffer (e.g. the producer saved its output).
+    // A select, not a conditional store, so the loop vectorises.
+    for v in value.data_mut() {
+        *v = if *v <= S::ZERO { S::ZERO } else { *v };
+    }
+    Some(value)
+}
+
+/// relu's VJP (`y <= 0 ? 0 : g`, PyTorch's threshold_backward) applied to the cotangent's own
+/// buffer, which nothing else reads once the node has run (a shared buffer is copied first).
+/// Gives the cotangent back untouched when `op` is not relu or its argument needs no gradient,
+/// so the op's own VJP runs.
+fn relu_vjp_in_place<S: Scalar>(
+    op: &Op,
+    needs: &[bool],
+    record: &Saved<S>,
+    mut cot: Tensor<S>,
+) -> std::result::Result<Tensor<S>, Tensor<S>> {
+    let y = match &record.output {
+        Some(y) if is_plain_relu(op) && needs == [true] && y.shape() == cot.shape() => y,
+        _ => return Err(cot),
+    };
+    for (g, &y) in cot.data_mut().iter_mut().zip(y.data()) {
+        *g = if y <= S::ZERO { S::ZERO } else { *g };
+    }
+    Ok(cot)
 }
 
 /// The error for a value the forward pass freed too early (a broken plan, never user input).

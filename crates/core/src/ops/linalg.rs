@@ -3,9 +3,7 @@
 
 use super::{Arity, Forward, OpRules, Saves, VjpContext};
 use tapegrad_tensor::kernels::layout::inverse_permutation;
-use tapegrad_tensor::kernels::{
-    batched_matmul, broadcast_shape, permute, sum_axes, sum_to, transpose,
-};
+use tapegrad_tensor::kernels::{batched_matmul, broadcast_shape, permute, sum_to, transpose};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// Linear-algebra and axis-reordering ops.
@@ -182,24 +180,90 @@ fn matmul_forward<S: Scalar>(a: &Tensor<S>, b: &Tensor<S>) -> Result<Tensor<S>> 
     batched_matmul(&a2, false, &b2, false)?.reshape_to(&shape)
 }
 
-/// `x @ w^T (+ b)` on the flattened `(rows, in)` view of `x`; returns `(rows, out)`.
+/// `x @ w^T (+ b)` on the flattened `(rows, in)` view of `x`; returns `(rows, out)`. With a
+/// bias, the output starts as the bias in every row and the GEMM accumulates the product into
+/// it, which saves the separate pass adding the bias to the product.
 fn linear_rows<S: Scalar>(
     x2: &Tensor<S>,
     w: &Tensor<S>,
     b: Option<&Tensor<S>>,
 ) -> Result<Tensor<S>> {
-    let mut y = batched_matmul(x2, false, w, true)?;
-    if let Some(b) = b {
-        let out = b.numel();
+    let Some(b) = b else {
+        return batched_matmul(x2, false, w, true);
+    };
+    let (rows, inn) = (x2.dims()[0], x2.dims()[1]);
+    let out = w.dims()[0];
+    if w.dims()[1] != inn || b.dims() != [out] {
+        return Err(Error::invalid(
+            "linear",
+            format!(
+                "input shape {} and weight shape {} with bias shape {} are incompatible",
+                x2.shape(),
+                w.shape(),
+                b.shape()
+            ),
+        ));
+    }
+    let mut y = Tensor::zeros_with(Shape::new([rows, out])?, |d| {
         if out > 0 {
-            for row in y.data_mut().chunks_mut(out) {
-                for (v, &bias) in row.iter_mut().zip(b.data()) {
-                    *v += bias;
+            for row in d.chunks_exact_mut(out) {
+                row.copy_from_slice(b.data());
+            }
+        }
+    });
+    // Fresh, so unshared: the GEMM writes straight into the tensor's buffer. W^T is W read
+    // with its strides swapped (row stride 1, column stride `in`), never copied.
+    S::gemm(
+        rows,
+        out,
+        inn,
+        y.data_mut(),
+        out,
+        x2.data(),
+        inn,
+        1,
+        w.data(),
+        1,
+        inn,
+        true,
+    );
+    Ok(y)
+}
+
+/// The weight gradient `g^T x` of linear, `(out, in)` from `g` `(rows, out)` and `x` `(rows,
+/// in)`. One row (a batch of one) is an outer product, a plain vectorised loop instead of a GEMM
+/// with k = 1 (packing, edge kernels); each element is the single rounded product the GEMM
+/// stores, sign of zero included (a test checks the bits).
+fn linear_weight_grad<S: Scalar>(g2: &Tensor<S>, x2: &Tensor<S>) -> Result<Tensor<S>> {
+    let (rows, out, inn) = (g2.dims()[0], g2.dims()[1], x2.dims()[1]);
+    if rows != 1 || x2.dims()[0] != 1 {
+        return batched_matmul(g2, true, x2, false);
+    }
+    let (g, x) = (g2.data(), x2.data());
+    Ok(Tensor::zeros_with(Shape::new([out, inn])?, |d| {
+        if inn > 0 {
+            for (row, &gi) in d.chunks_exact_mut(inn).zip(g) {
+                for (o, &xj) in row.iter_mut().zip(x) {
+                    *o = gi * xj;
                 }
             }
         }
+    }))
+}
+
+/// The bias gradient of linear: `g` `(rows, out)` summed over its rows, row by row in order
+/// (as `sum_axes` over axis 0 adds them), without the general reduction's strided walk.
+fn linear_bias_grad<S: Scalar>(g2: &Tensor<S>) -> Result<Tensor<S>> {
+    let out = g2.dims()[1];
+    let mut acc = vec![S::ZERO; out];
+    if out > 0 {
+        for row in g2.data().chunks_exact(out) {
+            for (a, &v) in acc.iter_mut().zip(row) {
+                *a += v;
+            }
+        }
     }
-    Ok(y)
+    Tensor::from_shape(Shape::new([out])?, acc)
 }
 
 impl OpRules for LinalgOp {
@@ -306,14 +370,14 @@ impl OpRules for LinalgOp {
                 let dw = if ctx.needs(1) {
                     let x = ctx.input(name, 0)?;
                     let x2 = x.reshape(&as_rows(x.shape()))?;
-                    Some(batched_matmul(&g2, true, &x2, false)?)
+                    Some(linear_weight_grad(&g2, &x2)?)
                 } else {
                     None
                 };
                 let mut grads = vec![dx, dw];
                 if *bias {
                     grads.push(if ctx.needs(2) {
-                        Some(sum_axes(&g2, &[0], false)?)
+                        Some(linear_bias_grad(&g2)?)
                     } else {
                         None
                     });
@@ -391,5 +455,66 @@ impl std::fmt::Display for LinalgOp {
             L::Transpose { dim0, dim1 } => write!(f, "transpose(dim0={dim0}, dim1={dim1})"),
             L::Permute { dims } => write!(f, "permute(dims={dims:?})"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tapegrad_tensor::kernels::sum_axes;
+
+    /// Values with both signs, exact zeros of both signs and magnitudes whose products round.
+    fn awkward(n: usize, salt: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let k = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(salt) >> 24;
+                match k % 5 {
+                    0 => 0.0,
+                    1 => -0.0,
+                    _ => (k as f32 - 128.0) / 7.3,
+                }
+            })
+            .collect()
+    }
+
+    fn bits(t: &Tensor<f32>) -> Vec<u32> {
+        t.data().iter().map(|v| v.to_bits()).collect()
+    }
+
+    #[test]
+    fn batch_of_one_weight_grad_is_the_gemm_bit_for_bit() {
+        let g = Tensor::new(&[1, 7], awkward(7, 1)).unwrap();
+        let x = Tensor::new(&[1, 13], awkward(13, 2)).unwrap();
+        let gemm = batched_matmul(&g, true, &x, false).unwrap();
+        let outer = linear_weight_grad(&g, &x).unwrap();
+        assert_eq!(outer.dims(), &[7, 13]);
+        assert_eq!(bits(&outer), bits(&gemm));
+    }
+
+    #[test]
+    fn bias_grad_is_the_row_sum_bit_for_bit() {
+        let g = Tensor::new(&[9, 5], awkward(45, 3)).unwrap();
+        let reference = sum_axes(&g, &[0], false).unwrap();
+        assert_eq!(bits(&linear_bias_grad(&g).unwrap()), bits(&reference));
+    }
+
+    #[test]
+    fn fused_bias_equals_product_plus_bias_on_small_integers() {
+        // Small integers make every sum exact, so any order of the additions gives these values.
+        let x = Tensor::new(&[3, 4], (0..12).map(|v| v as f32 - 5.0).collect()).unwrap();
+        let w = Tensor::new(&[2, 4], vec![1.0, -2.0, 0.0, 3.0, 2.0, 1.0, -1.0, 0.5]).unwrap();
+        let b = Tensor::new(&[2], vec![10.0, -20.0]).unwrap();
+        let y = linear_rows(&x, &w, Some(&b)).unwrap();
+        let plain = batched_matmul(&x, false, &w, true).unwrap();
+        let expected: Vec<f32> = plain
+            .data()
+            .chunks(2)
+            .flat_map(|r| [r[0] + 10.0, r[1] - 20.0])
+            .collect();
+        assert_eq!(y.data(), &expected[..]);
+        let empty = Tensor::new(&[3, 0], vec![]).unwrap();
+        let w0 = Tensor::new(&[2, 0], vec![]).unwrap();
+        let only_bias = linear_rows(&empty, &w0, Some(&b)).unwrap();
+        assert_eq!(only_bias.data(), &[10.0, -20.0, 10.0, -20.0, 10.0, -20.0]);
     }
 }

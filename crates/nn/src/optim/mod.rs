@@ -11,6 +11,7 @@ mod adam;
 mod config;
 mod rmsprop;
 mod sgd;
+mod simd;
 
 pub use config::OptimizerConfig;
 

@@ -9,7 +9,7 @@
 //! p = p + (-lr) * g
 //! ```
 
-use super::{s, OptimizerConfig, Slots};
+use super::{s, simd, OptimizerConfig, Slots};
 use tapegrad_tensor::Scalar;
 
 const MOMENTUM_BUFFER: usize = 0;
@@ -36,6 +36,11 @@ pub(super) fn update<S: Scalar>(
     let wd = s::<S>(weight_decay);
     let decayed = |g: S, p: S| if weight_decay != 0.0 { g + wd * p } else { g };
     let neg_lr = s::<S>(-lr);
+    if momentum == 0.0 && weight_decay == 0.0 {
+        // The common case: one vectorised pass, `p + (-lr) * g` as below.
+        simd::add_scaled(p, neg_lr, grad);
+        return;
+    }
     if momentum == 0.0 {
         for (p, &g) in p.iter_mut().zip(grad) {
             *p += neg_lr * decayed(g, *p);
