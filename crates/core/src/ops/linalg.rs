@@ -226,6 +226,7 @@ fn linear_rows<S: Scalar>(
         1,
         inn,
         true,
+        tapegrad_tensor::kernels::num_threads(),
     );
     Ok(y)
 }
