@@ -149,6 +149,10 @@ impl<S> Forward<S> {
     }
 }
 
+/// A VJP's result: one optional contribution per argument, inline for up to three arguments so a
+/// backward step allocates nothing for the list itself.
+pub type Grads<S> = SmallVec<[Option<Tensor<S>>; 3]>;
+
 /// What a recorded node keeps for its VJP: only what the op's `saves` asked for, plus shapes.
 #[derive(Debug, Clone)]
 pub struct Saved<S> {
@@ -168,17 +172,24 @@ impl<S: Scalar> Saved<S> {
         forward: &Forward<S>,
         needs: impl IntoIterator<Item = bool>,
     ) -> Self {
-        let needs: SmallVec<[bool; 4]> = needs.into_iter().collect();
+        // Plain pushes: `SmallVec`'s generic `extend` costs more than the few elements it copies,
+        // and this runs once per recorded op.
+        let mut kept_needs: SmallVec<[bool; 4]> = SmallVec::new();
+        for n in needs {
+            kept_needs.push(n);
+        }
         // A VJP that no argument needs will never run: keep shapes only.
-        let any_needed = needs.iter().any(|&n| n);
+        let any_needed = kept_needs.iter().any(|&n| n);
         let saves = if any_needed { saves } else { Saves::NOTHING };
+        let mut kept_inputs = SmallVec::new();
+        let mut input_shapes = SmallVec::new();
+        for (i, t) in inputs.iter().enumerate() {
+            kept_inputs.push(saves.keeps_input(i).then(|| (*t).clone()));
+            input_shapes.push(t.shape().clone());
+        }
         Saved {
-            inputs: inputs
-                .iter()
-                .enumerate()
-                .map(|(i, t)| saves.keeps_input(i).then(|| (*t).clone()))
-                .collect(),
-            input_shapes: inputs.iter().map(|t| t.shape().clone()).collect(),
+            inputs: kept_inputs,
+            input_shapes,
             output: saves.output.then(|| forward.value.clone()),
             output_shape: forward.value.shape().clone(),
             aux: if any_needed {
@@ -186,7 +197,7 @@ impl<S: Scalar> Saved<S> {
             } else {
                 Aux::None
             },
-            needs,
+            needs: kept_needs,
         }
     }
 
