@@ -166,39 +166,42 @@ pub struct Saved<S> {
 
 impl<S: Scalar> Saved<S> {
     /// Keeps what `saves` asks for from one forward evaluation.
+    #[inline]
     pub fn keep(
         saves: Saves,
         inputs: &[&Tensor<S>],
         forward: &Forward<S>,
         needs: impl IntoIterator<Item = bool>,
     ) -> Self {
-        // Plain pushes: `SmallVec`'s generic `extend` costs more than the few elements it copies,
-        // and this runs once per recorded op.
-        let mut kept_needs: SmallVec<[bool; 4]> = SmallVec::new();
+        // Filled in place with plain pushes: `SmallVec`'s generic `extend` and moving finished
+        // lists into the record both cost more than the few elements copied, once per recorded op.
+        let mut saved = Saved {
+            inputs: SmallVec::new(),
+            input_shapes: SmallVec::new(),
+            output: None,
+            output_shape: forward.value.shape().clone(),
+            aux: Aux::None,
+            needs: SmallVec::new(),
+        };
         for n in needs {
-            kept_needs.push(n);
+            saved.needs.push(n);
         }
         // A VJP that no argument needs will never run: keep shapes only.
-        let any_needed = kept_needs.iter().any(|&n| n);
+        let any_needed = saved.needs.iter().any(|&n| n);
         let saves = if any_needed { saves } else { Saves::NOTHING };
-        let mut kept_inputs = SmallVec::new();
-        let mut input_shapes = SmallVec::new();
         for (i, t) in inputs.iter().enumerate() {
-            kept_inputs.push(saves.keeps_input(i).then(|| (*t).clone()));
-            input_shapes.push(t.shape().clone());
+            saved
+                .inputs
+                .push(saves.keeps_input(i).then(|| (*t).clone()));
+            saved.input_shapes.push(t.shape().clone());
         }
-        Saved {
-            inputs: kept_inputs,
-            input_shapes,
-            output: saves.output.then(|| forward.value.clone()),
-            output_shape: forward.value.shape().clone(),
-            aux: if any_needed {
-                forward.aux.clone()
-            } else {
-                Aux::None
-            },
-            needs: kept_needs,
+        if saves.output {
+            saved.output = Some(forward.value.clone());
         }
+        if any_needed {
+            saved.aux = forward.aux.clone();
+        }
+        saved
     }
 
     /// The context a VJP reads.
