@@ -166,42 +166,66 @@ pub struct Saved<S> {
 
 impl<S: Scalar> Saved<S> {
     /// Keeps what `saves` asks for from one forward evaluation.
-    #[inline]
     pub fn keep(
         saves: Saves,
         inputs: &[&Tensor<S>],
         forward: &Forward<S>,
         needs: impl IntoIterator<Item = bool>,
     ) -> Self {
-        // Filled in place with plain pushes: `SmallVec`'s generic `extend` and moving finished
-        // lists into the record both cost more than the few elements copied, once per recorded op.
-        let mut saved = Saved {
+        let mut saved = Saved::empty();
+        saved.fill(
+            saves,
+            inputs.iter().copied(),
+            &forward.value,
+            || forward.aux.clone(),
+            needs,
+        );
+        saved
+    }
+
+    /// A record that keeps nothing yet, for `fill`.
+    pub(crate) fn empty() -> Self {
+        Saved {
             inputs: SmallVec::new(),
             input_shapes: SmallVec::new(),
             output: None,
-            output_shape: forward.value.shape().clone(),
+            output_shape: Shape::scalar(),
             aux: Aux::None,
             needs: SmallVec::new(),
-        };
+        }
+    }
+
+    /// Fills an `empty` record where it lies: the tape fills the one inside a node already in its
+    /// list, since moving a finished record (over 500 bytes) into place cost more than the pushes.
+    /// `aux` is called only when some argument needs a gradient.
+    pub(crate) fn fill<'t>(
+        &mut self,
+        saves: Saves,
+        inputs: impl Iterator<Item = &'t Tensor<S>>,
+        output: &Tensor<S>,
+        aux: impl FnOnce() -> Aux<S>,
+        needs: impl IntoIterator<Item = bool>,
+    ) where
+        S: 't,
+    {
+        // Plain pushes: `SmallVec`'s generic `extend` costs more than the few elements it copies.
         for n in needs {
-            saved.needs.push(n);
+            self.needs.push(n);
         }
         // A VJP that no argument needs will never run: keep shapes only.
-        let any_needed = saved.needs.iter().any(|&n| n);
+        let any_needed = self.needs.iter().any(|&n| n);
         let saves = if any_needed { saves } else { Saves::NOTHING };
-        for (i, t) in inputs.iter().enumerate() {
-            saved
-                .inputs
-                .push(saves.keeps_input(i).then(|| (*t).clone()));
-            saved.input_shapes.push(t.shape().clone());
+        for (i, t) in inputs.enumerate() {
+            self.inputs.push(saves.keeps_input(i).then(|| t.clone()));
+            self.input_shapes.push(t.shape().clone());
         }
+        self.output_shape = output.shape().clone();
         if saves.output {
-            saved.output = Some(forward.value.clone());
+            self.output = Some(output.clone());
         }
         if any_needed {
-            saved.aux = forward.aux.clone();
+            self.aux = aux();
         }
-        saved
     }
 
     /// The context a VJP reads.

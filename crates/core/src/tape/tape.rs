@@ -157,35 +157,41 @@ impl<S: Scalar> Tape<S> {
         self.append_op(op, args, forward)
     }
 
-    /// Builds the op node straight into the node list (no intermediate `Node` to move), keeping
-    /// what the VJP needs only when some argument requires grad. `args` are valid ids.
+    /// Appends the op node, then fills what its VJP keeps in place (moving a filled record into
+    /// the list cost more than the filling). `args` are valid ids, so all below the new id.
     fn append_op(&mut self, op: Op, args: &[usize], forward: Forward<S>) -> Result<usize> {
         if self.detect_anomaly {
             super::anomaly::check_forward(self, op.name(), args, &forward.value)?;
         }
-        let nodes = &self.nodes;
-        let needs = args.iter().map(|&a| nodes[a].requires_grad);
-        let requires_grad = args.iter().any(|&a| nodes[a].requires_grad);
+        let requires_grad = args.iter().any(|&a| self.nodes[a].requires_grad);
         // A node nobody differentiates through keeps nothing for a VJP that will never run.
         let saves = if requires_grad {
             op.saves()
         } else {
             Saves::NOTHING
         };
-        let mut inputs: SmallVec<[&Tensor<S>; 4]> = SmallVec::new();
-        for &a in args {
-            inputs.push(&nodes[a].value);
-        }
-        let saved = Saved::keep(saves, &inputs, &forward, needs);
-        drop(inputs);
         let id = self.nodes.len();
         self.nodes.push(Node {
             name: None,
             value: forward.value,
             requires_grad,
             parents: SmallVec::from_slice(args),
-            rule: Rule::Op { op, saved },
+            rule: Rule::Op {
+                op,
+                saved: Saved::empty(),
+            },
         });
+        let (earlier, new) = self.nodes.split_at_mut(id);
+        let node = &mut new[0];
+        if let Rule::Op { saved, .. } = &mut node.rule {
+            saved.fill(
+                saves,
+                args.iter().map(|&a| &earlier[a].value),
+                &node.value,
+                || forward.aux,
+                args.iter().map(|&a| earlier[a].requires_grad),
+            );
+        }
         Ok(id)
     }
 
