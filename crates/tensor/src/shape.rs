@@ -28,6 +28,7 @@ impl Default for Shape {
 }
 
 impl PartialEq for Shape {
+    #[inline]
     fn eq(&self, other: &Shape) -> bool {
         match (&self.dims, &other.dims) {
             // Unused inline slots are always zero (`new` and `scalar` build them so), so whole
@@ -93,6 +94,7 @@ impl Shape {
     }
 
     /// The dimensions, outermost first.
+    #[inline]
     pub fn dims(&self) -> &[usize] {
         match &self.dims {
             Dims::Inline { len, dims } => &dims[..*len as usize],
@@ -101,11 +103,13 @@ impl Shape {
     }
 
     /// Number of dimensions.
+    #[inline]
     pub fn rank(&self) -> usize {
         self.dims().len()
     }
 
     /// Number of elements (1 for a scalar, 0 if any dimension is 0).
+    #[inline]
     pub fn numel(&self) -> usize {
         self.numel
     }
