@@ -13,6 +13,9 @@ pub type CustomVjp<S> = Arc<dyn Fn(&Tensor<S>) -> Result<Vec<(usize, Tensor<S>)>
 pub type Contributions<S> = SmallVec<[(usize, Tensor<S>); 3]>;
 
 /// How a node maps its cotangent to contributions.
+// Nearly every node is an op node, so the large variant is the common one: boxing it would add an
+// allocation per recorded op to shrink the rare leaves.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub enum Rule<S> {
     /// A leaf: no contributions.
