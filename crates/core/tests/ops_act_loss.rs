@@ -793,7 +793,7 @@ fn only_arguments_that_need_a_gradient_get_one() {
     let op = act(ActivationOp::Silu);
     let fwd = op.forward(&[&x]).unwrap();
     let saved = Saved::keep(op.saves(), &[&x], &fwd, vec![false]);
-    assert_eq!(op.vjp(&saved.context(), &x).unwrap(), vec![None]);
+    assert_eq!(op.vjp(&saved.context(), &x).unwrap().into_vec(), vec![None]);
 }
 
 #[test]

@@ -125,7 +125,7 @@ fn vjp_with_needs(op: &Op, inputs: &[&Tensor<f64>], needs: Vec<bool>) -> Vec<Opt
     let out = op.forward(inputs).unwrap();
     let saved = Saved::keep(op.saves(), inputs, &out, needs);
     let seed = Tensor::ones(out.value.shape());
-    op.vjp(&saved.context(), &seed).unwrap()
+    op.vjp(&saved.context(), &seed).unwrap().into_vec()
 }
 
 // ---------------------------------------------------------------------------------------------

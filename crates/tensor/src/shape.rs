@@ -28,8 +28,16 @@ impl Default for Shape {
 }
 
 impl PartialEq for Shape {
+    #[inline]
     fn eq(&self, other: &Shape) -> bool {
-        self.dims() == other.dims()
+        match (&self.dims, &other.dims) {
+            // Unused inline slots are always zero (`new` and `scalar` build them so), so whole
+            // arrays compare: no slice `memcmp` call on a check that runs several times per op.
+            (Dims::Inline { len: a, dims: x }, Dims::Inline { len: b, dims: y }) => {
+                a == b && x == y
+            }
+            _ => self.dims() == other.dims(),
+        }
     }
 }
 
@@ -86,6 +94,7 @@ impl Shape {
     }
 
     /// The dimensions, outermost first.
+    #[inline]
     pub fn dims(&self) -> &[usize] {
         match &self.dims {
             Dims::Inline { len, dims } => &dims[..*len as usize],
@@ -94,11 +103,13 @@ impl Shape {
     }
 
     /// Number of dimensions.
+    #[inline]
     pub fn rank(&self) -> usize {
         self.dims().len()
     }
 
     /// Number of elements (1 for a scalar, 0 if any dimension is 0).
+    #[inline]
     pub fn numel(&self) -> usize {
         self.numel
     }

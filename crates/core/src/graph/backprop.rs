@@ -3,7 +3,7 @@
 //! each contribution is added into its argument's slot, in argument order, as `slot + contribution`.
 
 use super::Graph;
-use crate::ops::{Forward, VjpContext};
+use crate::ops::{Forward, Grads, VjpContext};
 use tapegrad_tensor::{Result, Scalar, Shape, Tensor};
 
 /// `slot = slot + contribution`, element by element with the slot on the left: the one addition
@@ -58,7 +58,7 @@ impl Graph {
         context: &[Tensor<S>],
         forward: &Forward<S>,
         cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    ) -> Result<Grads<S>> {
         let node = &self.nodes()[k];
         let inputs: Vec<Option<Tensor<S>>> = node
             .args

@@ -2,7 +2,8 @@
 //! approximation), softplus and silu, with PyTorch's definitions and gradient conventions.
 //! Each is elementwise, so one local-derivative rule serves as both the VJP and the JVP.
 
-use super::{Arity, Forward, OpRules, Saves, VjpContext};
+use super::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
+use smallvec::smallvec;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// Which GELU formula: PyTorch's `approximate="none"` (erf) or `"tanh"`.
@@ -259,13 +260,9 @@ impl OpRules for ActivationOp {
         Ok(Forward::new(out))
     }
 
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         if !ctx.needs(0) {
-            return Ok(vec![None]);
+            return Ok(smallvec![None]);
         }
         let name = self.name();
         let saved = if self.derivative_of_output() {
@@ -273,7 +270,7 @@ impl OpRules for ActivationOp {
         } else {
             ctx.input(name, 0)?
         };
-        Ok(vec![Some(self.apply_derivative(cot, saved)?)])
+        Ok(smallvec![Some(self.apply_derivative(cot, saved)?)])
     }
 
     fn jvp<S: Scalar>(

@@ -149,6 +149,10 @@ impl<S> Forward<S> {
     }
 }
 
+/// A VJP's result: one optional contribution per argument, inline for up to three arguments so a
+/// backward step allocates nothing for the list itself.
+pub type Grads<S> = SmallVec<[Option<Tensor<S>>; 3]>;
+
 /// What a recorded node keeps for its VJP: only what the op's `saves` asked for, plus shapes.
 #[derive(Debug, Clone)]
 pub struct Saved<S> {
@@ -168,25 +172,59 @@ impl<S: Scalar> Saved<S> {
         forward: &Forward<S>,
         needs: impl IntoIterator<Item = bool>,
     ) -> Self {
-        let needs: SmallVec<[bool; 4]> = needs.into_iter().collect();
-        // A VJP that no argument needs will never run: keep shapes only.
-        let any_needed = needs.iter().any(|&n| n);
-        let saves = if any_needed { saves } else { Saves::NOTHING };
-        Saved {
-            inputs: inputs
-                .iter()
-                .enumerate()
-                .map(|(i, t)| saves.keeps_input(i).then(|| (*t).clone()))
-                .collect(),
-            input_shapes: inputs.iter().map(|t| t.shape().clone()).collect(),
-            output: saves.output.then(|| forward.value.clone()),
-            output_shape: forward.value.shape().clone(),
-            aux: if any_needed {
-                forward.aux.clone()
-            } else {
-                Aux::None
-            },
+        let mut saved = Saved::empty();
+        saved.fill(
+            saves,
+            inputs.iter().copied(),
+            &forward.value,
+            || forward.aux.clone(),
             needs,
+        );
+        saved
+    }
+
+    /// A record that keeps nothing yet, for `fill`.
+    pub(crate) fn empty() -> Self {
+        Saved {
+            inputs: SmallVec::new(),
+            input_shapes: SmallVec::new(),
+            output: None,
+            output_shape: Shape::scalar(),
+            aux: Aux::None,
+            needs: SmallVec::new(),
+        }
+    }
+
+    /// Fills an `empty` record where it lies: the tape fills the one inside a node already in its
+    /// list, since moving a finished record (over 500 bytes) into place cost more than the pushes.
+    /// `aux` is called only when some argument needs a gradient.
+    pub(crate) fn fill<'t>(
+        &mut self,
+        saves: Saves,
+        inputs: impl Iterator<Item = &'t Tensor<S>>,
+        output: &Tensor<S>,
+        aux: impl FnOnce() -> Aux<S>,
+        needs: impl IntoIterator<Item = bool>,
+    ) where
+        S: 't,
+    {
+        // Plain pushes: `SmallVec`'s generic `extend` costs more than the few elements it copies.
+        for n in needs {
+            self.needs.push(n);
+        }
+        // A VJP that no argument needs will never run: keep shapes only.
+        let any_needed = self.needs.iter().any(|&n| n);
+        let saves = if any_needed { saves } else { Saves::NOTHING };
+        for (i, t) in inputs.enumerate() {
+            self.inputs.push(saves.keeps_input(i).then(|| t.clone()));
+            self.input_shapes.push(t.shape().clone());
+        }
+        self.output_shape = output.shape().clone();
+        if saves.output {
+            self.output = Some(output.clone());
+        }
+        if any_needed {
+            self.aux = aux();
         }
     }
 

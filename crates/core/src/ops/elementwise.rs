@@ -2,7 +2,8 @@
 //! maximum/minimum (ties split the gradient half/half) and `where` with a fixed mask.
 //! Each op's forward, VJP and JVP sit side by side; VJPs sum broadcast axes back with `sum_to`.
 
-use super::{Arity, Forward, Mask, OpRules, Saves, VjpContext};
+use super::{Arity, Forward, Grads, Mask, OpRules, Saves, VjpContext};
+use smallvec::smallvec;
 use tapegrad_tensor::kernels::{binary_map, broadcast_shape, broadcast_to, sum_to};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
@@ -181,26 +182,39 @@ impl OpRules for ElementwiseOp {
         Ok(Forward::new(out))
     }
 
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let name = self.name();
         let shapes = ctx.input_shapes;
         let reduce = |g: Tensor<S>, i: usize| -> Result<Option<Tensor<S>>> {
-            if ctx.needs(i) {
+            if !ctx.needs(i) {
+                Ok(None)
+            } else if *g.shape() == shapes[i] {
+                Ok(Some(g)) // not broadcast: pass the buffer on without another clone
+            } else {
                 sum_to(&g, &shapes[i]).map(Some)
+            }
+        };
+        // The cotangent itself, for an argument that needs it (no clone for one that does not).
+        let pass = |i: usize| -> Result<Option<Tensor<S>>> {
+            if ctx.needs(i) {
+                reduce(cot.clone(), i)
             } else {
                 Ok(None)
             }
         };
         Ok(match self {
-            E::Add => vec![reduce(cot.clone(), 0)?, reduce(cot.clone(), 1)?],
-            E::Sub => vec![reduce(cot.clone(), 0)?, reduce(cot.map(|g| -g), 1)?],
+            E::Add => smallvec![pass(0)?, pass(1)?],
+            E::Sub => smallvec![
+                pass(0)?,
+                if ctx.needs(1) {
+                    reduce(cot.map(|g| -g), 1)?
+                } else {
+                    None
+                }
+            ],
             E::Mul => {
                 let (a, b) = (ctx.input(name, 0)?, ctx.input(name, 1)?);
-                vec![
+                smallvec![
                     if ctx.needs(0) {
                         reduce(binary_map(name, cot, b, |g, b| g * b)?, 0)?
                     } else {
@@ -223,7 +237,7 @@ impl OpRules for ElementwiseOp {
                 } else {
                     None
                 };
-                vec![
+                smallvec![
                     reduce(ga, 0)?,
                     match gb {
                         Some(g) => reduce(g, 1)?,
@@ -257,7 +271,7 @@ impl OpRules for ElementwiseOp {
                         .collect();
                     Tensor::from_shape(out_shape.clone(), data)
                 };
-                vec![
+                smallvec![
                     if ctx.needs(0) {
                         reduce(share(true)?, 0)?
                     } else {
@@ -281,7 +295,7 @@ impl OpRules for ElementwiseOp {
                         .collect();
                     Tensor::from_shape(ctx.output_shape.clone(), data)
                 };
-                vec![
+                smallvec![
                     if ctx.needs(0) {
                         reduce(pick(true)?, 0)?
                     } else {
@@ -294,22 +308,22 @@ impl OpRules for ElementwiseOp {
                     },
                 ]
             }
-            E::Neg => vec![Some(cot.map(|g| -g))],
+            E::Neg => smallvec![Some(cot.map(|g| -g))],
             E::Scale { factor } => {
                 let f: S = s(*factor);
-                vec![Some(cot.map(|g| g * f))]
+                smallvec![Some(cot.map(|g| g * f))]
             }
             E::Sqrt => {
                 let y = ctx.output(name)?;
                 let two: S = s(2.0);
-                vec![Some(chain(cot, y, |g, y| g / (two * y))?)]
+                smallvec![Some(chain(cot, y, |g, y| g / (two * y))?)]
             }
-            E::Exp => vec![Some(chain(cot, ctx.output(name)?, |g, y| g * y)?)],
-            E::Abs => vec![Some(chain(cot, ctx.input(name, 0)?, |g, x| g * sign(x))?)],
-            E::Log => vec![Some(chain(cot, ctx.input(name, 0)?, |g, x| g / x)?)],
+            E::Exp => smallvec![Some(chain(cot, ctx.output(name)?, |g, y| g * y)?)],
+            E::Abs => smallvec![Some(chain(cot, ctx.input(name, 0)?, |g, x| g * sign(x))?)],
+            E::Log => smallvec![Some(chain(cot, ctx.input(name, 0)?, |g, x| g / x)?)],
             E::SafeLog { eps } => {
                 let e: S = s(*eps);
-                vec![Some(chain(cot, ctx.input(name, 0)?, |g, x| {
+                smallvec![Some(chain(cot, ctx.input(name, 0)?, |g, x| {
                     if x > e {
                         g / x
                     } else {
@@ -317,14 +331,14 @@ impl OpRules for ElementwiseOp {
                     }
                 })?)]
             }
-            E::Sin => vec![Some(chain(cot, ctx.input(name, 0)?, |g, x| g * x.cos())?)],
-            E::Cos => vec![Some(chain(cot, ctx.input(name, 0)?, |g, x| {
+            E::Sin => smallvec![Some(chain(cot, ctx.input(name, 0)?, |g, x| g * x.cos())?)],
+            E::Cos => smallvec![Some(chain(cot, ctx.input(name, 0)?, |g, x| {
                 -(g * x.sin())
             })?)],
             E::Pow { exponent } => {
                 let e: S = s(*exponent);
                 let e1: S = s(*exponent - 1.0);
-                vec![Some(chain(cot, ctx.input(name, 0)?, |g, x| {
+                smallvec![Some(chain(cot, ctx.input(name, 0)?, |g, x| {
                     if *exponent == 0.0 {
                         S::ZERO
                     } else {
@@ -334,7 +348,7 @@ impl OpRules for ElementwiseOp {
             }
             E::Clamp { min, max } => {
                 let (lo, hi) = bounds::<S>(*min, *max);
-                vec![Some(chain(cot, ctx.input(name, 0)?, |g, x| {
+                smallvec![Some(chain(cot, ctx.input(name, 0)?, |g, x| {
                     if x >= lo && x <= hi {
                         g
                     } else {

@@ -1,7 +1,8 @@
 //! Linear algebra: matmul (PyTorch semantics, batch broadcasting), linear (x W^T + b), transpose
 //! and permute. VJPs use transposed GEMMs and never materialise a transposed copy of an operand.
 
-use super::{Arity, Forward, OpRules, Saves, VjpContext};
+use super::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
+use smallvec::smallvec;
 use tapegrad_tensor::kernels::layout::inverse_permutation;
 use tapegrad_tensor::kernels::{batched_matmul, broadcast_shape, permute, sum_to, transpose};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
@@ -327,11 +328,7 @@ impl OpRules for LinalgOp {
         Ok(Forward::new(out))
     }
 
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let name = self.name();
         Ok(match self {
             L::Matmul => {
@@ -357,7 +354,7 @@ impl OpRules for LinalgOp {
                 } else {
                     None
                 };
-                vec![da, db]
+                smallvec![da, db]
             }
             L::Linear { bias } => {
                 let x_shape = &ctx.input_shapes[0];
@@ -375,7 +372,7 @@ impl OpRules for LinalgOp {
                 } else {
                     None
                 };
-                let mut grads = vec![dx, dw];
+                let mut grads = smallvec![dx, dw];
                 if *bias {
                     grads.push(if ctx.needs(2) {
                         Some(linear_bias_grad(&g2)?)
@@ -386,7 +383,7 @@ impl OpRules for LinalgOp {
                 grads
             }
             L::Transpose { .. } | L::Permute { .. } => {
-                vec![if ctx.needs(0) {
+                smallvec![if ctx.needs(0) {
                     Some(self.reorder(cot, true)?)
                 } else {
                     None

@@ -2,7 +2,8 @@
 //! with integer class labels, binary_cross_entropy_with_logits and nll_loss. Class labels are
 //! attributes (not differentiable); an out-of-range label is an error naming it and the bound.
 
-use super::{Arity, Aux, Forward, OpRules, Saves, VjpContext};
+use super::{Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
+use smallvec::smallvec;
 use std::sync::Arc;
 use tapegrad_tensor::kernels::log_softmax;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
@@ -323,11 +324,7 @@ impl OpRules for LossOp {
         }
     }
 
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let name = self.name();
         let reduction = self.reduction();
         let in_shape = ctx.input_shapes.first().ok_or_else(|| Error::Arity {
@@ -338,7 +335,7 @@ impl OpRules for LossOp {
         match self {
             Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => {
                 if !ctx.needs(0) && !ctx.needs(1) {
-                    return Ok(vec![None, None]);
+                    return Ok(smallvec![None, None]);
                 }
                 let (x, y) = (ctx.input(name, 0)?, ctx.input(name, 1)?);
                 same_shape(name, x.shape(), y.shape())?;
@@ -372,11 +369,11 @@ impl OpRules for LossOp {
                     g.map(|g| Tensor::from_shape(x.shape().clone(), g))
                         .transpose()
                 };
-                Ok(vec![wrap(gx)?, wrap(gy)?])
+                Ok(smallvec![wrap(gx)?, wrap(gy)?])
             }
             Lo::CrossEntropy { targets, .. } | Lo::NllLoss { targets, .. } => {
                 if !ctx.needs(0) {
-                    return Ok(vec![None]);
+                    return Ok(smallvec![None]);
                 }
                 let cl = classes(name, in_shape, targets)?;
                 let w = reduction.weights(name, cot, &cl.per_sample)?;
@@ -403,7 +400,7 @@ impl OpRules for LossOp {
                         g
                     }
                 };
-                Ok(vec![Some(Tensor::from_shape(in_shape.clone(), grad)?)])
+                Ok(smallvec![Some(Tensor::from_shape(in_shape.clone(), grad)?)])
             }
         }
     }

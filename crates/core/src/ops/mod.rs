@@ -12,7 +12,7 @@ pub mod reduce;
 pub mod structure;
 
 pub use activation::{ActivationOp, GeluApproximate};
-pub use context::{Arity, Aux, Forward, Mask, Saved, Saves, VjpContext};
+pub use context::{Arity, Aux, Forward, Grads, Mask, Saved, Saves, VjpContext};
 pub use elementwise::ElementwiseOp;
 pub use linalg::LinalgOp;
 pub use loss::{LossOp, Reduction};
@@ -37,11 +37,7 @@ pub trait OpRules {
     fn forward<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<Forward<S>>;
     /// Vector-Jacobian product: one contribution per argument (`None` only where `ctx.needs` is
     /// false), each of its argument's shape.
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>>;
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>>;
     /// Jacobian-vector product: the output tangent given one tangent per argument.
     fn jvp<S: Scalar>(
         &self,
@@ -121,8 +117,7 @@ impl Op {
 
     /// Checks shapes, then evaluates.
     pub fn forward<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<Forward<S>> {
-        let shapes: SmallVec<[&Shape; 4]> = inputs.iter().map(|t| t.shape()).collect();
-        let expected = self.output_shape(&shapes)?;
+        let expected = self.output_shape(&shapes_of(inputs))?;
         let out = dispatch!(self, op => op.forward(inputs))?;
         if *out.value.shape() != expected {
             return Err(Error::ShapeMismatch {
@@ -136,17 +131,12 @@ impl Op {
 
     /// Checks the op's domain rules on these arguments (used by checked evaluation).
     pub fn check_domain<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<()> {
-        let shapes: SmallVec<[&Shape; 4]> = inputs.iter().map(|t| t.shape()).collect();
-        self.output_shape(&shapes)?;
+        self.output_shape(&shapes_of(inputs))?;
         dispatch!(self, op => op.check_domain(inputs))
     }
 
     /// The VJP, with every contribution's shape checked against its argument.
-    pub fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    pub fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         if cot.shape() != ctx.output_shape {
             return Err(Error::ShapeMismatch {
                 op: self.name(),
@@ -212,6 +202,15 @@ impl Op {
         }
         dispatch!(self, op => op.jvp(inputs, out, tangents))
     }
+}
+
+/// The arguments' shapes, inline for up to four (plain pushes: cheaper than a generic `collect`).
+fn shapes_of<'a, S: Scalar>(inputs: &[&'a Tensor<S>]) -> SmallVec<[&'a Shape; 4]> {
+    let mut shapes = SmallVec::new();
+    for t in inputs {
+        shapes.push(t.shape());
+    }
+    shapes
 }
 
 impl std::fmt::Display for Op {

@@ -2,7 +2,8 @@
 //! one axis. `axes: None` reduces every axis; an empty list reduces none. A rank-0 input accepts
 //! axis 0 and -1 as PyTorch does (reducing it is the identity; its softmax is 1).
 
-use super::{Arity, Forward, OpRules, Saves, VjpContext};
+use super::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
+use smallvec::smallvec;
 use tapegrad_tensor::kernels::softmax::split_at_axis;
 use tapegrad_tensor::kernels::{
     binary_map, expand_reduced, log_softmax, max_axes, mean_axes, reduced_shape, softmax, sum_axes,
@@ -223,13 +224,9 @@ impl OpRules for ReduceOp {
         Ok(Forward::new(out))
     }
 
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         if !ctx.needs(0) {
-            return Ok(vec![None]);
+            return Ok(smallvec![None]);
         }
         let name = self.name();
         let in_shape = &ctx.input_shapes[0];
@@ -237,7 +234,7 @@ impl OpRules for ReduceOp {
             R::Sum { axes, keepdim } | R::Mean { axes, keepdim } | R::Amax { axes, keepdim } => {
                 let ax = resolve_axes(name, axes, in_shape)?;
                 if ax.is_empty() {
-                    return Ok(vec![Some(cot.clone())]);
+                    return Ok(smallvec![Some(cot.clone())]);
                 }
                 match self {
                     R::Sum { .. } => expand_reduced(cot, in_shape, &ax, *keepdim)?,
@@ -280,7 +277,7 @@ impl OpRules for ReduceOp {
                 with_row_sums(name, cot, y, ax, |g, _| g, |g, y, s| g - y.exp() * s)?
             }
         };
-        Ok(vec![Some(grad)])
+        Ok(smallvec![Some(grad)])
     }
 
     fn jvp<S: Scalar>(

@@ -2,7 +2,8 @@
 //! concat along an axis and slice with Python semantics (negative bounds count from the end).
 //! All are linear, so none keeps a tensor: their VJPs and JVPs need only shapes and attributes.
 
-use super::{Arity, Forward, OpRules, Saves, VjpContext};
+use super::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
+use smallvec::smallvec;
 use tapegrad_tensor::kernels::softmax::split_at_axis;
 use tapegrad_tensor::kernels::{broadcast_shape, broadcast_to, concat, slice, sum_to};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
@@ -310,11 +311,7 @@ impl OpRules for StructureOp {
         Ok(Forward::new(out))
     }
 
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let shapes = ctx.input_shapes;
         let x = &shapes[0];
         let grad = match self {
@@ -322,7 +319,7 @@ impl OpRules for StructureOp {
                 let refs: Vec<&Shape> = shapes.iter().collect();
                 let (_, ax) = concat_shape(&refs, *axis)?;
                 let mut offset = 0;
-                let mut grads = Vec::with_capacity(shapes.len());
+                let mut grads = Grads::with_capacity(shapes.len());
                 for (i, s) in shapes.iter().enumerate() {
                     let len = s.dim(ax);
                     grads.push(if !ctx.needs(i) {
@@ -336,7 +333,7 @@ impl OpRules for StructureOp {
                 }
                 return Ok(grads);
             }
-            _ if !ctx.needs(0) => return Ok(vec![None]),
+            _ if !ctx.needs(0) => return Ok(smallvec![None]),
             St::Reshape { .. } | St::Flatten { .. } => cot.reshape_to(x)?,
             St::BroadcastTo { .. } => sum_to(cot, x)?,
             St::Slice {
@@ -346,7 +343,7 @@ impl OpRules for StructureOp {
                 step,
             } => Span::resolve(*axis, *start, *end, *step, x)?.scatter(cot, x)?,
         };
-        Ok(vec![Some(grad)])
+        Ok(smallvec![Some(grad)])
     }
 
     fn jvp<S: Scalar>(

@@ -13,13 +13,16 @@ pub type CustomVjp<S> = Arc<dyn Fn(&Tensor<S>) -> Result<Vec<(usize, Tensor<S>)>
 pub type Contributions<S> = SmallVec<[(usize, Tensor<S>); 3]>;
 
 /// How a node maps its cotangent to contributions.
+// Nearly every node is an op node, so the large variant is the common one: boxing it would add an
+// allocation per recorded op to shrink the rare leaves.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub enum Rule<S> {
     /// A leaf: no contributions.
     Leaf,
-    /// A registered op with what its VJP saved; contribution i goes to `parents[i]`. Boxed so a
-    /// node stays small: nodes are moved on every append.
-    Op { op: Op, saved: Box<Saved<S>> },
+    /// A registered op with what its VJP saved; contribution i goes to `parents[i]`. Kept inline:
+    /// a box cost an allocation and a free per recorded op, more than moving the larger node.
+    Op { op: Op, saved: Saved<S> },
     /// A custom rule (used to plant test cases and by extensions).
     Custom { label: String, vjp: CustomVjp<S> },
 }
@@ -47,19 +50,24 @@ impl<S: Scalar> Node<S> {
 
     /// The ordered `(parent id, contribution)` pairs for cotangent `cot`.
     pub fn backward(&self, cot: &Tensor<S>) -> Result<Contributions<S>> {
+        let mut out = Contributions::new();
         match &self.rule {
-            Rule::Leaf => Ok(Contributions::new()),
+            Rule::Leaf => {}
             Rule::Op { op, saved } => {
                 let grads = op.vjp(&saved.context(), cot)?;
-                Ok(self
-                    .parents
-                    .iter()
-                    .zip(grads)
-                    .filter_map(|(&p, g)| g.map(|g| (p, g)))
-                    .collect())
+                for (&p, g) in self.parents.iter().zip(grads) {
+                    if let Some(g) = g {
+                        out.push((p, g));
+                    }
+                }
             }
-            Rule::Custom { vjp, .. } => Ok(vjp(cot)?.into_iter().collect()),
+            Rule::Custom { vjp, .. } => {
+                for pair in vjp(cot)? {
+                    out.push(pair);
+                }
+            }
         }
+        Ok(out)
     }
 
     /// Bytes the node keeps for its backward rule (beyond its own value).

@@ -7,6 +7,7 @@ use crate::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, Op, ReduceOp, Reduction,
     StructureOp,
 };
+use smallvec::SmallVec;
 use std::sync::Arc;
 use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
@@ -194,18 +195,20 @@ impl<S: Scalar> Session<S> {
 
     /// Applies any op to handles.
     pub fn apply(&mut self, op: Op, args: &[Var]) -> Result<Var> {
-        let ids = args
-            .iter()
-            .map(|&v| self.check(v))
-            .collect::<Result<Vec<_>>>()?;
+        // Inline for up to four arguments: recording an op allocates nothing for its id list.
+        let mut ids: SmallVec<[usize; 4]> = SmallVec::new();
+        for &v in args {
+            ids.push(self.check(v)?);
+        }
         let id = if self.grad_enabled {
             self.tape.apply(op, &ids)?
         } else {
             let inputs = ids
                 .iter()
                 .map(|&i| self.tape.value(i))
-                .collect::<Result<Vec<_>>>()?;
+                .collect::<Result<SmallVec<[&Tensor<S>; 4]>>>()?;
             let value = op.forward(&inputs)?.value;
+            drop(inputs);
             if self.tape.detect_anomaly() {
                 super::anomaly::check_forward(&self.tape, op.name(), &ids, &value)?;
             }

@@ -2,7 +2,7 @@
 //! `backward` (executed: skips empty slots), `backward_all` (executed, then zero-filled) and
 //! `backward_from` (reference: every node's VJP runs, zero cotangent or not), plus `one_hot`.
 
-use super::Tape;
+use super::{Rule, Tape};
 use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
 /// Every sweep reports errors under one context, so law 1 can compare error values exactly.
@@ -18,11 +18,14 @@ fn add_into<S: Scalar>(existing: &mut Tensor<S>, new: &Tensor<S>) {
 impl<S: Scalar> Tape<S> {
     /// Checks a contribution to `pid` and says whether it should be kept (its parent requires grad).
     fn check_contribution(&self, pid: usize, g: &Tensor<S>) -> Result<bool> {
-        let parent = self.nodes.get(pid).ok_or(Error::BadId {
-            context: CONTEXT,
-            id: pid,
-            len: self.nodes.len(),
-        })?;
+        // A `match`, not `ok_or(Error::..)`: the eager error was built and dropped on every call.
+        let Some(parent) = self.nodes.get(pid) else {
+            return Err(Error::BadId {
+                context: CONTEXT,
+                id: pid,
+                len: self.nodes.len(),
+            });
+        };
         if g.shape() != parent.value.shape() {
             return Err(Error::GradShape {
                 context: CONTEXT,
@@ -37,11 +40,13 @@ impl<S: Scalar> Tape<S> {
 
     /// Validates the output id and the seed's shape.
     fn check_seed(&self, out: usize, seed: &Tensor<S>) -> Result<()> {
-        let node = self.nodes.get(out).ok_or(Error::BadId {
-            context: CONTEXT,
-            id: out,
-            len: self.nodes.len(),
-        })?;
+        let Some(node) = self.nodes.get(out) else {
+            return Err(Error::BadId {
+                context: CONTEXT,
+                id: out,
+                len: self.nodes.len(),
+            });
+        };
         if seed.shape() != node.value.shape() {
             return Err(Error::GradShape {
                 context: CONTEXT,
@@ -50,6 +55,17 @@ impl<S: Scalar> Tape<S> {
                 expected: node.value.shape().clone(),
                 found: seed.shape().clone(),
             });
+        }
+        Ok(())
+    }
+
+    /// Adds contribution `g` into `slots[pid]` (dropped when the parent does not require grad).
+    fn accumulate(&self, slots: &mut [Option<Tensor<S>>], pid: usize, g: Tensor<S>) -> Result<()> {
+        if self.check_contribution(pid, &g)? {
+            match &mut slots[pid] {
+                Some(existing) => add_into(existing, &g),
+                empty => *empty = Some(g),
+            }
         }
         Ok(())
     }
@@ -68,6 +84,18 @@ impl<S: Scalar> Tape<S> {
             let Some(cot) = slots[id].take() else {
                 continue;
             };
+            if let (Rule::Op { op, saved }, false) = (&node.rule, self.detect_anomaly) {
+                // The hot path, the general one below without the collected pair list: the same
+                // pairs (`parents` zipped with the VJP's result), the same order and errors.
+                let grads = op.vjp(&saved.context(), &cot);
+                slots[id] = Some(cot);
+                for (&pid, g) in node.parents.iter().zip(grads?) {
+                    if let Some(g) = g {
+                        self.accumulate(&mut slots, pid, g)?;
+                    }
+                }
+                continue;
+            }
             let contributions = node.backward(&cot);
             for (pid, g) in contributions.as_ref().into_iter().flatten() {
                 if self.detect_anomaly {
@@ -77,12 +105,7 @@ impl<S: Scalar> Tape<S> {
             // Put the cotangent back before accumulating, so a rule that feeds its own id adds on top.
             slots[id] = Some(cot);
             for (pid, g) in contributions? {
-                if self.check_contribution(pid, &g)? {
-                    match &mut slots[pid] {
-                        Some(existing) => add_into(existing, &g),
-                        empty => *empty = Some(g),
-                    }
-                }
+                self.accumulate(&mut slots, pid, g)?;
             }
         }
         Ok(slots)

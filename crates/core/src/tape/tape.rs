@@ -69,11 +69,15 @@ impl<S: Scalar> Tape<S> {
 
     /// Node `id`, or an error naming the id and the tape length.
     pub fn node(&self, id: usize) -> Result<&Node<S>> {
-        self.nodes.get(id).ok_or(Error::BadId {
-            context: "tape",
-            id,
-            len: self.nodes.len(),
-        })
+        // A `match`, not `ok_or(Error::..)`: the eager error was built and dropped on every call.
+        match self.nodes.get(id) {
+            Some(node) => Ok(node),
+            None => Err(Error::BadId {
+                context: "tape",
+                id,
+                len: self.nodes.len(),
+            }),
+        }
     }
 
     /// The forward value of node `id`.
@@ -123,48 +127,42 @@ impl<S: Scalar> Tape<S> {
     }
 
     fn args(&self, op: &Op, args: &[usize]) -> Result<SmallVec<[&Tensor<S>; 4]>> {
-        args.iter()
-            .map(|&a| {
-                self.nodes
-                    .get(a)
-                    .map(|n| &n.value)
-                    .ok_or_else(|| Error::BadId {
+        let mut inputs = SmallVec::new();
+        for &a in args {
+            match self.nodes.get(a) {
+                Some(n) => inputs.push(&n.value),
+                None => {
+                    return Err(Error::BadId {
                         context: op.name(),
                         id: a,
                         len: self.nodes.len(),
                     })
-            })
-            .collect()
+                }
+            }
+        }
+        Ok(inputs)
     }
 
     /// Evaluates `op` on the values of `args` and appends the result.
     pub fn apply(&mut self, op: Op, args: &[usize]) -> Result<usize> {
         let inputs = self.args(&op, args)?;
         let forward = op.forward(&inputs)?;
-        let node = self.op_node(op, args, &inputs, forward)?;
         drop(inputs);
-        Ok(self.push(node))
+        self.append_op(op, args, forward)
     }
 
     /// Appends an op node whose forward result was already computed (used by lowering).
     pub fn record(&mut self, op: Op, args: &[usize], forward: Forward<S>) -> Result<usize> {
-        let inputs = self.args(&op, args)?;
-        let node = self.op_node(op, args, &inputs, forward)?;
-        drop(inputs);
-        Ok(self.push(node))
+        self.args(&op, args)?;
+        self.append_op(op, args, forward)
     }
 
-    fn op_node(
-        &self,
-        op: Op,
-        args: &[usize],
-        inputs: &[&Tensor<S>],
-        forward: Forward<S>,
-    ) -> Result<Node<S>> {
+    /// Appends the op node, then fills what its VJP keeps in place (moving a filled record into
+    /// the list cost more than the filling). `args` are valid ids, so all below the new id.
+    fn append_op(&mut self, op: Op, args: &[usize], forward: Forward<S>) -> Result<usize> {
         if self.detect_anomaly {
             super::anomaly::check_forward(self, op.name(), args, &forward.value)?;
         }
-        let needs = args.iter().map(|&a| self.nodes[a].requires_grad);
         let requires_grad = args.iter().any(|&a| self.nodes[a].requires_grad);
         // A node nobody differentiates through keeps nothing for a VJP that will never run.
         let saves = if requires_grad {
@@ -172,17 +170,29 @@ impl<S: Scalar> Tape<S> {
         } else {
             Saves::NOTHING
         };
-        let saved = Saved::keep(saves, inputs, &forward, needs);
-        Ok(Node {
+        let id = self.nodes.len();
+        self.nodes.push(Node {
             name: None,
             value: forward.value,
             requires_grad,
             parents: SmallVec::from_slice(args),
             rule: Rule::Op {
                 op,
-                saved: Box::new(saved),
+                saved: Saved::empty(),
             },
-        })
+        });
+        let (earlier, new) = self.nodes.split_at_mut(id);
+        let node = &mut new[0];
+        if let Rule::Op { saved, .. } = &mut node.rule {
+            saved.fill(
+                saves,
+                args.iter().map(|&a| &earlier[a].value),
+                &node.value,
+                || forward.aux,
+                args.iter().map(|&a| earlier[a].requires_grad),
+            );
+        }
+        Ok(id)
     }
 
     /// Appends a node with a hand-written backward rule; requires grad as any parent does.

@@ -46,6 +46,7 @@ pub fn vjp_with_needs(
     let saved = Saved::keep(op.saves(), xs, &fwd, needs);
     op.vjp(&saved.context(), seed)
         .unwrap_or_else(|e| panic!("{op}: vjp failed: {e}"))
+        .into_vec()
 }
 
 /// Runs every per-op law at `inputs` with a random seed and random tangents.

@@ -78,15 +78,17 @@ pub fn binary_map<S: Scalar>(
         let data = a.data().iter().zip(b.data()).map(|(&x, &y)| f(x, y));
         return Tensor::from_iter_exact(a.shape().clone(), data);
     }
-    let out = broadcast_shape(op, a.shape(), b.shape())?;
-    if b.numel() == 1 && out == *a.shape() {
+    // A one-element operand of no higher rank (all its dims are 1) broadcasts to the other
+    // operand's shape unchanged: no shape walk needed.
+    if b.numel() == 1 && b.rank() <= a.rank() {
         let y = b.data()[0];
-        return Tensor::from_iter_exact(out, a.data().iter().map(|&x| f(x, y)));
+        return Tensor::from_iter_exact(a.shape().clone(), a.data().iter().map(|&x| f(x, y)));
     }
-    if a.numel() == 1 && out == *b.shape() {
+    if a.numel() == 1 && a.rank() <= b.rank() {
         let x = a.data()[0];
-        return Tensor::from_iter_exact(out, b.data().iter().map(|&y| f(x, y)));
+        return Tensor::from_iter_exact(b.shape().clone(), b.data().iter().map(|&y| f(x, y)));
     }
+    let out = broadcast_shape(op, a.shape(), b.shape())?;
     let (da, db) = (a.data(), b.data());
     // A trailing-suffix operand (bias rows): repeat it in chunks without a general walk.
     if out == *a.shape() && is_suffix(b.shape(), a.shape()) && b.numel() > 0 {
@@ -118,6 +120,9 @@ fn is_suffix(small: &Shape, big: &Shape) -> bool {
 
 /// Materialises `t` broadcast to `shape`.
 pub fn broadcast_to<S: Scalar>(t: &Tensor<S>, shape: &Shape) -> Result<Tensor<S>> {
+    if t.shape() == shape {
+        return Ok(t.clone());
+    }
     let out = broadcast_shape("broadcast_to", t.shape(), shape)?;
     if out != *shape {
         return Err(Error::Broadcast {
@@ -125,9 +130,6 @@ pub fn broadcast_to<S: Scalar>(t: &Tensor<S>, shape: &Shape) -> Result<Tensor<S>
             lhs: t.shape().clone(),
             rhs: shape.clone(),
         });
-    }
-    if t.shape() == shape {
-        return Ok(t.clone());
     }
     let st = broadcast_strides(t.shape(), shape);
     let src = t.data();

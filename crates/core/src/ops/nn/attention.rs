@@ -4,7 +4,8 @@
 //! -inf) has output 0 and passes no gradient (a documented choice).
 
 use super::dropout::dropout_mask;
-use crate::ops::{Arity, Aux, Forward, Mask, OpRules, Saves, VjpContext};
+use crate::ops::{Arity, Aux, Forward, Grads, Mask, OpRules, Saves, VjpContext};
+use smallvec::smallvec;
 use tapegrad_tensor::kernels::{batched_matmul, broadcast_shape, broadcast_to, sum_to};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
@@ -316,11 +317,7 @@ impl OpRules for ScaledDotProductAttention {
             aux: Aux::Tensors(vec![p]),
         })
     }
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let op = self.name();
         let shapes: Vec<&Shape> = ctx.input_shapes.iter().collect();
         let g = self.geometry(&shapes)?;
@@ -342,7 +339,7 @@ impl OpRules for ScaledDotProductAttention {
         };
         let ds = ds.as_ref();
         let need_ds = || ds.ok_or_else(|| Error::invalid(op, "score gradient missing"));
-        let mut grads = vec![
+        let mut grads = smallvec![
             if ctx.needs(0) {
                 Some(batched_matmul(need_ds()?, false, ctx.input(op, 1)?, false)?)
             } else {

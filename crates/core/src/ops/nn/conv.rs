@@ -5,7 +5,8 @@
 
 use super::pad::{AxisPad, NamedPadding, Pad, PaddingMode};
 use super::{arity_with, expect_shape, when};
-use crate::ops::{Arity, Forward, OpRules, Saves, VjpContext};
+use crate::ops::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
+use smallvec::smallvec;
 use tapegrad_tensor::kernels::conv::{
     conv2d_forward, conv2d_grad_bias, conv2d_grad_input, conv2d_grad_weight, Conv2dGeometry,
 };
@@ -314,17 +315,13 @@ impl Spec {
         Ok(Forward::new(Tensor::from_shape(plan.out, data)?))
     }
 
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let op = self.name;
         let shapes: Vec<&Shape> = ctx.input_shapes.iter().collect();
         let plan = self.geometry(&shapes)?;
         let geo = &plan.geo;
         let shape = |i: usize| ctx.input_shapes[i].clone();
-        let mut grads = vec![
+        let mut grads = smallvec![
             when(ctx, 0, || {
                 let data = conv2d_grad_input(geo, cot, ctx.input(op, 1)?)?;
                 match &plan.pad {
@@ -399,11 +396,7 @@ macro_rules! conv_rules {
             fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
                 renamed(self.name(), self.spec().forward(x))
             }
-            fn vjp<S: Scalar>(
-                &self,
-                ctx: &VjpContext<'_, S>,
-                cot: &Tensor<S>,
-            ) -> Result<Vec<Option<Tensor<S>>>> {
+            fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
                 renamed(self.name(), self.spec().vjp(ctx, cot))
             }
             fn jvp<S: Scalar>(

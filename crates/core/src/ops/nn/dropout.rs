@@ -2,8 +2,9 @@
 //! drawn from ChaCha8 (a counter-based stream cipher generator), so the same seed gives the same
 //! mask, the VJP regenerates it instead of saving it, and evaluation mode is the identity.
 
-use crate::ops::{Arity, Forward, OpRules, Saves, VjpContext};
+use crate::ops::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use rand::{Rng, SeedableRng};
+use smallvec::smallvec;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// `F.dropout(input, p, training)` with the generator made explicit: in training mode each element
@@ -78,12 +79,8 @@ impl OpRules for Dropout {
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         Ok(Forward::new(self.apply(x[0])?))
     }
-    fn vjp<S: Scalar>(
-        &self,
-        _ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
-        Ok(vec![Some(self.apply(cot)?)])
+    fn vjp<S: Scalar>(&self, _ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
+        Ok(smallvec![Some(self.apply(cot)?)])
     }
     fn jvp<S: Scalar>(
         &self,

@@ -3,7 +3,8 @@
 //! `gather`, `scatter_add` and `select`. An out-of-range index is `Error::Index` naming it and the bound.
 
 use super::{index_i64, when};
-use crate::ops::{Arity, Forward, OpRules, Saves, VjpContext};
+use crate::ops::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
+use smallvec::smallvec;
 use std::sync::Arc;
 use tapegrad_tensor::kernels::softmax::split_at_axis;
 use tapegrad_tensor::{normalize_axis, Error, Result, Scalar, Shape, Tensor};
@@ -250,16 +251,12 @@ impl OpRules for Embedding {
         let data = take_along(x[0].data(), 1, v, d, &self.indices.data);
         Ok(Forward::new(Tensor::from_shape(shape, data)?))
     }
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let w = &ctx.input_shapes[0];
         let (v, d) = self.check(w)?;
         let mut data = put_along(cot.data(), 1, v, d, &self.indices.data);
         self.clear_padding_row(&mut data, v, d)?;
-        Ok(vec![Some(Tensor::from_shape(w.clone(), data)?)])
+        Ok(smallvec![Some(Tensor::from_shape(w.clone(), data)?)])
     }
     fn jvp<S: Scalar>(
         &self,
@@ -320,15 +317,11 @@ impl OpRules for IndexSelect {
         let data = take_along(x[0].data(), outer, len, inner, &self.index.data);
         Ok(Forward::new(Tensor::from_shape(shape, data)?))
     }
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let x = &ctx.input_shapes[0];
         let (outer, len, inner, _) = self.geometry(x)?;
         let data = put_along(cot.data(), outer, len, inner, &self.index.data);
-        Ok(vec![Some(Tensor::from_shape(x.clone(), data)?)])
+        Ok(smallvec![Some(Tensor::from_shape(x.clone(), data)?)])
     }
     fn jvp<S: Scalar>(
         &self,
@@ -443,11 +436,7 @@ impl OpRules for Gather {
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         Ok(Forward::new(self.gather(x[0])?))
     }
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let x = &ctx.input_shapes[0];
         let axis = check_scatter_index(self.name(), &self.index, self.dim, x, None)?;
         let mut dx = vec![S::ZERO; x.numel()];
@@ -455,7 +444,7 @@ impl OpRules for Gather {
         walk_index(&self.index, axis, x, &self.index.shape, |lin, t, _| {
             dx[t] += g[lin];
         });
-        Ok(vec![Some(Tensor::from_shape(x.clone(), dx)?)])
+        Ok(smallvec![Some(Tensor::from_shape(x.clone(), dx)?)])
     }
     fn jvp<S: Scalar>(
         &self,
@@ -500,14 +489,10 @@ impl OpRules for ScatterAdd {
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         Ok(Forward::new(self.scatter(x[0], x[1])?))
     }
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let (input, src) = (&ctx.input_shapes[0], &ctx.input_shapes[1]);
         let axis = self.axis(input, src)?;
-        Ok(vec![
+        Ok(smallvec![
             when(ctx, 0, || Ok(cot.clone()))?,
             when(ctx, 1, || {
                 // Positions of src outside the index's extent do not reach the output.
@@ -577,15 +562,11 @@ impl OpRules for Select {
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         Ok(Forward::new(self.select(x[0])?))
     }
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let x = &ctx.input_shapes[0];
         let (outer, len, inner, at, _) = self.geometry(x)?;
         let data = put_along(cot.data(), outer, len, inner, &[at]);
-        Ok(vec![Some(Tensor::from_shape(x.clone(), data)?)])
+        Ok(smallvec![Some(Tensor::from_shape(x.clone(), data)?)])
     }
     fn jvp<S: Scalar>(
         &self,

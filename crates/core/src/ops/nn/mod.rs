@@ -18,7 +18,7 @@ pub use norm::{batch_stats, BatchNorm, BatchStats, GroupNorm, LayerNorm};
 pub use pad::{NamedPadding, PaddingMode};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
 
-use super::{Arity, Forward, OpRules, Saves, VjpContext};
+use super::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// Neural-network operations; each variant holds the op's attributes.
@@ -79,11 +79,7 @@ impl OpRules for NnOp {
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         each!(self, op => op.forward(x))
     }
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         each!(self, op => op.vjp(ctx, cot))
     }
     fn jvp<S: Scalar>(

@@ -3,7 +3,8 @@
 //! as arguments) and `group_norm`. All share one core: statistics per group, per-channel affine.
 
 use super::{arity_with, check_eps, expect_shape, when};
-use crate::ops::{Arity, Aux, Forward, OpRules, Saves, VjpContext};
+use crate::ops::{Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
+use smallvec::smallvec;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// `F.layer_norm(input, normalized_shape, weight, bias, eps)`: statistics over the trailing
@@ -218,7 +219,7 @@ fn normalized_vjp<S: Scalar>(
     rstd: &[S],
     weight: bool,
     bias: bool,
-) -> Result<Vec<Option<Tensor<S>>>> {
+) -> Result<Grads<S>> {
     let x = ctx.input(op, 0)?;
     let xhat = grouping.xhat(x.data(), mean, rstd);
     let g = cot.data();
@@ -227,7 +228,7 @@ fn normalized_vjp<S: Scalar>(
     } else {
         None
     };
-    let mut grads = vec![when(ctx, 0, || {
+    let mut grads = smallvec![when(ctx, 0, || {
         let gh: Vec<S> = match w {
             Some(w) => g
                 .iter()
@@ -374,11 +375,7 @@ impl OpRules for LayerNorm {
             ]),
         })
     }
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let grouping = self.grouping(&ctx.input_shapes[0])?;
         let st = aux_tensors(self.name(), ctx.aux, 2, grouping.groups)?;
         normalized_vjp(
@@ -485,11 +482,7 @@ impl OpRules for GroupNorm {
             ]),
         })
     }
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let grouping = self.grouping(&ctx.input_shapes[0])?;
         let st = aux_tensors(self.name(), ctx.aux, 2, grouping.groups)?;
         normalized_vjp(
@@ -704,11 +697,7 @@ impl OpRules for BatchNorm {
             ]),
         })
     }
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let op = self.name();
         let grouping = self.grouping(&ctx.input_shapes[0])?;
         if self.training {
@@ -741,7 +730,7 @@ impl OpRules for BatchNorm {
             .collect();
         let shape = |i: usize| ctx.input_shapes[i].clone();
         let half = S::from_f64(0.5);
-        let mut grads = vec![
+        let mut grads = smallvec![
             when(ctx, 0, || {
                 let dx = (0..g.len()).map(|i| gw[i] * rstd[ch(i)]).collect();
                 Tensor::from_shape(shape(0), dx)

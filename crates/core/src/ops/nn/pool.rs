@@ -3,7 +3,8 @@
 //! `avg_pool2d` (count_include_pad either way, ceil_mode, divisor_override) and
 //! `adaptive_avg_pool2d`.
 
-use crate::ops::{Arity, Aux, Forward, OpRules, Saves, VjpContext};
+use crate::ops::{Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
+use smallvec::smallvec;
 use std::sync::Arc;
 use tapegrad_tensor::kernels::alloc::try_with_capacity;
 use tapegrad_tensor::kernels::conv::Window;
@@ -246,17 +247,13 @@ impl OpRules for MaxPool2d {
             aux: Aux::Indices(Arc::new(argmax)),
         })
     }
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let argmax = argmax_of(ctx.aux, cot.numel(), &ctx.input_shapes[0])?;
         let mut dx = vec![S::ZERO; ctx.input_shapes[0].numel()];
         for (&i, &g) in argmax.iter().zip(cot.data()) {
             dx[i] += g;
         }
-        Ok(vec![Some(Tensor::from_shape(
+        Ok(smallvec![Some(Tensor::from_shape(
             ctx.input_shapes[0].clone(),
             dx,
         )?)])
@@ -427,16 +424,12 @@ impl OpRules for AvgPool2d {
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         Ok(Forward::new(self.pool(x[0])?))
     }
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let in_shape = &ctx.input_shapes[0];
         let (p, [hs, ws], out_shape) = self.geometry(in_shape)?;
         let mut dx = vec![S::ZERO; in_shape.numel()];
         if out_shape.numel() == 0 {
-            return Ok(vec![Some(Tensor::from_shape(in_shape.clone(), dx)?)]);
+            return Ok(smallvec![Some(Tensor::from_shape(in_shape.clone(), dx)?)]);
         }
         let mut g = cot.data().iter();
         for base in (0..p.planes).map(|i| i * p.h * p.w) {
@@ -458,7 +451,7 @@ impl OpRules for AvgPool2d {
                 }
             }
         }
-        Ok(vec![Some(Tensor::from_shape(in_shape.clone(), dx)?)])
+        Ok(smallvec![Some(Tensor::from_shape(in_shape.clone(), dx)?)])
     }
     fn jvp<S: Scalar>(
         &self,
@@ -540,16 +533,12 @@ impl OpRules for AdaptiveAvgPool2d {
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         Ok(Forward::new(self.pool(x[0])?))
     }
-    fn vjp<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: &Tensor<S>,
-    ) -> Result<Vec<Option<Tensor<S>>>> {
+    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let in_shape = &ctx.input_shapes[0];
         let (p, [hs, ws], out_shape) = self.geometry(in_shape)?;
         let mut dx = vec![S::ZERO; in_shape.numel()];
         if out_shape.numel() == 0 {
-            return Ok(vec![Some(Tensor::from_shape(in_shape.clone(), dx)?)]);
+            return Ok(smallvec![Some(Tensor::from_shape(in_shape.clone(), dx)?)]);
         }
         let mut g = cot.data().iter();
         for base in (0..p.planes).map(|i| i * p.h * p.w) {
@@ -568,7 +557,7 @@ impl OpRules for AdaptiveAvgPool2d {
                 }
             }
         }
-        Ok(vec![Some(Tensor::from_shape(in_shape.clone(), dx)?)])
+        Ok(smallvec![Some(Tensor::from_shape(in_shape.clone(), dx)?)])
     }
     fn jvp<S: Scalar>(
         &self,
