@@ -675,19 +675,20 @@ pub fn conv2d_grad_bias<S: Scalar>(geo: &Conv2dGeometry, grad_out: &Tensor<S>) -
 mod tests {
     use super::*;
 
-    /// Direct seven-deep-loop convolution, the obviously correct reference.
-    fn naive(geo: &Conv2dGeometry, x: &[f64], w: &[f64]) -> Vec<f64> {
-        let mut out = vec![0.0; geo.output_numel()];
+    /// Calls `f(output index, input index, weight index)` for every multiply-add of the
+    /// convolution's definition that reads inside the input, in row-major order of
+    /// (sample, output channel, output row, output column, input channel, kernel row, kernel column).
+    fn for_each_tap(geo: &Conv2dGeometry, mut f: impl FnMut(usize, usize, usize)) {
         let (og, cg) = (geo.group_out(), geo.group_in());
+        let [kh, kw] = geo.kernel;
         for n in 0..geo.batch {
             for o in 0..geo.out_channels {
-                let g = o / og;
                 for oy in 0..geo.out_h {
                     for ox in 0..geo.out_w {
-                        let mut acc = 0.0;
+                        let yi = ((n * geo.out_channels + o) * geo.out_h + oy) * geo.out_w + ox;
                         for c in 0..cg {
-                            for ki in 0..geo.kernel[0] {
-                                for kj in 0..geo.kernel[1] {
+                            for ki in 0..kh {
+                                for kj in 0..kw {
                                     let ih = (oy * geo.stride[0] + ki * geo.dilation[0]) as isize
                                         - geo.padding[0] as isize;
                                     let iw = (ox * geo.stride[1] + kj * geo.dilation[1]) as isize
@@ -699,21 +700,25 @@ mod tests {
                                     {
                                         continue;
                                     }
-                                    let xi = ((n * geo.in_channels + g * cg + c) * geo.in_h
-                                        + ih as usize)
+                                    let ch = o / og * cg + c;
+                                    let xi = ((n * geo.in_channels + ch) * geo.in_h + ih as usize)
                                         * geo.in_w
                                         + iw as usize;
-                                    let wi =
-                                        ((o * cg + c) * geo.kernel[0] + ki) * geo.kernel[1] + kj;
-                                    acc += x[xi] * w[wi];
+                                    f(yi, xi, ((o * cg + c) * kh + ki) * kw + kj);
                                 }
                             }
                         }
-                        out[((n * geo.out_channels + o) * geo.out_h + oy) * geo.out_w + ox] = acc;
                     }
                 }
             }
         }
+    }
+
+    /// The forward pass from the definition, the obviously correct reference (each output starts
+    /// at 0 and adds its taps in order).
+    fn naive(geo: &Conv2dGeometry, x: &[f64], w: &[f64]) -> Vec<f64> {
+        let mut out = vec![0.0; geo.output_numel()];
+        for_each_tap(geo, |yi, xi, wi| out[yi] += x[xi] * w[wi]);
         out
     }
 
@@ -746,39 +751,7 @@ mod tests {
     /// input element its window read.
     fn naive_grad_input(geo: &Conv2dGeometry, dy: &[f64], w: &[f64]) -> Vec<f64> {
         let mut dx = vec![0.0; geo.input_numel()];
-        let (og, cg) = (geo.group_out(), geo.group_in());
-        let [kh, kw] = geo.kernel;
-        for n in 0..geo.batch {
-            for o in 0..geo.out_channels {
-                for oy in 0..geo.out_h {
-                    for ox in 0..geo.out_w {
-                        let g = dy[((n * geo.out_channels + o) * geo.out_h + oy) * geo.out_w + ox];
-                        for c in 0..cg {
-                            for ki in 0..kh {
-                                for kj in 0..kw {
-                                    let ih = (oy * geo.stride[0] + ki * geo.dilation[0]) as isize
-                                        - geo.padding[0] as isize;
-                                    let iw = (ox * geo.stride[1] + kj * geo.dilation[1]) as isize
-                                        - geo.padding[1] as isize;
-                                    if ih < 0
-                                        || iw < 0
-                                        || ih as usize >= geo.in_h
-                                        || iw as usize >= geo.in_w
-                                    {
-                                        continue;
-                                    }
-                                    let ch = o / og * cg + c;
-                                    let xi = ((n * geo.in_channels + ch) * geo.in_h + ih as usize)
-                                        * geo.in_w
-                                        + iw as usize;
-                                    dx[xi] += g * w[((o * cg + c) * kh + ki) * kw + kj];
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        for_each_tap(geo, |yi, xi, wi| dx[xi] += dy[yi] * w[wi]);
         dx
     }
 
@@ -810,39 +783,7 @@ mod tests {
     /// its window read.
     fn naive_grad_weight(geo: &Conv2dGeometry, dy: &[f64], x: &[f64]) -> Vec<f64> {
         let mut dw = vec![0.0; geo.weight_numel()];
-        let (og, cg) = (geo.group_out(), geo.group_in());
-        let [kh, kw] = geo.kernel;
-        for n in 0..geo.batch {
-            for o in 0..geo.out_channels {
-                for oy in 0..geo.out_h {
-                    for ox in 0..geo.out_w {
-                        let g = dy[((n * geo.out_channels + o) * geo.out_h + oy) * geo.out_w + ox];
-                        for c in 0..cg {
-                            for ki in 0..kh {
-                                for kj in 0..kw {
-                                    let ih = (oy * geo.stride[0] + ki * geo.dilation[0]) as isize
-                                        - geo.padding[0] as isize;
-                                    let iw = (ox * geo.stride[1] + kj * geo.dilation[1]) as isize
-                                        - geo.padding[1] as isize;
-                                    if ih < 0
-                                        || iw < 0
-                                        || ih as usize >= geo.in_h
-                                        || iw as usize >= geo.in_w
-                                    {
-                                        continue;
-                                    }
-                                    let ch = o / og * cg + c;
-                                    let xi = ((n * geo.in_channels + ch) * geo.in_h + ih as usize)
-                                        * geo.in_w
-                                        + iw as usize;
-                                    dw[((o * cg + c) * kh + ki) * kw + kj] += g * x[xi];
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        for_each_tap(geo, |yi, xi, wi| dw[wi] += dy[yi] * x[xi]);
         dw
     }
 
