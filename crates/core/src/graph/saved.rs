@@ -7,6 +7,7 @@
 use super::backprop::accumulate;
 use super::graph::CONTEXT;
 use super::Graph;
+use crate::ops::activation::{relu_grad, relu_value};
 use crate::ops::{ActivationOp, Forward, Op, Saved, VjpContext};
 use crate::tape::{Rule, Tape};
 use std::collections::HashSet;
@@ -337,8 +338,8 @@ fn is_plain_relu(op: &Op) -> bool {
 
 /// Compiled-mode fusion of relu into its producer: when node `k` is relu and its argument is an
 /// intermediate value read by no later node (typically a linear's output, which linear does not
-/// keep), relu overwrites that buffer instead of allocating its own. The same expression as
-/// relu's forward (`x <= 0 ? 0 : x`, so NaN passes through), hence the same bits as `eval`.
+/// keep), relu overwrites that buffer instead of allocating its own. It maps relu's own
+/// `relu_value`, hence the same bits as `eval`.
 fn relu_in_place<S: Scalar>(
     plan: &Plan,
     k: usize,
@@ -355,14 +356,13 @@ fn relu_in_place<S: Scalar>(
     }
     let mut value = context[a].take()?;
     // Copies only if another holder shares the buffer (e.g. the producer saved its output).
-    // A select, not a conditional store, so the loop vectorises.
     for v in value.data_mut() {
-        *v = if *v <= S::ZERO { S::ZERO } else { *v };
+        *v = relu_value(*v);
     }
     Some(value)
 }
 
-/// relu's VJP (`y <= 0 ? 0 : g`, PyTorch's threshold_backward) applied to the cotangent's own
+/// relu's VJP (the op's own `relu_grad`) applied to the cotangent's own
 /// buffer, which nothing else reads once the node has run (a shared buffer is copied first).
 /// Gives the cotangent back untouched when `op` is not relu or its argument needs no gradient,
 /// so the op's own VJP runs.
@@ -377,7 +377,7 @@ fn relu_vjp_in_place<S: Scalar>(
         _ => return Err(cot),
     };
     for (g, &y) in cot.data_mut().iter_mut().zip(y.data()) {
-        *g = if y <= S::ZERO { S::ZERO } else { *g };
+        *g = relu_grad(*g, y);
     }
     Ok(cot)
 }

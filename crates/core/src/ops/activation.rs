@@ -129,6 +129,29 @@ fn softplus<S: Scalar>(x: S, beta: S, threshold: S) -> S {
     }
 }
 
+/// relu of one element: `x <= 0 ? 0 : x` (`x <= 0` is false for NaN, so NaN propagates as in
+/// PyTorch). The op's forward and the compiled backend's in-place relu both use it.
+#[inline(always)]
+pub fn relu_value<S: Scalar>(x: S) -> S {
+    if x <= S::ZERO {
+        S::ZERO
+    } else {
+        x
+    }
+}
+
+/// relu's derivative applied to one cotangent element `g`, read from the output `y`: PyTorch's
+/// threshold_backward `y <= 0 ? 0 : g` (a selection, so never `inf * 0`). The op's VJP and the
+/// compiled backend's in-place VJP both use it.
+#[inline(always)]
+pub fn relu_grad<S: Scalar>(g: S, y: S) -> S {
+    if y <= S::ZERO {
+        S::ZERO
+    } else {
+        g
+    }
+}
+
 impl ActivationOp {
     /// The tensor the derivative is a function of: the output for relu, sigmoid and tanh (their
     /// derivatives are functions of it), the input for the others.
@@ -142,8 +165,7 @@ impl ActivationOp {
     fn apply_derivative<S: Scalar>(&self, d: &Tensor<S>, saved: &Tensor<S>) -> Result<Tensor<S>> {
         let name = self.name();
         match self {
-            // PyTorch's threshold_backward: `y <= 0 ? 0 : g` (a selection, so never `inf * 0`).
-            A::Relu => d.zip_map(saved, name, |g, y| if y <= S::ZERO { S::ZERO } else { g }),
+            A::Relu => d.zip_map(saved, name, relu_grad),
             A::LeakyRelu { negative_slope } => {
                 let slope: S = s(*negative_slope);
                 d.zip_map(saved, name, |g, x| if x > S::ZERO { g } else { g * slope })
@@ -237,8 +259,7 @@ impl OpRules for ActivationOp {
             found: 0,
         })?;
         let out = match self {
-            // `x <= 0` is false for NaN, so NaN propagates as in PyTorch.
-            A::Relu => x.map(|v| if v <= S::ZERO { S::ZERO } else { v }),
+            A::Relu => x.map(relu_value),
             A::LeakyRelu { negative_slope } => {
                 let slope: S = s(*negative_slope);
                 x.map(|v| if v > S::ZERO { v } else { v * slope })
