@@ -6,6 +6,7 @@
 use super::{Builder, Ctx};
 use crate::init::Init;
 use crate::params::ParamId;
+use tapegrad_core::ops;
 use tapegrad_core::ops::nn::IndexTensor;
 use tapegrad_core::Var;
 use tapegrad_tensor::{Error, Result, Scalar};
@@ -53,20 +54,7 @@ impl Embedding {
         dim: usize,
         padding_idx: isize,
     ) -> Result<Self> {
-        let n = isize::try_from(num_embeddings).unwrap_or(isize::MAX);
-        if padding_idx >= n || padding_idx < -n {
-            return Err(Error::Index {
-                op: "embedding",
-                what: "padding_idx",
-                index: padding_idx as i64,
-                bound: num_embeddings,
-            });
-        }
-        let row = if padding_idx < 0 {
-            (padding_idx + n) as usize
-        } else {
-            padding_idx as usize
-        };
+        let row = ops::nn::Embedding::padding_row_of(padding_idx, num_embeddings)?;
         let mut layer = Embedding::new(b, prefix, num_embeddings, dim)?;
         let mut table = b.value(layer.weight).clone();
         table.data_mut()[row * dim..(row + 1) * dim].fill(S::ZERO);

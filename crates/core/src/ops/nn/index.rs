@@ -202,22 +202,30 @@ impl Embedding {
         Ok((w.dims()[0], w.dims()[1]))
     }
 
-    /// `padding_idx` normalised as PyTorch (`+ num_embeddings` when negative), or an error naming
-    /// it and the bound.
+    /// This op's padding row, if it has one (see `padding_row_of`).
     fn padding_row(&self, rows: usize) -> Result<Option<usize>> {
-        let Some(p) = self.padding_idx else {
-            return Ok(None);
-        };
+        self.padding_idx
+            .map(|p| Self::padding_row_of(p, rows))
+            .transpose()
+    }
+
+    /// `padding_idx` normalised as PyTorch (`+ num_embeddings` when negative) for a table of
+    /// `rows` rows, or an error naming it and the bound. The `Embedding` layer uses it too.
+    pub fn padding_row_of(padding_idx: isize, rows: usize) -> Result<usize> {
         let n = isize::try_from(rows).unwrap_or(isize::MAX);
-        if p >= n || p < -n {
+        if padding_idx >= n || padding_idx < -n {
             return Err(Error::Index {
                 op: "embedding",
                 what: "padding_idx",
-                index: p as i64,
+                index: padding_idx as i64,
                 bound: rows,
             });
         }
-        Ok(Some(if p < 0 { (p + n) as usize } else { p as usize }))
+        Ok(if padding_idx < 0 {
+            (padding_idx + n) as usize
+        } else {
+            padding_idx as usize
+        })
     }
 
     /// Zeroes the padding row of a weight-shaped gradient or tangent.
