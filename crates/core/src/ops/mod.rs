@@ -12,7 +12,9 @@ pub mod reduce;
 pub mod structure;
 
 pub use activation::{ActivationOp, GeluApproximate};
-pub use context::{Arity, Aux, Forward, Grads, Mask, Saved, Saves, VjpContext};
+pub use context::{
+    ArgShapes, ArgValues, Arity, Aux, Forward, Grads, Mask, Saved, Saves, VjpContext,
+};
 pub use elementwise::ElementwiseOp;
 pub use linalg::LinalgOp;
 pub use loss::{LossOp, Reduction};
