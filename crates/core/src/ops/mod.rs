@@ -120,15 +120,18 @@ impl Op {
     /// Checks shapes, then evaluates.
     pub fn forward<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<Forward<S>> {
         let expected = self.output_shape(&shapes_of(inputs))?;
-        let out = dispatch!(self, op => op.forward(inputs))?;
-        if *out.value.shape() != expected {
-            return Err(Error::ShapeMismatch {
-                op: self.name(),
-                expected,
-                found: out.value.shape().clone(),
-            });
+        // Checked where it lies and returned as is (no unwrap and re-wrap copies).
+        let out = dispatch!(self, op => op.forward(inputs));
+        if let Ok(out) = &out {
+            if *out.value.shape() != expected {
+                return Err(Error::ShapeMismatch {
+                    op: self.name(),
+                    expected,
+                    found: out.value.shape().clone(),
+                });
+            }
         }
-        Ok(out)
+        out
     }
 
     /// Checks the op's domain rules on these arguments (used by checked evaluation).
@@ -146,7 +149,17 @@ impl Op {
                 found: cot.shape().clone(),
             });
         }
-        let grads = dispatch!(self, op => op.vjp(ctx, cot))?;
+        // Checked where it lies and returned as is: unwrapping and re-wrapping the inline list
+        // copied it twice per call.
+        let grads = dispatch!(self, op => op.vjp(ctx, cot));
+        if let Ok(list) = &grads {
+            self.check_grads(ctx, list)?;
+        }
+        grads
+    }
+
+    /// One contribution per argument, each of its argument's shape, and none missing where needed.
+    fn check_grads<S: Scalar>(&self, ctx: &VjpContext<'_, S>, grads: &Grads<S>) -> Result<()> {
         if grads.len() != ctx.input_shapes.len() {
             return Err(Error::invalid(
                 self.name(),
@@ -175,7 +188,7 @@ impl Op {
                 _ => {}
             }
         }
-        Ok(grads)
+        Ok(())
     }
 
     /// The JVP, with arity and tangent shapes checked.

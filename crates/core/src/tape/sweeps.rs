@@ -107,14 +107,18 @@ impl<S: Scalar> Tape<S> {
                 // The hot path: the same pairs (`parents` zipped with the VJP's result), order and
                 // errors as the general one below. `op_vjp` checked every parent id and every
                 // contribution's shape against its parent's value, so neither is checked again.
-                let grads = self.op_vjp(node, op, saved, &cot);
+                let mut grads = self.op_vjp(node, op, saved, &cot);
                 if keep(id) {
                     slots[id] = Some(cot);
                 } else {
                     drop(cot);
                 }
-                for (&pid, g) in node.parents.iter().zip(grads?) {
-                    if let Some(g) = g {
+                // Taken out where they lie: moving the inline list into an iterator copied it.
+                let Ok(list) = &mut grads else {
+                    return grads.map(drop);
+                };
+                for (&pid, g) in node.parents.iter().zip(list.iter_mut()) {
+                    if let Some(g) = g.take() {
                         if self.nodes[pid].requires_grad {
                             store(slots, pid, g);
                         }
