@@ -81,20 +81,24 @@ macro_rules! dispatch {
 
 impl Op {
     /// PyTorch's name of the op.
+    #[inline]
     pub fn name(&self) -> &'static str {
         dispatch!(self, op => op.name())
     }
 
     /// How many tensor arguments the op takes.
+    #[inline]
     pub fn arity(&self) -> Arity {
         dispatch!(self, op => op.arity())
     }
 
     /// Which arguments (and whether the output) the VJP keeps.
+    #[inline]
     pub fn saves(&self) -> Saves {
         dispatch!(self, op => op.saves())
     }
 
+    #[inline]
     fn check_arity(&self, found: usize) -> Result<()> {
         let ok = match self.arity() {
             Arity::Exact(n) => found == n,
@@ -112,6 +116,7 @@ impl Op {
     }
 
     /// The output shape for arguments of these shapes.
+    #[inline]
     pub fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
         self.check_arity(inputs.len())?;
         dispatch!(self, op => op.output_shape(inputs))
@@ -220,6 +225,7 @@ impl Op {
 }
 
 /// The arguments' shapes, inline for up to four (plain pushes: cheaper than a generic `collect`).
+#[inline]
 fn shapes_of<'a, S: Scalar>(inputs: &[&'a Tensor<S>]) -> SmallVec<[&'a Shape; 4]> {
     let mut shapes = SmallVec::new();
     for t in inputs {
