@@ -153,7 +153,8 @@ impl<S> Forward<S> {
 /// backward step allocates nothing for the list itself.
 pub type Grads<S> = SmallVec<[Option<Tensor<S>>; 3]>;
 
-/// What a recorded node keeps for its VJP: only what the op's `saves` asked for, plus shapes.
+/// What a node of the saved graph (or a standalone VJP call) keeps for its VJP: only what the op's
+/// `saves` asked for, plus shapes. A tape node keeps less: see `tape::NodeSaved`.
 #[derive(Debug, Clone)]
 pub struct Saved<S> {
     pub inputs: SmallVec<[Option<Tensor<S>>; 3]>,
@@ -184,7 +185,7 @@ impl<S: Scalar> Saved<S> {
     }
 
     /// A record that keeps nothing yet, for `fill`.
-    pub(crate) fn empty() -> Self {
+    fn empty() -> Self {
         Saved {
             inputs: SmallVec::new(),
             input_shapes: SmallVec::new(),
@@ -195,10 +196,8 @@ impl<S: Scalar> Saved<S> {
         }
     }
 
-    /// Fills an `empty` record where it lies: the tape fills the one inside a node already in its
-    /// list, since moving a finished record (over 500 bytes) into place cost more than the pushes.
-    /// `aux` is called only when some argument needs a gradient.
-    pub(crate) fn fill<'t>(
+    /// Fills an `empty` record. `aux` is called only when some argument needs a gradient.
+    fn fill<'t>(
         &mut self,
         saves: Saves,
         inputs: impl Iterator<Item = &'t Tensor<S>>,
