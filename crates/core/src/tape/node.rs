@@ -68,9 +68,9 @@ impl<S: Scalar> Node<S> {
 type ArgRefs<'t, S> = SmallVec<[&'t Tensor<S>; 4]>;
 
 impl<S: Scalar> Tape<S> {
-    /// The values of `node`'s parents; an error for an id not on the tape.
-    fn parent_values<'t>(&'t self, node: &Node<S>) -> Result<ArgRefs<'t, S>> {
-        let mut values = ArgRefs::new();
+    /// Pushes the values of `node`'s parents onto `values` (filled through a reference: returning
+    /// the list inside a `Result` copied it); an error for an id not on the tape.
+    fn parent_values_into<'t>(&'t self, node: &Node<S>, values: &mut ArgRefs<'t, S>) -> Result<()> {
         for &p in &node.parents {
             match self.nodes.get(p) {
                 Some(parent) => values.push(&parent.value),
@@ -83,7 +83,7 @@ impl<S: Scalar> Tape<S> {
                 }
             }
         }
-        Ok(values)
+        Ok(())
     }
 
     /// The VJP of op node `node` for cotangent `cot`, reading its arguments and output off the
@@ -96,7 +96,8 @@ impl<S: Scalar> Tape<S> {
         saved: &NodeSaved<S>,
         cot: &Tensor<S>,
     ) -> Result<Grads<S>> {
-        let values = self.parent_values(node)?;
+        let mut values = ArgRefs::new();
+        self.parent_values_into(node, &mut values)?;
         let saves = op.saves();
         let ctx = VjpContext {
             inputs: ArgValues::Values {

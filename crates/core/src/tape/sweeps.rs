@@ -6,6 +6,7 @@ use super::{Rule, Tape};
 use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
 /// Stores contribution `g` into an empty slot, or adds it onto the slot's value.
+#[inline]
 fn store<S: Scalar>(slots: &mut [Option<Tensor<S>>], pid: usize, g: Tensor<S>) {
     match &mut slots[pid] {
         Some(existing) => add_into(existing, &g),

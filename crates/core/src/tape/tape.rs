@@ -126,8 +126,14 @@ impl<S: Scalar> Tape<S> {
         Ok(())
     }
 
-    fn args(&self, op: &Op, args: &[usize]) -> Result<SmallVec<[&Tensor<S>; 4]>> {
-        let mut inputs = SmallVec::new();
+    /// Pushes the values of `args` onto `inputs` (filled through a reference: returning the
+    /// list inside a `Result` copied it), or an error naming the first id not on the tape.
+    fn args_into<'t>(
+        &'t self,
+        op: &Op,
+        args: &[usize],
+        inputs: &mut SmallVec<[&'t Tensor<S>; 4]>,
+    ) -> Result<()> {
         for &a in args {
             match self.nodes.get(a) {
                 Some(n) => inputs.push(&n.value),
@@ -140,12 +146,13 @@ impl<S: Scalar> Tape<S> {
                 }
             }
         }
-        Ok(inputs)
+        Ok(())
     }
 
     /// Evaluates `op` on the values of `args` and appends the result.
     pub fn apply(&mut self, op: Op, args: &[usize]) -> Result<usize> {
-        let inputs = self.args(&op, args)?;
+        let mut inputs = SmallVec::new();
+        self.args_into(&op, args, &mut inputs)?;
         let forward = op.forward(&inputs)?;
         drop(inputs);
         self.append_op(op, args, forward)
@@ -153,7 +160,7 @@ impl<S: Scalar> Tape<S> {
 
     /// Appends an op node whose forward result was already computed (used by lowering).
     pub fn record(&mut self, op: Op, args: &[usize], forward: Forward<S>) -> Result<usize> {
-        self.args(&op, args)?;
+        self.args_into(&op, args, &mut SmallVec::new())?;
         self.append_op(op, args, forward)
     }
 
