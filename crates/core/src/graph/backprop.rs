@@ -3,7 +3,7 @@
 //! each contribution is added into its argument's slot, in argument order, as `slot + contribution`.
 
 use super::Graph;
-use crate::ops::{Forward, Grads, VjpContext};
+use crate::ops::{ArgShapes, ArgValues, Forward, Grads, VjpContext};
 use tapegrad_tensor::{Result, Scalar, Shape, Tensor};
 
 /// `slot = slot + contribution`, element by element with the slot on the left: the one addition
@@ -72,8 +72,8 @@ impl Graph {
             .collect();
         let needs = vec![true; node.args.len()];
         let ctx = VjpContext {
-            inputs: &inputs,
-            input_shapes: &input_shapes,
+            inputs: ArgValues::Kept(&inputs),
+            input_shapes: ArgShapes::Shapes(&input_shapes),
             output: Some(&forward.value),
             output_shape: forward.value.shape(),
             aux: &forward.aux,

@@ -409,8 +409,9 @@ pub fn tape_kept_bytes<S: Scalar>(tape: &Tape<S>) -> usize {
     let mut bytes = 0;
     for node in tape.nodes() {
         bytes += count_tensor(&mut seen, &node.value);
+        // What a node's VJP reads besides its aux data are node values, counted here already.
         if let Rule::Op { saved, .. } = &node.rule {
-            bytes += saved_bytes(&mut seen, saved);
+            bytes += aux_bytes(&mut seen, &saved.aux);
         }
     }
     bytes
@@ -427,10 +428,13 @@ fn count_tensor<S: Scalar>(seen: &mut HashSet<(usize, usize)>, t: &Tensor<S>) ->
 
 fn saved_bytes<S: Scalar>(seen: &mut HashSet<(usize, usize)>, saved: &Saved<S>) -> usize {
     let tensors = saved.inputs.iter().flatten().chain(saved.output.iter());
-    let mut bytes: usize = tensors.map(|t| count_tensor(seen, t)).sum();
-    bytes += match &saved.aux {
+    let bytes: usize = tensors.map(|t| count_tensor(seen, t)).sum();
+    bytes + aux_bytes(seen, &saved.aux)
+}
+
+fn aux_bytes<S: Scalar>(seen: &mut HashSet<(usize, usize)>, aux: &crate::ops::Aux<S>) -> usize {
+    match aux {
         crate::ops::Aux::Tensors(ts) => ts.iter().map(|t| count_tensor(seen, t)).sum(),
         other => other.nbytes(),
-    };
-    bytes
+    }
 }

@@ -153,7 +153,8 @@ impl<S> Forward<S> {
 /// backward step allocates nothing for the list itself.
 pub type Grads<S> = SmallVec<[Option<Tensor<S>>; 3]>;
 
-/// What a recorded node keeps for its VJP: only what the op's `saves` asked for, plus shapes.
+/// What a node of the saved graph (or a standalone VJP call) keeps for its VJP: only what the op's
+/// `saves` asked for, plus shapes. A tape node keeps less: see `tape::NodeSaved`.
 #[derive(Debug, Clone)]
 pub struct Saved<S> {
     pub inputs: SmallVec<[Option<Tensor<S>>; 3]>,
@@ -184,7 +185,7 @@ impl<S: Scalar> Saved<S> {
     }
 
     /// A record that keeps nothing yet, for `fill`.
-    pub(crate) fn empty() -> Self {
+    fn empty() -> Self {
         Saved {
             inputs: SmallVec::new(),
             input_shapes: SmallVec::new(),
@@ -195,10 +196,8 @@ impl<S: Scalar> Saved<S> {
         }
     }
 
-    /// Fills an `empty` record where it lies: the tape fills the one inside a node already in its
-    /// list, since moving a finished record (over 500 bytes) into place cost more than the pushes.
-    /// `aux` is called only when some argument needs a gradient.
-    pub(crate) fn fill<'t>(
+    /// Fills an `empty` record. `aux` is called only when some argument needs a gradient.
+    fn fill<'t>(
         &mut self,
         saves: Saves,
         inputs: impl Iterator<Item = &'t Tensor<S>>,
@@ -231,8 +230,8 @@ impl<S: Scalar> Saved<S> {
     /// The context a VJP reads.
     pub fn context(&self) -> VjpContext<'_, S> {
         VjpContext {
-            inputs: &self.inputs,
-            input_shapes: &self.input_shapes,
+            inputs: ArgValues::Kept(&self.inputs),
+            input_shapes: ArgShapes::Shapes(&self.input_shapes),
             output: self.output.as_ref(),
             output_shape: &self.output_shape,
             aux: &self.aux,
@@ -252,24 +251,140 @@ impl<S: Scalar> Saved<S> {
     }
 }
 
+/// The arguments a VJP may read: the copies a saved record keeps, or the argument values
+/// themselves (a tape reads its nodes' values in place, so recording an op copies nothing).
+#[derive(Debug)]
+pub enum ArgValues<'a, S> {
+    /// A record's copies, `None` where the op's `saves` did not ask for the argument.
+    Kept(&'a [Option<Tensor<S>>]),
+    /// Every argument's value; only those `keep` names may be read.
+    Values {
+        values: &'a [&'a Tensor<S>],
+        keep: Saves,
+    },
+}
+
+impl<S> Clone for ArgValues<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S> Copy for ArgValues<'_, S> {}
+
+impl<'a, S> ArgValues<'a, S> {
+    /// Argument `i` if it was kept for the VJP.
+    #[inline]
+    pub fn get(self, i: usize) -> Option<&'a Tensor<S>> {
+        match self {
+            ArgValues::Kept(kept) => kept.get(i).and_then(|t| t.as_ref()),
+            ArgValues::Values { values, keep } => {
+                if keep.keeps_input(i) {
+                    values.get(i).copied()
+                } else {
+                    None
+                }
+            }
+        }
+    }
+
+    /// The kept arguments, in argument order.
+    pub fn iter(self) -> impl Iterator<Item = &'a Tensor<S>> {
+        let len = match self {
+            ArgValues::Kept(kept) => kept.len(),
+            ArgValues::Values { values, .. } => values.len(),
+        };
+        (0..len).filter_map(move |i| self.get(i))
+    }
+}
+
+/// Every argument's shape: a record's own list, or read off the argument values.
+#[derive(Debug)]
+pub enum ArgShapes<'a, S> {
+    Shapes(&'a [Shape]),
+    Values(&'a [&'a Tensor<S>]),
+}
+
+impl<S> Clone for ArgShapes<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S> Copy for ArgShapes<'_, S> {}
+
+impl<'a, S: Scalar> ArgShapes<'a, S> {
+    /// Number of arguments.
+    #[inline]
+    pub fn len(self) -> usize {
+        match self {
+            ArgShapes::Shapes(s) => s.len(),
+            ArgShapes::Values(v) => v.len(),
+        }
+    }
+
+    /// True for an op without arguments.
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+
+    /// The shape of argument `i`.
+    #[inline]
+    pub fn get(self, i: usize) -> Option<&'a Shape> {
+        match self {
+            ArgShapes::Shapes(s) => s.get(i),
+            ArgShapes::Values(v) => v.get(i).map(|t| t.shape()),
+        }
+    }
+
+    /// The first argument's shape.
+    pub fn first(self) -> Option<&'a Shape> {
+        self.get(0)
+    }
+
+    /// The shapes in argument order.
+    pub fn iter(self) -> impl Iterator<Item = &'a Shape> {
+        (0..self.len()).filter_map(move |i| self.get(i))
+    }
+}
+
+impl<S: Scalar> std::ops::Index<usize> for ArgShapes<'_, S> {
+    type Output = Shape;
+
+    #[inline]
+    fn index(&self, i: usize) -> &Shape {
+        match *self {
+            ArgShapes::Shapes(s) => &s[i],
+            ArgShapes::Values(v) => v[i].shape(),
+        }
+    }
+}
+
 /// What a VJP may read: the saved arguments, all argument shapes, the saved output, auxiliary data,
 /// and which arguments need a gradient.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct VjpContext<'a, S> {
-    pub inputs: &'a [Option<Tensor<S>>],
-    pub input_shapes: &'a [Shape],
+    pub inputs: ArgValues<'a, S>,
+    pub input_shapes: ArgShapes<'a, S>,
     pub output: Option<&'a Tensor<S>>,
     pub output_shape: &'a Shape,
     pub aux: &'a Aux<S>,
     pub needs: &'a [bool],
 }
 
+impl<S> Clone for VjpContext<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S> Copy for VjpContext<'_, S> {}
+
 impl<'a, S: Scalar> VjpContext<'a, S> {
     /// Saved argument `i`; an error if the op did not declare it in `saves`.
     pub fn input(&self, op: &'static str, i: usize) -> Result<&'a Tensor<S>> {
         self.inputs
             .get(i)
-            .and_then(|t| t.as_ref())
             .ok_or_else(|| Error::invalid(op, format!("argument {i} was not saved for the vjp")))
     }
 

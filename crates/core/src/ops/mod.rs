@@ -12,7 +12,9 @@ pub mod reduce;
 pub mod structure;
 
 pub use activation::{ActivationOp, GeluApproximate};
-pub use context::{Arity, Aux, Forward, Grads, Mask, Saved, Saves, VjpContext};
+pub use context::{
+    ArgShapes, ArgValues, Arity, Aux, Forward, Grads, Mask, Saved, Saves, VjpContext,
+};
 pub use elementwise::ElementwiseOp;
 pub use linalg::LinalgOp;
 pub use loss::{LossOp, Reduction};
@@ -79,20 +81,24 @@ macro_rules! dispatch {
 
 impl Op {
     /// PyTorch's name of the op.
+    #[inline]
     pub fn name(&self) -> &'static str {
         dispatch!(self, op => op.name())
     }
 
     /// How many tensor arguments the op takes.
+    #[inline]
     pub fn arity(&self) -> Arity {
         dispatch!(self, op => op.arity())
     }
 
     /// Which arguments (and whether the output) the VJP keeps.
+    #[inline]
     pub fn saves(&self) -> Saves {
         dispatch!(self, op => op.saves())
     }
 
+    #[inline]
     fn check_arity(&self, found: usize) -> Result<()> {
         let ok = match self.arity() {
             Arity::Exact(n) => found == n,
@@ -110,6 +116,7 @@ impl Op {
     }
 
     /// The output shape for arguments of these shapes.
+    #[inline]
     pub fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
         self.check_arity(inputs.len())?;
         dispatch!(self, op => op.output_shape(inputs))
@@ -118,15 +125,18 @@ impl Op {
     /// Checks shapes, then evaluates.
     pub fn forward<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<Forward<S>> {
         let expected = self.output_shape(&shapes_of(inputs))?;
-        let out = dispatch!(self, op => op.forward(inputs))?;
-        if *out.value.shape() != expected {
-            return Err(Error::ShapeMismatch {
-                op: self.name(),
-                expected,
-                found: out.value.shape().clone(),
-            });
+        // Checked where it lies and returned as is (no unwrap and re-wrap copies).
+        let out = dispatch!(self, op => op.forward(inputs));
+        if let Ok(out) = &out {
+            if *out.value.shape() != expected {
+                return Err(Error::ShapeMismatch {
+                    op: self.name(),
+                    expected,
+                    found: out.value.shape().clone(),
+                });
+            }
         }
-        Ok(out)
+        out
     }
 
     /// Checks the op's domain rules on these arguments (used by checked evaluation).
@@ -144,7 +154,17 @@ impl Op {
                 found: cot.shape().clone(),
             });
         }
-        let grads = dispatch!(self, op => op.vjp(ctx, cot))?;
+        // Checked where it lies and returned as is: unwrapping and re-wrapping the inline list
+        // copied it twice per call.
+        let grads = dispatch!(self, op => op.vjp(ctx, cot));
+        if let Ok(list) = &grads {
+            self.check_grads(ctx, list)?;
+        }
+        grads
+    }
+
+    /// One contribution per argument, each of its argument's shape, and none missing where needed.
+    fn check_grads<S: Scalar>(&self, ctx: &VjpContext<'_, S>, grads: &Grads<S>) -> Result<()> {
         if grads.len() != ctx.input_shapes.len() {
             return Err(Error::invalid(
                 self.name(),
@@ -173,7 +193,7 @@ impl Op {
                 _ => {}
             }
         }
-        Ok(grads)
+        Ok(())
     }
 
     /// The JVP, with arity and tangent shapes checked.
@@ -205,6 +225,7 @@ impl Op {
 }
 
 /// The arguments' shapes, inline for up to four (plain pushes: cheaper than a generic `collect`).
+#[inline]
 fn shapes_of<'a, S: Scalar>(inputs: &[&'a Tensor<S>]) -> SmallVec<[&'a Shape; 4]> {
     let mut shapes = SmallVec::new();
     for t in inputs {

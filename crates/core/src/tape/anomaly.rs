@@ -2,7 +2,7 @@
 //! naming the node, op, shapes, the offending element, and, in backward, whether a zero cotangent
 //! met an infinite local derivative (the masked-branch trap) with its remedy. Off, it costs a branch.
 
-use super::{Node, Rule, Tape};
+use super::Tape;
 use tapegrad_tensor::{Error, Scalar, Tensor};
 
 fn describe<S: Scalar>(tape: &Tape<S>, id: usize) -> String {
@@ -31,18 +31,11 @@ fn shapes<S: Scalar>(tape: &Tape<S>, args: &[usize]) -> String {
     list.join(", ")
 }
 
-/// The first non-finite value among what a node saved for its VJP.
-fn non_finite_saved<S: Scalar>(node: &Node<S>) -> Option<(usize, f64)> {
-    match &node.rule {
-        Rule::Op { saved, .. } => saved
-            .inputs
-            .iter()
-            .flatten()
-            .chain(saved.output.iter())
-            .find_map(|t| t.first_non_finite())
-            .map(|(i, v)| (i, v.to_f64())),
-        _ => None,
-    }
+/// The first non-finite value among what node `id`'s VJP reads (saved arguments, then output).
+pub(crate) fn non_finite_saved<S: Scalar>(tape: &Tape<S>, id: usize) -> Option<(usize, f64)> {
+    tape.saved_values(id)
+        .find_map(|t| t.first_non_finite())
+        .map(|(i, v)| (i, v.to_f64()))
 }
 
 /// Checks a value about to be appended as node `id` with arguments `args`.
@@ -102,7 +95,7 @@ pub(crate) fn check_backward<S: Scalar>(
     } else {
         cot.is_all_zero()
     };
-    let saved = non_finite_saved(node);
+    let saved = non_finite_saved(tape, id);
     if let Some((i, v)) = cot.first_non_finite() {
         msg.push_str(&format!(
             "; its own cotangent already holds {} at element {i}",

@@ -2,7 +2,7 @@
 //! cotangent to exact zeros of its parents' shapes at valid ids. The audit names each node that
 //! does not, with the op, the parent and the first offending element, and says why when it can.
 
-use super::{Rule, Tape};
+use super::Tape;
 use tapegrad_tensor::{Error, Scalar, Shape, Tensor};
 
 /// How a node fails to be zero-preserving.
@@ -102,16 +102,7 @@ pub fn audit<S: Scalar>(tape: &Tape<S>) -> AuditReport {
         if !node.requires_grad {
             continue;
         }
-        let non_finite_saved = match &node.rule {
-            Rule::Op { saved, .. } => saved
-                .inputs
-                .iter()
-                .flatten()
-                .chain(saved.output.iter())
-                .find_map(|t| t.first_non_finite())
-                .map(|(i, v)| (i, v.to_f64())),
-            _ => None,
-        };
+        let non_finite_saved = super::anomaly::non_finite_saved(tape, id);
         let finding = |kind| AuditFinding {
             node: id,
             name: node.name.clone(),
@@ -120,7 +111,7 @@ pub fn audit<S: Scalar>(tape: &Tape<S>) -> AuditReport {
             non_finite_saved,
         };
         let zero = Tensor::zeros(node.value.shape());
-        let contributions = match node.backward(&zero) {
+        let contributions = match tape.contributions(id, &zero) {
             Ok(c) => c,
             Err(e) => {
                 findings.push(finding(FindingKind::VjpError(e)));

@@ -11,6 +11,6 @@ mod sweeps;
 mod tape;
 
 pub use audit::{audit, AuditFinding, AuditReport, FindingKind};
-pub use node::{Contributions, CustomVjp, Node, Rule};
+pub use node::{Contributions, CustomVjp, Node, NodeSaved, Rule};
 pub use session::{Gradients, Session, Var};
 pub use tape::Tape;

@@ -1,10 +1,11 @@
 //! A tape node: optional name, forward value, `requires_grad`, parent ids (for display only) and
 //! the backward rule that maps a cotangent to ordered `(parent id, contribution)` pairs.
 
-use crate::ops::{Op, Saved};
+use super::Tape;
+use crate::ops::{ArgShapes, ArgValues, Aux, Grads, Op, Saves, VjpContext};
 use smallvec::SmallVec;
 use std::sync::Arc;
-use tapegrad_tensor::{Result, Scalar, Tensor};
+use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
 /// A hand-written backward rule: cotangent in, `(parent id, contribution)` pairs out.
 pub type CustomVjp<S> = Arc<dyn Fn(&Tensor<S>) -> Result<Vec<(usize, Tensor<S>)>> + Send + Sync>;
@@ -12,17 +13,31 @@ pub type CustomVjp<S> = Arc<dyn Fn(&Tensor<S>) -> Result<Vec<(usize, Tensor<S>)>
 /// The `(parent id, contribution)` pairs of one backward step (inline for up to three parents).
 pub type Contributions<S> = SmallVec<[(usize, Tensor<S>); 3]>;
 
+/// What an op node keeps for its VJP besides the tape itself: which arguments need a gradient and
+/// the forward's auxiliary data. The arguments and the output the VJP reads (as its op's `saves`
+/// says) are the values already on the append-only tape, each parent's and the node's own, so
+/// recording an op copies no tensor handle and no shape, and the node stays small.
+#[derive(Debug, Clone)]
+pub struct NodeSaved<S> {
+    pub needs: SmallVec<[bool; 4]>,
+    pub aux: Aux<S>,
+}
+
+impl<S: Scalar> NodeSaved<S> {
+    /// Bytes this record holds itself (its auxiliary data); `Tape::saved_bytes` adds the argument
+    /// values the VJP reads.
+    pub fn nbytes(&self) -> usize {
+        self.aux.nbytes()
+    }
+}
+
 /// How a node maps its cotangent to contributions.
-// Nearly every node is an op node, so the large variant is the common one: boxing it would add an
-// allocation per recorded op to shrink the rare leaves.
-#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub enum Rule<S> {
     /// A leaf: no contributions.
     Leaf,
-    /// A registered op with what its VJP saved; contribution i goes to `parents[i]`. Kept inline:
-    /// a box cost an allocation and a free per recorded op, more than moving the larger node.
-    Op { op: Op, saved: Saved<S> },
+    /// A registered op with what its VJP keeps; contribution i goes to `parents[i]`.
+    Op { op: Op, saved: NodeSaved<S> },
     /// A custom rule (used to plant test cases and by extensions).
     Custom { label: String, vjp: CustomVjp<S> },
 }
@@ -47,15 +62,66 @@ impl<S: Scalar> Node<S> {
             Rule::Custom { label, .. } => label.clone(),
         }
     }
+}
 
-    /// The ordered `(parent id, contribution)` pairs for cotangent `cot`.
-    pub fn backward(&self, cot: &Tensor<S>) -> Result<Contributions<S>> {
+/// The parents' values, in argument order (inline for up to four).
+type ArgRefs<'t, S> = SmallVec<[&'t Tensor<S>; 4]>;
+
+impl<S: Scalar> Tape<S> {
+    /// Pushes the values of `node`'s parents onto `values` (filled through a reference: returning
+    /// the list inside a `Result` copied it); an error for an id not on the tape.
+    fn parent_values_into<'t>(&'t self, node: &Node<S>, values: &mut ArgRefs<'t, S>) -> Result<()> {
+        for &p in &node.parents {
+            match self.nodes.get(p) {
+                Some(parent) => values.push(&parent.value),
+                None => {
+                    return Err(Error::BadId {
+                        context: "backward",
+                        id: p,
+                        len: self.nodes.len(),
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The VJP of op node `node` for cotangent `cot`, reading its arguments and output off the
+    /// tape: one optional contribution per parent, each shape-checked against the parent's value
+    /// by `Op::vjp` (so the sweeps need not check it again).
+    pub(crate) fn op_vjp(
+        &self,
+        node: &Node<S>,
+        op: &Op,
+        saved: &NodeSaved<S>,
+        cot: &Tensor<S>,
+    ) -> Result<Grads<S>> {
+        let mut values = ArgRefs::new();
+        self.parent_values_into(node, &mut values)?;
+        let saves = op.saves();
+        let ctx = VjpContext {
+            inputs: ArgValues::Values {
+                values: &values,
+                keep: saves,
+            },
+            input_shapes: ArgShapes::Values(&values),
+            output: saves.output.then_some(&node.value),
+            output_shape: node.value.shape(),
+            aux: &saved.aux,
+            needs: &saved.needs,
+        };
+        op.vjp(&ctx, cot)
+    }
+
+    /// The ordered `(parent id, contribution)` pairs of node `id` for cotangent `cot`.
+    pub fn contributions(&self, id: usize, cot: &Tensor<S>) -> Result<Contributions<S>> {
+        let node = self.node(id)?;
         let mut out = Contributions::new();
-        match &self.rule {
+        match &node.rule {
             Rule::Leaf => {}
             Rule::Op { op, saved } => {
-                let grads = op.vjp(&saved.context(), cot)?;
-                for (&p, g) in self.parents.iter().zip(grads) {
+                let grads = self.op_vjp(node, op, saved, cot)?;
+                for (&p, g) in node.parents.iter().zip(grads) {
                     if let Some(g) = g {
                         out.push((p, g));
                     }
@@ -70,15 +136,42 @@ impl<S: Scalar> Node<S> {
         Ok(out)
     }
 
-    /// Bytes the node keeps for its backward rule (beyond its own value).
-    pub fn saved_bytes(&self) -> usize {
-        match &self.rule {
-            Rule::Op { saved, .. } => {
-                // The saved output is the node's own value; do not count it twice.
-                saved.nbytes() - saved.output.as_ref().map_or(0, |t| t.nbytes())
-            }
+    /// The arguments node `id`'s VJP reads (its parents' values the op's `saves` names, in
+    /// order) and whether it reads its own value. Nothing for a node that does not require grad
+    /// (its VJP never runs), a leaf, a custom rule, or an id not on the tape.
+    fn kept_values(&self, id: usize) -> (impl Iterator<Item = &Tensor<S>>, Option<&Tensor<S>>) {
+        let node = self.nodes.get(id);
+        let saves = match node {
+            Some(Node {
+                rule: Rule::Op { op, .. },
+                requires_grad: true,
+                ..
+            }) => op.saves(),
+            _ => Saves::NOTHING,
+        };
+        let parents = node.map_or(&[][..], |n| &n.parents[..]);
+        let inputs = parents
+            .iter()
+            .enumerate()
+            .filter(move |&(i, _)| saves.keeps_input(i))
+            .filter_map(|(_, &p)| self.nodes.get(p).map(|n| &n.value));
+        (inputs, node.filter(|_| saves.output).map(|n| &n.value))
+    }
+
+    /// Every tensor node `id`'s VJP reads: the saved arguments, then its own value if saved.
+    pub(crate) fn saved_values(&self, id: usize) -> impl Iterator<Item = &Tensor<S>> {
+        let (inputs, output) = self.kept_values(id);
+        inputs.chain(output)
+    }
+
+    /// Bytes node `id` holds for backward beyond its own value: the arguments its VJP reads (each
+    /// counted as often as it is saved) plus its auxiliary data.
+    pub fn node_saved_bytes(&self, id: usize) -> usize {
+        let aux = match self.nodes.get(id).map(|n| &n.rule) {
+            Some(Rule::Op { saved, .. }) => saved.nbytes(),
             _ => 0,
-        }
+        };
+        self.kept_values(id).0.map(|t| t.nbytes()).sum::<usize>() + aux
     }
 }
 

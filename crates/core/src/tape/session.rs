@@ -237,12 +237,15 @@ impl<S: Scalar> Session<S> {
     /// Gradients for every parameter of this step, from an explicit seed for `out`.
     pub fn backward_with(&mut self, out: Var, seed: &Tensor<S>) -> Result<Gradients<S>> {
         let id = self.check(out)?;
-        let grads = self.tape.backward_all(id, seed)?;
+        // Only the parameters' slots are read, so the sweep frees every other cotangent early.
+        let ids: Vec<usize> = self.params.iter().map(|&(_, pid)| pid).collect();
+        let grads = self.tape.backward_at(id, seed, &ids)?;
         Ok(Gradients {
             entries: self
                 .params
                 .iter()
-                .map(|(n, pid)| (n.clone(), grads[*pid].clone()))
+                .zip(grads)
+                .map(|((n, _), g)| (n.clone(), g))
                 .collect(),
         })
     }

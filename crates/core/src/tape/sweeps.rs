@@ -5,6 +5,15 @@
 use super::{Rule, Tape};
 use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
+/// Stores contribution `g` into an empty slot, or adds it onto the slot's value.
+#[inline]
+fn store<S: Scalar>(slots: &mut [Option<Tensor<S>>], pid: usize, g: Tensor<S>) {
+    match &mut slots[pid] {
+        Some(existing) => add_into(existing, &g),
+        empty => *empty = Some(g),
+    }
+}
+
 /// Every sweep reports errors under one context, so law 1 can compare error values exactly.
 const CONTEXT: &str = "backward";
 
@@ -62,10 +71,7 @@ impl<S: Scalar> Tape<S> {
     /// Adds contribution `g` into `slots[pid]` (dropped when the parent does not require grad).
     fn accumulate(&self, slots: &mut [Option<Tensor<S>>], pid: usize, g: Tensor<S>) -> Result<()> {
         if self.check_contribution(pid, &g)? {
-            match &mut slots[pid] {
-                Some(existing) => add_into(existing, &g),
-                empty => *empty = Some(g),
-            }
+            store(slots, pid, g);
         }
         Ok(())
     }
@@ -76,7 +82,21 @@ impl<S: Scalar> Tape<S> {
         self.check_seed(out, seed)?;
         let mut slots: Vec<Option<Tensor<S>>> = vec![None; self.nodes.len()];
         slots[out] = Some(seed.clone());
-        for id in (0..self.nodes.len()).rev() {
+        self.sweep(&mut slots, out, |_| true)?;
+        Ok(slots)
+    }
+
+    /// The executed sweep over `slots` from id `out` down (the slots above it are empty, so
+    /// starting there skips only nodes the sweep would skip). An op node's cotangent goes back
+    /// into its slot after its VJP when `keep(id)` says so, and is dropped otherwise: nothing
+    /// later reads it, since an op node only feeds ids below its own.
+    fn sweep(
+        &self,
+        slots: &mut [Option<Tensor<S>>],
+        out: usize,
+        keep: impl Fn(usize) -> bool,
+    ) -> Result<()> {
+        for id in (0..=out).rev() {
             let node = &self.nodes[id];
             if !node.requires_grad {
                 continue;
@@ -85,18 +105,29 @@ impl<S: Scalar> Tape<S> {
                 continue;
             };
             if let (Rule::Op { op, saved }, false) = (&node.rule, self.detect_anomaly) {
-                // The hot path, the general one below without the collected pair list: the same
-                // pairs (`parents` zipped with the VJP's result), the same order and errors.
-                let grads = op.vjp(&saved.context(), &cot);
-                slots[id] = Some(cot);
-                for (&pid, g) in node.parents.iter().zip(grads?) {
-                    if let Some(g) = g {
-                        self.accumulate(&mut slots, pid, g)?;
+                // The hot path: the same pairs (`parents` zipped with the VJP's result), order and
+                // errors as the general one below. `op_vjp` checked every parent id and every
+                // contribution's shape against its parent's value, so neither is checked again.
+                let mut grads = self.op_vjp(node, op, saved, &cot);
+                if keep(id) {
+                    slots[id] = Some(cot);
+                } else {
+                    drop(cot);
+                }
+                // Taken out where they lie: moving the inline list into an iterator copied it.
+                let Ok(list) = &mut grads else {
+                    return grads.map(drop);
+                };
+                for (&pid, g) in node.parents.iter().zip(list.iter_mut()) {
+                    if let Some(g) = g.take() {
+                        if self.nodes[pid].requires_grad {
+                            store(slots, pid, g);
+                        }
                     }
                 }
                 continue;
             }
-            let contributions = node.backward(&cot);
+            let contributions = self.contributions(id, &cot);
             for (pid, g) in contributions.as_ref().into_iter().flatten() {
                 if self.detect_anomaly {
                     super::anomaly::check_backward(self, id, &cot, *pid, g)?;
@@ -105,10 +136,39 @@ impl<S: Scalar> Tape<S> {
             // Put the cotangent back before accumulating, so a rule that feeds its own id adds on top.
             slots[id] = Some(cot);
             for (pid, g) in contributions? {
-                self.accumulate(&mut slots, pid, g)?;
+                self.accumulate(slots, pid, g)?;
             }
         }
-        Ok(slots)
+        Ok(())
+    }
+
+    /// The totalised executed sweep (`backward_all`) read at `ids` only: equal, slot for slot, to
+    /// picking those ids from `backward_all(out, seed)`, errors included. Cotangents of op nodes
+    /// not asked for are freed as soon as their VJP ran, instead of living to the end.
+    pub fn backward_at(
+        &self,
+        out: usize,
+        seed: &Tensor<S>,
+        ids: &[usize],
+    ) -> Result<Vec<Tensor<S>>> {
+        self.check_seed(out, seed)?;
+        // Leaves (parameters, typically) keep their slots anyway: only op nodes drop theirs.
+        let mut kept_ops = Vec::new();
+        for &id in ids {
+            if !matches!(self.node(id)?.rule, Rule::Leaf) {
+                kept_ops.push(id);
+            }
+        }
+        let mut slots: Vec<Option<Tensor<S>>> = vec![None; self.nodes.len()];
+        slots[out] = Some(seed.clone());
+        self.sweep(&mut slots, out, |id| kept_ops.contains(&id))?;
+        Ok(ids
+            .iter()
+            .map(|&id| match &slots[id] {
+                Some(g) => g.clone(),
+                None => Tensor::zeros(self.nodes[id].value.shape()),
+            })
+            .collect())
     }
 
     /// The executed sweep, then every empty slot becomes zeros of its node's shape. Training runs this.
@@ -166,7 +226,7 @@ impl<S: Scalar> Tape<S> {
                 continue;
             }
             let cot = acc[id].clone();
-            for (pid, g) in node.backward(&cot)? {
+            for (pid, g) in self.contributions(id, &cot)? {
                 if self.check_contribution(pid, &g)? {
                     add_into(&mut acc[pid], &g);
                 }

@@ -1,8 +1,8 @@
 //! `Tape`: the append-only list of nodes. A node's id is its index; appending returns the length
 //! before the append. A leaf's `requires_grad` is the caller's; an op node's is the OR of its parents'.
 
-use super::node::{CustomVjp, Node, Rule};
-use crate::ops::{Forward, Op, Saved, Saves};
+use super::node::{CustomVjp, Node, NodeSaved, Rule};
+use crate::ops::{Aux, Forward, Op};
 use smallvec::SmallVec;
 use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
@@ -126,8 +126,14 @@ impl<S: Scalar> Tape<S> {
         Ok(())
     }
 
-    fn args(&self, op: &Op, args: &[usize]) -> Result<SmallVec<[&Tensor<S>; 4]>> {
-        let mut inputs = SmallVec::new();
+    /// Pushes the values of `args` onto `inputs` (filled through a reference: returning the
+    /// list inside a `Result` copied it), or an error naming the first id not on the tape.
+    fn args_into<'t>(
+        &'t self,
+        op: &Op,
+        args: &[usize],
+        inputs: &mut SmallVec<[&'t Tensor<S>; 4]>,
+    ) -> Result<()> {
         for &a in args {
             match self.nodes.get(a) {
                 Some(n) => inputs.push(&n.value),
@@ -140,12 +146,13 @@ impl<S: Scalar> Tape<S> {
                 }
             }
         }
-        Ok(inputs)
+        Ok(())
     }
 
     /// Evaluates `op` on the values of `args` and appends the result.
     pub fn apply(&mut self, op: Op, args: &[usize]) -> Result<usize> {
-        let inputs = self.args(&op, args)?;
+        let mut inputs = SmallVec::new();
+        self.args_into(&op, args, &mut inputs)?;
         let forward = op.forward(&inputs)?;
         drop(inputs);
         self.append_op(op, args, forward)
@@ -153,46 +160,41 @@ impl<S: Scalar> Tape<S> {
 
     /// Appends an op node whose forward result was already computed (used by lowering).
     pub fn record(&mut self, op: Op, args: &[usize], forward: Forward<S>) -> Result<usize> {
-        self.args(&op, args)?;
+        self.args_into(&op, args, &mut SmallVec::new())?;
         self.append_op(op, args, forward)
     }
 
-    /// Appends the op node, then fills what its VJP keeps in place (moving a filled record into
-    /// the list cost more than the filling). `args` are valid ids, so all below the new id.
+    /// Appends the op node. Its VJP will read its arguments and output off the tape, so the node
+    /// keeps only which arguments need a gradient and the forward's auxiliary data. `args` are
+    /// valid ids, so all below the new id.
     fn append_op(&mut self, op: Op, args: &[usize], forward: Forward<S>) -> Result<usize> {
         if self.detect_anomaly {
             super::anomaly::check_forward(self, op.name(), args, &forward.value)?;
         }
-        let requires_grad = args.iter().any(|&a| self.nodes[a].requires_grad);
+        // Plain pushes: `SmallVec`'s generic `extend` costs more than the few elements it copies.
+        let mut needs = SmallVec::new();
+        let mut parents = SmallVec::new();
+        for &a in args {
+            needs.push(self.nodes[a].requires_grad);
+            parents.push(a);
+        }
+        let requires_grad = needs.iter().any(|&n| n);
         // A node nobody differentiates through keeps nothing for a VJP that will never run.
-        let saves = if requires_grad {
-            op.saves()
+        let aux = if requires_grad {
+            forward.aux
         } else {
-            Saves::NOTHING
+            Aux::None
         };
-        let id = self.nodes.len();
-        self.nodes.push(Node {
+        Ok(self.push(Node {
             name: None,
             value: forward.value,
             requires_grad,
-            parents: SmallVec::from_slice(args),
+            parents,
             rule: Rule::Op {
                 op,
-                saved: Saved::empty(),
+                saved: NodeSaved { needs, aux },
             },
-        });
-        let (earlier, new) = self.nodes.split_at_mut(id);
-        let node = &mut new[0];
-        if let Rule::Op { saved, .. } = &mut node.rule {
-            saved.fill(
-                saves,
-                args.iter().map(|&a| &earlier[a].value),
-                &node.value,
-                || forward.aux,
-                args.iter().map(|&a| earlier[a].requires_grad),
-            );
-        }
-        Ok(id)
+        }))
     }
 
     /// Appends a node with a hand-written backward rule; requires grad as any parent does.
@@ -219,9 +221,12 @@ impl<S: Scalar> Tape<S> {
         }))
     }
 
-    /// Bytes held for backward: saved tensors beyond the node values themselves.
+    /// Bytes held for backward: what each node's VJP reads beyond the node's own value (saved
+    /// arguments, each counted as often as it is saved) plus auxiliary data.
     pub fn saved_bytes(&self) -> usize {
-        self.nodes.iter().map(|n| n.saved_bytes()).sum()
+        (0..self.nodes.len())
+            .map(|id| self.node_saved_bytes(id))
+            .sum()
     }
 
     /// Bytes of all node values.
