@@ -4,6 +4,7 @@
 
 mod error;
 pub mod kernels;
+pub mod pool;
 mod scalar;
 mod shape;
 mod tensor;

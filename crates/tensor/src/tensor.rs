@@ -1,15 +1,103 @@
 //! `Tensor<S>`: a shape plus a shared, row-major, contiguous buffer. Cloning shares the buffer
 //! (an `Arc<[S]>`: count and elements in one allocation), writing through `data_mut` copies it
-//! only when it is shared.
+//! only when it is shared. The last holder of a buffer hands it to the thread's [`crate::pool`],
+//! and new tensors take their buffers from there.
 
-use crate::{Error, Result, Scalar, Shape};
+use crate::{pool, Error, Result, Scalar, Shape};
 use std::sync::Arc;
 
 /// A dense row-major tensor whose buffer is shared between clones (copy-on-write).
 #[derive(Clone, PartialEq)]
 pub struct Tensor<S> {
     shape: Shape,
-    data: Arc<[S]>,
+    data: Buffer<S>,
+}
+
+/// The shared elements, and how to give them back to the pool when the last holder drops them.
+/// (`Tensor<S>` has no `Scalar` bound, so a `Drop` impl could not reach the pool for `S`
+/// without this function pointer, set where `S: Scalar` is known.)
+#[derive(Clone)]
+struct Buffer<S> {
+    elems: Arc<[S]>,
+    give_back: fn(&mut Arc<[S]>),
+}
+
+impl<S: Scalar> Buffer<S> {
+    fn new(elems: Arc<[S]>) -> Self {
+        Buffer {
+            elems,
+            give_back: pool::give_back::<S>,
+        }
+    }
+
+    /// A recycled, unshared buffer of `len` elements for the caller to overwrite, if the pool has
+    /// one. Its stale values are replaced by NaN in debug builds, so a kernel that misses an
+    /// element fails its tests instead of leaking another tensor's values.
+    fn recycled(len: usize) -> Option<Self> {
+        let mut buf = Buffer::new(pool::take::<S>(len)?);
+        if cfg!(debug_assertions) {
+            buf.elems_mut().fill(S::from_f64(f64::NAN));
+        }
+        Some(buf)
+    }
+
+    /// An unshared buffer of `len` elements for the caller to overwrite: recycled, else fresh
+    /// (zeroed, as safe code must; NaN in debug builds, as a recycled one).
+    fn for_overwrite(len: usize) -> Self {
+        Buffer::recycled(len).unwrap_or_else(|| {
+            let fill = if cfg!(debug_assertions) {
+                S::from_f64(f64::NAN)
+            } else {
+                S::ZERO
+            };
+            Buffer::new(std::iter::repeat_n(fill, len).collect())
+        })
+    }
+
+    /// `len` copies of `v`.
+    fn filled(len: usize, v: S) -> Self {
+        match pool::take::<S>(len) {
+            Some(elems) => {
+                let mut buf = Buffer::new(elems);
+                buf.elems_mut().fill(v);
+                buf
+            }
+            None => Buffer::new(std::iter::repeat_n(v, len).collect()),
+        }
+    }
+
+    /// A buffer holding `src` (one copy).
+    fn copied(src: &[S]) -> Self {
+        match pool::take::<S>(src.len()) {
+            Some(elems) => {
+                let mut buf = Buffer::new(elems);
+                buf.elems_mut().copy_from_slice(src);
+                buf
+            }
+            None => Buffer::new(Arc::from(src)),
+        }
+    }
+
+    /// The elements, copied into a buffer of their own first if another tensor shares them.
+    fn elems_mut(&mut self) -> &mut [S] {
+        if Arc::get_mut(&mut self.elems).is_none() {
+            *self = Buffer::copied(&self.elems);
+        }
+        // Unshared now, so this never clones.
+        Arc::make_mut(&mut self.elems)
+    }
+}
+
+impl<S> Drop for Buffer<S> {
+    fn drop(&mut self) {
+        (self.give_back)(&mut self.elems);
+    }
+}
+
+impl<S: PartialEq> PartialEq for Buffer<S> {
+    fn eq(&self, other: &Self) -> bool {
+        self.elems == other.elems
+    }
 }
 
 impl<S: Scalar> Tensor<S> {
@@ -19,9 +107,9 @@ impl<S: Scalar> Tensor<S> {
         Self::from_shape(shape, data)
     }
 
-    /// A tensor from an already-built shape and row-major data. The elements are moved into the
-    /// shared buffer (one copy); kernels on hot paths build the buffer in place with
-    /// [`Tensor::from_iter_exact`] instead.
+    /// A tensor from an already-built shape and row-major data. The elements are copied into the
+    /// shared buffer; kernels on hot paths build the buffer in place with
+    /// [`Tensor::from_iter_exact`] or [`Tensor::from_writer`] instead.
     pub fn from_shape(shape: Shape, data: Vec<S>) -> Result<Self> {
         if data.len() != shape.numel() {
             return Err(Error::DataLength {
@@ -33,12 +121,13 @@ impl<S: Scalar> Tensor<S> {
         }
         Ok(Tensor {
             shape,
-            data: Arc::from(data),
+            data: Buffer::copied(&data),
         })
     }
 
     /// A tensor whose elements are produced by an exact-size iterator, written straight into the
-    /// shared buffer (a single allocation); errors when the count differs from the shape's.
+    /// shared buffer (a recycled one when the pool has one); errors when the count differs from
+    /// the shape's.
     pub fn from_iter_exact<I>(shape: Shape, iter: I) -> Result<Self>
     where
         I: IntoIterator<Item = S>,
@@ -53,13 +142,30 @@ impl<S: Scalar> Tensor<S> {
                 shape,
             });
         }
-        Ok(Tensor {
-            shape,
-            data: iter.collect(),
-        })
+        let data = match Buffer::recycled(shape.numel()) {
+            Some(mut buf) => {
+                for (d, v) in buf.elems_mut().iter_mut().zip(iter) {
+                    *d = v;
+                }
+                buf
+            }
+            None => Buffer::new(iter.collect()),
+        };
+        Ok(Tensor { shape, data })
     }
 
-    /// Zeros whose buffer the caller fills at once through `fill` (which sees it unshared).
+    /// A tensor whose every element `write` sets, in a buffer taken from the pool when it has
+    /// one. The buffer holds arbitrary values when `write` starts (stale ones from a dropped
+    /// tensor, zeros, or NaN in debug builds), so `write` must overwrite all of it; kernels that
+    /// accumulate into their output use [`Tensor::zeros_with`].
+    pub fn from_writer(shape: Shape, write: impl FnOnce(&mut [S])) -> Self {
+        let mut data = Buffer::for_overwrite(shape.numel());
+        write(data.elems_mut());
+        Tensor { shape, data }
+    }
+
+    /// Zeros whose buffer the caller fills at once through `fill` (which sees it unshared), for
+    /// kernels that accumulate into their output.
     pub fn zeros_with(shape: Shape, fill: impl FnOnce(&mut [S])) -> Self {
         let mut t = Self::zeros(&shape);
         fill(t.data_mut());
@@ -75,7 +181,7 @@ impl<S: Scalar> Tensor<S> {
     pub fn scalar(v: S) -> Self {
         Tensor {
             shape: Shape::scalar(),
-            data: Arc::from([v]),
+            data: Buffer::new(Arc::from([v])),
         }
     }
 
@@ -83,7 +189,7 @@ impl<S: Scalar> Tensor<S> {
     pub fn full(shape: &Shape, v: S) -> Self {
         Tensor {
             shape: shape.clone(),
-            data: std::iter::repeat_n(v, shape.numel()).collect(),
+            data: Buffer::filled(shape.numel(), v),
         }
     }
 
@@ -119,30 +225,32 @@ impl<S: Scalar> Tensor<S> {
 
     /// The row-major elements.
     pub fn data(&self) -> &[S] {
-        &self.data
+        &self.data.elems
     }
 
     /// Mutable elements; copies the buffer first if another tensor shares it.
     pub fn data_mut(&mut self) -> &mut [S] {
-        Arc::make_mut(&mut self.data)
+        self.data.elems_mut()
     }
 
     /// The buffer as an owned vector (a copy: the shared buffer is not a `Vec`).
     pub fn into_vec(self) -> Vec<S> {
-        self.data.to_vec()
+        self.data().to_vec()
     }
 
     /// Elements widened to f64.
     pub fn to_f64_vec(&self) -> Vec<f64> {
-        self.data.iter().map(|v| v.to_f64()).collect()
+        self.data().iter().map(|v| v.to_f64()).collect()
     }
 
     /// Converts to another element type (rounding when narrowing).
     pub fn cast<T: Scalar>(&self) -> Tensor<T> {
-        Tensor {
-            shape: self.shape.clone(),
-            data: self.data.iter().map(|v| T::from_f64(v.to_f64())).collect(),
-        }
+        let src = self.data();
+        Tensor::from_writer(self.shape.clone(), |dst| {
+            for (d, v) in dst.iter_mut().zip(src) {
+                *d = T::from_f64(v.to_f64());
+            }
+        })
     }
 
     /// The single element of a one-element tensor.
@@ -157,7 +265,7 @@ impl<S: Scalar> Tensor<S> {
                 ),
             ));
         }
-        Ok(self.data[0])
+        Ok(self.data()[0])
     }
 
     /// Same buffer, new shape with the same element count (shares the buffer).
@@ -188,10 +296,12 @@ impl<S: Scalar> Tensor<S> {
 
     /// Applies `f` to every element.
     pub fn map(&self, f: impl Fn(S) -> S) -> Self {
-        Tensor {
-            shape: self.shape.clone(),
-            data: self.data.iter().map(|&v| f(v)).collect(),
-        }
+        let src = self.data();
+        Tensor::from_writer(self.shape.clone(), |dst| {
+            for (d, &v) in dst.iter_mut().zip(src) {
+                *d = f(v);
+            }
+        })
     }
 
     /// Applies `f` to corresponding elements of two same-shaped tensors.
@@ -203,25 +313,22 @@ impl<S: Scalar> Tensor<S> {
                 found: other.shape.clone(),
             });
         }
-        Ok(Tensor {
-            shape: self.shape.clone(),
-            data: self
-                .data
-                .iter()
-                .zip(other.data.iter())
-                .map(|(&a, &b)| f(a, b))
-                .collect(),
-        })
+        let (a, b) = (self.data(), other.data());
+        Ok(Tensor::from_writer(self.shape.clone(), |dst| {
+            for ((d, &a), &b) in dst.iter_mut().zip(a).zip(b) {
+                *d = f(a, b);
+            }
+        }))
     }
 
     /// True when every element is exactly zero (+0 or -0).
     pub fn is_all_zero(&self) -> bool {
-        self.data.iter().all(|&v| v == S::ZERO)
+        self.data().iter().all(|&v| v == S::ZERO)
     }
 
     /// Index and value of the first element that is NaN or infinite.
     pub fn first_non_finite(&self) -> Option<(usize, S)> {
-        self.data
+        self.data()
             .iter()
             .enumerate()
             .find(|(_, v)| !v.is_finite())
@@ -230,7 +337,7 @@ impl<S: Scalar> Tensor<S> {
 
     /// True when the two tensors share one buffer (no copy was made).
     pub fn shares_buffer_with(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.data, &other.data)
+        Arc::ptr_eq(&self.data.elems, &other.data.elems)
     }
 
     /// Bytes of element storage.
@@ -243,14 +350,14 @@ impl<S: std::fmt::Debug> std::fmt::Debug for Tensor<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         const SHOWN: usize = 16;
         write!(f, "Tensor<{}>{}(", std::any::type_name::<S>(), self.shape)?;
-        for (i, v) in self.data.iter().take(SHOWN).enumerate() {
+        for (i, v) in self.data.elems.iter().take(SHOWN).enumerate() {
             if i > 0 {
                 write!(f, ", ")?;
             }
             write!(f, "{v:?}")?;
         }
-        if self.data.len() > SHOWN {
-            write!(f, ", ... {} more", self.data.len() - SHOWN)?;
+        if self.data.elems.len() > SHOWN {
+            write!(f, ", ... {} more", self.data.elems.len() - SHOWN)?;
         }
         write!(f, ")")
     }

@@ -10,9 +10,11 @@ use super::Graph;
 use crate::ops::activation::{relu_grad, relu_value};
 use crate::ops::{ActivationOp, Forward, Op, Saved, VjpContext};
 use crate::tape::{Rule, Tape};
+use std::any::Any;
+use std::cell::RefCell;
 use std::collections::HashSet;
 use std::sync::Arc;
-use tapegrad_tensor::{Error, Result, Scalar, Tensor};
+use tapegrad_tensor::{DType, Error, Result, Scalar, Tensor};
 
 /// What is fixed about a graph across batches: the graph, which slots require grad, which
 /// arguments of each node need a contribution, and the last node reading each slot.
@@ -113,7 +115,7 @@ impl CompiledGraph {
         let n_in = g.inputs().len();
         let mut context: Vec<Option<Tensor<S>>> = Vec::with_capacity(g.slots());
         context.extend(inputs.iter().cloned().map(Some));
-        let mut records = Vec::with_capacity(g.nodes().len());
+        let mut records = spare_records(g.nodes().len());
         for (k, node) in g.nodes().iter().enumerate() {
             if !checked && !keep_values {
                 if let Some(value) = relu_in_place(plan, k, n_in, output_slot, &mut context) {
@@ -243,7 +245,9 @@ impl<S: Scalar> SavedGraph<S> {
     /// that requires grad runs its VJP, on a zero cotangent if nothing reached it, as the
     /// reference does.
     pub fn backward_seeded(self, seeds: Vec<Option<Tensor<S>>>) -> Result<Vec<Option<Tensor<S>>>> {
-        let SavedGraph { plan, records, .. } = self;
+        let SavedGraph {
+            plan, mut records, ..
+        } = self;
         let g = &plan.graph;
         if seeds.len() != g.slots() {
             return Err(Error::GradCount {
@@ -269,11 +273,21 @@ impl<S: Scalar> SavedGraph<S> {
         }
         let n_in = g.inputs().len();
         let mut acc = seeds;
-        let mut records: Vec<Option<Saved<S>>> = records.into_iter().map(Some).collect();
+        if records.len() != g.nodes().len() {
+            return Err(Error::invalid(
+                CONTEXT,
+                format!(
+                    "the pass kept {} records for {} nodes",
+                    records.len(),
+                    g.nodes().len()
+                ),
+            ));
+        }
         for k in (0..g.nodes().len()).rev() {
             let slot = n_in + k;
-            // Freed here whether or not the node runs: nothing reads them again.
-            let record = records[k].take();
+            // Freed here whether or not the node runs: nothing reads them again. Nodes run
+            // last to first, so node k's record is the last one left.
+            let record = records.pop();
             let cot = acc[slot].take();
             if !plan.requires_grad[slot] {
                 continue;
@@ -308,6 +322,7 @@ impl<S: Scalar> SavedGraph<S> {
                 }
             }
         }
+        give_back_records(records);
         acc.truncate(n_in);
         Ok(acc
             .into_iter()
@@ -318,6 +333,54 @@ impl<S: Scalar> SavedGraph<S> {
             })
             .collect())
     }
+}
+
+/// Each thread's spare record list per scalar type: the inputs-only backward empties a pass's
+/// list and leaves it here for the next pass (a record is a few hundred bytes, so the list of a
+/// large graph would otherwise be a large allocation every step).
+struct SpareRecords {
+    f32: Vec<Saved<f32>>,
+    f64: Vec<Saved<f64>>,
+}
+
+thread_local! {
+    static SPARE_RECORDS: RefCell<SpareRecords> = const {
+        RefCell::new(SpareRecords {
+            f32: Vec::new(),
+            f64: Vec::new(),
+        })
+    };
+}
+
+fn with_spare<S: Scalar, R>(f: impl FnOnce(&mut Vec<Saved<S>>) -> R) -> Option<R> {
+    SPARE_RECORDS
+        .try_with(|cell| {
+            let mut spare = cell.try_borrow_mut().ok()?;
+            let list: &mut dyn Any = match S::DTYPE {
+                DType::F32 => &mut spare.f32,
+                DType::F64 => &mut spare.f64,
+            };
+            list.downcast_mut::<Vec<Saved<S>>>().map(f)
+        })
+        .ok()
+        .flatten()
+}
+
+/// An empty record list with room for `n`: the spare one when it is large enough.
+fn spare_records<S: Scalar>(n: usize) -> Vec<Saved<S>> {
+    with_spare::<S, _>(std::mem::take)
+        .filter(|v| v.capacity() >= n)
+        .unwrap_or_else(|| Vec::with_capacity(n))
+}
+
+/// Keeps an emptied record list as the spare if it is larger than the one held.
+fn give_back_records<S: Scalar>(mut records: Vec<Saved<S>>) {
+    records.clear();
+    with_spare::<S, _>(|spare| {
+        if records.capacity() > spare.capacity() {
+            *spare = records;
+        }
+    });
 }
 
 /// Adds a contribution into an argument's cotangent slot (`existing + c`, existing on the left).

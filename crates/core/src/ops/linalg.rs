@@ -205,31 +205,32 @@ fn linear_rows<S: Scalar>(
             ),
         ));
     }
-    let mut y = Tensor::zeros_with(Shape::new([rows, out])?, |d| {
-        if out > 0 {
-            for row in d.chunks_exact_mut(out) {
-                row.copy_from_slice(b.data());
-            }
+    // The output starts as the bias in every row (which overwrites a recycled buffer whole)
+    // and the GEMM accumulates the product into it. W^T is W read with its strides swapped
+    // (row stride 1, column stride `in`), never copied.
+    Ok(Tensor::from_writer(Shape::new([rows, out])?, |d| {
+        if out == 0 {
+            return;
         }
-    });
-    // Fresh, so unshared: the GEMM writes straight into the tensor's buffer. W^T is W read
-    // with its strides swapped (row stride 1, column stride `in`), never copied.
-    S::gemm(
-        rows,
-        out,
-        inn,
-        y.data_mut(),
-        out,
-        x2.data(),
-        inn,
-        1,
-        w.data(),
-        1,
-        inn,
-        true,
-        tapegrad_tensor::kernels::num_threads(),
-    );
-    Ok(y)
+        for row in d.chunks_exact_mut(out) {
+            row.copy_from_slice(b.data());
+        }
+        S::gemm(
+            rows,
+            out,
+            inn,
+            d,
+            out,
+            x2.data(),
+            inn,
+            1,
+            w.data(),
+            1,
+            inn,
+            true,
+            tapegrad_tensor::kernels::num_threads(),
+        );
+    }))
 }
 
 /// The weight gradient `g^T x` of linear, `(out, in)` from `g` `(rows, out)` and `x` `(rows,
@@ -242,7 +243,8 @@ fn linear_weight_grad<S: Scalar>(g2: &Tensor<S>, x2: &Tensor<S>) -> Result<Tenso
         return batched_matmul(g2, true, x2, false);
     }
     let (g, x) = (g2.data(), x2.data());
-    Ok(Tensor::zeros_with(Shape::new([out, inn])?, |d| {
+    // Every (row, column) product is written, so a recycled buffer needs no zeroing.
+    Ok(Tensor::from_writer(Shape::new([out, inn])?, |d| {
         if inn > 0 {
             for (row, &gi) in d.chunks_exact_mut(inn).zip(g) {
                 for (o, &xj) in row.iter_mut().zip(x) {
@@ -257,15 +259,15 @@ fn linear_weight_grad<S: Scalar>(g2: &Tensor<S>, x2: &Tensor<S>) -> Result<Tenso
 /// (as `sum_axes` over axis 0 adds them), without the general reduction's strided walk.
 fn linear_bias_grad<S: Scalar>(g2: &Tensor<S>) -> Result<Tensor<S>> {
     let out = g2.dims()[1];
-    let mut acc = vec![S::ZERO; out];
-    if out > 0 {
-        for row in g2.data().chunks_exact(out) {
-            for (a, &v) in acc.iter_mut().zip(row) {
-                *a += v;
+    Ok(Tensor::zeros_with(Shape::new([out])?, |acc| {
+        if out > 0 {
+            for row in g2.data().chunks_exact(out) {
+                for (a, &v) in acc.iter_mut().zip(row) {
+                    *a += v;
+                }
             }
         }
-    }
-    Tensor::from_shape(Shape::new([out])?, acc)
+    }))
 }
 
 impl OpRules for LinalgOp {

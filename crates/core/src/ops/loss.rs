@@ -377,30 +377,30 @@ impl OpRules for LossOp {
                 }
                 let cl = classes(name, in_shape, targets)?;
                 let w = reduction.weights(name, cot, &cl.per_sample)?;
+                // Written straight into the gradient's (pooled) buffer.
                 let grad = match self {
                     Lo::CrossEntropy { .. } => {
                         // (p - onehot) * g: p * g everywhere, then the label entry adjusted.
                         let probs = self.probabilities(ctx.aux, in_shape)?;
-                        let mut g = probs.data().to_vec();
-                        for (i, row) in g.chunks_mut(cl.c.max(1)).take(cl.n).enumerate() {
-                            let wi = w.at(i);
-                            for p in row.iter_mut() {
-                                *p *= wi;
+                        Tensor::from_writer(in_shape.clone(), |g| {
+                            g.copy_from_slice(probs.data());
+                            for (i, row) in g.chunks_mut(cl.c.max(1)).take(cl.n).enumerate() {
+                                let wi = w.at(i);
+                                for p in row.iter_mut() {
+                                    *p *= wi;
+                                }
+                                let t = targets[i];
+                                row[t] = (probs.data()[i * cl.c + t] - S::ONE) * wi;
                             }
-                            let t = targets[i];
-                            row[t] = (probs.data()[i * cl.c + t] - S::ONE) * wi;
-                        }
-                        g
+                        })
                     }
-                    _ => {
-                        let mut g = vec![S::ZERO; in_shape.numel()];
+                    _ => Tensor::zeros_with(in_shape.clone(), |g| {
                         for (i, &t) in targets.iter().enumerate() {
                             g[i * cl.c + t] = -w.at(i);
                         }
-                        g
-                    }
+                    }),
                 };
-                Ok(smallvec![Some(Tensor::from_shape(in_shape.clone(), grad)?)])
+                Ok(smallvec![Some(grad)])
             }
         }
     }

@@ -92,7 +92,7 @@ pub fn binary_map<S: Scalar>(
     let (da, db) = (a.data(), b.data());
     // A trailing-suffix operand (bias rows): repeat it in chunks without a general walk.
     if out == *a.shape() && is_suffix(b.shape(), a.shape()) && b.numel() > 0 {
-        return Ok(Tensor::zeros_with(out, |dst| {
+        return Ok(Tensor::from_writer(out, |dst| {
             for (d, x) in dst.chunks_mut(db.len()).zip(da.chunks(db.len())) {
                 for ((d, &x), &y) in d.iter_mut().zip(x).zip(db) {
                     *d = f(x, y);
@@ -103,7 +103,7 @@ pub fn binary_map<S: Scalar>(
     let sa = broadcast_strides(a.shape(), &out);
     let sb = broadcast_strides(b.shape(), &out);
     let dims = out.dims().to_vec();
-    Ok(Tensor::zeros_with(out, |dst| {
+    Ok(Tensor::from_writer(out, |dst| {
         strided_walk(&dims, [&sa, &sb], |lin, [ia, ib]| {
             dst[lin] = f(da[ia], db[ib])
         })
@@ -133,9 +133,9 @@ pub fn broadcast_to<S: Scalar>(t: &Tensor<S>, shape: &Shape) -> Result<Tensor<S>
     }
     let st = broadcast_strides(t.shape(), shape);
     let src = t.data();
-    let mut data = Vec::with_capacity(shape.numel());
-    strided_walk(shape.dims(), [&st], |_, [i]| data.push(src[i]));
-    Tensor::from_shape(shape.clone(), data)
+    Ok(Tensor::from_writer(shape.clone(), |dst| {
+        strided_walk(shape.dims(), [&st], |lin, [i]| dst[lin] = src[i])
+    }))
 }
 
 /// The adjoint of broadcasting: sums `g` (of a broadcast shape) down to `shape`.

@@ -37,9 +37,10 @@ pub fn permute<S: Scalar>(t: &Tensor<S>, dims: &[usize]) -> Result<Tensor<S>> {
     let out_dims: Vec<usize> = dims.iter().map(|&d| t.dims()[d]).collect();
     let walk: Vec<usize> = dims.iter().map(|&d| in_strides[d]).collect();
     let src = t.data();
-    let mut data = Vec::with_capacity(t.numel());
-    strided_walk(&out_dims, [&walk], |_, [i]| data.push(src[i]));
-    Tensor::from_shape(Shape::new(out_dims)?, data)
+    let shape = Shape::new(&out_dims)?;
+    Ok(Tensor::from_writer(shape, |dst| {
+        strided_walk(&out_dims, [&walk], |lin, [i]| dst[lin] = src[i])
+    }))
 }
 
 /// The inverse permutation of `dims`.
@@ -101,9 +102,10 @@ pub fn slice<S: Scalar>(
     walk[axis] = strides[axis] * step;
     let base = start * strides[axis];
     let src = t.data();
-    let mut data = Vec::with_capacity(out_dims.iter().product());
-    strided_walk(&out_dims, [&walk], |_, [i]| data.push(src[base + i]));
-    Tensor::from_shape(Shape::new(out_dims)?, data)
+    let shape = Shape::new(&out_dims)?;
+    Ok(Tensor::from_writer(shape, |dst| {
+        strided_walk(&out_dims, [&walk], |lin, [i]| dst[lin] = src[base + i])
+    }))
 }
 
 /// Concatenates tensors along `axis` (may be negative); all other dimensions must agree.
@@ -136,12 +138,15 @@ pub fn concat<S: Scalar>(parts: &[&Tensor<S>], axis: isize) -> Result<Tensor<S>>
     }
     let shape = Shape::new(out_dims)?;
     let outer: usize = first.dims()[..ax].iter().product();
-    let mut data = Vec::with_capacity(shape.numel());
-    for o in 0..outer {
-        for p in parts {
-            let run = p.numel() / outer.max(1);
-            data.extend_from_slice(&p.data()[o * run..(o + 1) * run]);
+    // The parts' runs tile the output in order, so every element is written once.
+    Ok(Tensor::from_writer(shape, |dst| {
+        let mut at = 0;
+        for o in 0..outer {
+            for p in parts {
+                let run = p.numel() / outer.max(1);
+                dst[at..at + run].copy_from_slice(&p.data()[o * run..(o + 1) * run]);
+                at += run;
+            }
         }
-    }
-    Tensor::from_shape(shape, data)
+    }))
 }

@@ -280,12 +280,9 @@ pub fn batched_matmul<S: Scalar>(
     let mut out_dims = batch.dims().to_vec();
     out_dims.extend([m, n]);
     let out_shape = Shape::new(out_dims)?;
-    let mut result = Tensor::zeros(&out_shape);
-    if result.numel() == 0 {
-        return Ok(result);
+    if out_shape.numel() == 0 {
+        return Ok(Tensor::zeros(&out_shape));
     }
-    // Fresh, so unshared: the GEMM writes straight into the tensor's buffer.
-    let out = result.data_mut();
     let a_mat = a_rows * a_cols;
     let b_mat = b_rows * b_cols;
     let a_strides: Vec<usize> = broadcast_strides(&a_batch, &batch)
@@ -302,24 +299,28 @@ pub fn batched_matmul<S: Scalar>(
     let (ad, bd) = (a.data(), b.data());
     let mn = m * n;
     let threads = num_threads();
-    strided_walk(batch.dims(), [&a_strides, &b_strides], |lin, [ia, ib]| {
-        S::gemm(
-            m,
-            n,
-            k,
-            &mut out[lin * mn..(lin + 1) * mn],
-            n,
-            &ad[ia..ia + a_mat],
-            a_rs,
-            a_cs,
-            &bd[ib..ib + b_mat],
-            b_rs,
-            b_cs,
-            false,
-            threads,
-        );
-    });
-    Ok(result)
+    // The GEMM writes straight into the output's (possibly recycled) buffer: without
+    // accumulation it overwrites every element of each product (zeros when k = 0), and the
+    // batch walk visits every product, so the buffer needs no zeroing first.
+    Ok(Tensor::from_writer(out_shape, |out| {
+        strided_walk(batch.dims(), [&a_strides, &b_strides], |lin, [ia, ib]| {
+            S::gemm(
+                m,
+                n,
+                k,
+                &mut out[lin * mn..(lin + 1) * mn],
+                n,
+                &ad[ia..ia + a_mat],
+                a_rs,
+                a_cs,
+                &bd[ib..ib + b_mat],
+                b_rs,
+                b_cs,
+                false,
+                threads,
+            );
+        })
+    }))
 }
 
 #[cfg(test)]

@@ -62,29 +62,31 @@ fn fold_axes<S: Scalar>(
             }
         })
         .collect();
-    let mut acc = vec![init; kept.numel()];
+    let out = reduced_shape(t.shape(), axes, keepdim)?;
     let src = t.data();
     // Fast path: reducing exactly the trailing axes, so each output is one contiguous run.
     let trailing = axes
         .iter()
         .enumerate()
         .all(|(i, &a)| a == t.rank() - axes.len() + i);
-    if trailing && kept.numel() > 0 {
-        let run = t.numel() / kept.numel();
-        if run > 0 {
-            for (slot, chunk) in acc.iter_mut().zip(src.chunks(run)) {
-                for &v in chunk {
-                    *slot = f(*slot, v);
+    // `kept` and `out` differ only in unit axes, so they hold the same number of elements.
+    Ok(Tensor::from_writer(out, |acc| {
+        acc.fill(init);
+        if trailing && kept.numel() > 0 {
+            let run = t.numel() / kept.numel();
+            if run > 0 {
+                for (slot, chunk) in acc.iter_mut().zip(src.chunks(run)) {
+                    for &v in chunk {
+                        *slot = f(*slot, v);
+                    }
                 }
             }
+        } else {
+            strided_walk(t.dims(), [&walk_strides], |lin, [o]| {
+                acc[o] = f(acc[o], src[lin])
+            });
         }
-    } else {
-        strided_walk(t.dims(), [&walk_strides], |lin, [o]| {
-            acc[o] = f(acc[o], src[lin])
-        });
-    }
-    let out = reduced_shape(t.shape(), axes, keepdim)?;
-    Tensor::from_shape(out, acc)
+    }))
 }
 
 /// Sum over `axes` (normalised).

@@ -25,16 +25,17 @@ fn along_axis<S: Scalar>(
         });
     }
     let (outer, len, inner) = split_at_axis(t.dims(), axis);
-    let mut out = t.data().to_vec();
-    if len > 0 {
-        for o in 0..outer {
-            for i in 0..inner {
-                let start = o * len * inner + i;
-                row(&mut out[start..], len, inner);
+    Ok(Tensor::from_writer(t.shape().clone(), |out| {
+        out.copy_from_slice(t.data());
+        if len > 0 {
+            for o in 0..outer {
+                for i in 0..inner {
+                    let start = o * len * inner + i;
+                    row(&mut out[start..], len, inner);
+                }
             }
         }
-    }
-    Tensor::from_shape(t.shape().clone(), out)
+    }))
 }
 
 /// Softmax along `axis` (normalised).
