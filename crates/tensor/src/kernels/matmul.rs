@@ -6,7 +6,6 @@ use super::broadcast::{broadcast_shape, broadcast_strides};
 use super::strided_walk;
 use crate::{Error, Result, Scalar, Shape, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
 static THREADS: AtomicUsize = AtomicUsize::new(1);
 
@@ -40,51 +39,15 @@ const MIN_PARALLEL_WORK: usize = 128 * 128 * 128;
 /// f32 AVX2 and AVX-512 microkernels).
 const MIN_ROWS_PER_PART: usize = 8;
 
-/// Helper pools by size: `threads - 1` workers, since the calling thread always runs one job.
-/// (Rayon's global pool has a worker per core, all of which wake and spin for a while; on a
-/// machine with as many cores as GEMM threads they then compete with the caller.)
-static POOLS: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
-
-fn helper_pool(workers: usize) -> Option<Arc<rayon::ThreadPool>> {
-    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, pool)) = pools.iter().find(|(w, _)| *w == workers) {
-        return Some(pool.clone());
-    }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(workers)
-        .thread_name(|i| format!("tapegrad-gemm-{i}"))
-        .build()
-        .ok()?;
-    let pool = Arc::new(pool);
-    pools.push((workers, pool.clone()));
-    Some(pool)
-}
-
-/// Runs `jobs`, each on its own thread: the caller runs the first itself and the rest go to a
-/// helper pool of `threads - 1` workers. Unlike `rayon::join` from outside a pool, which
-/// queues both halves and parks the caller, this wakes one worker per extra job and keeps the
-/// caller busy, which is what makes a split pay on products of a few tens of microseconds. If no
-/// pool can be started the jobs run one after the other (same results: the jobs are independent).
+/// Runs `jobs`, each on its own thread where one is free: the caller runs jobs itself and up to
+/// `threads - 1` helper threads (kept polling for a while between products, see `pool`) take the
+/// rest. Unlike `rayon::join` from outside a pool, which queues both halves and parks the caller
+/// until a worker has been woken and has finished, the caller never waits for a wake-up: a job
+/// no helper has claimed by the time the caller is free runs on the caller.
 pub(crate) fn run_jobs<'a, R: Send>(jobs: Vec<Box<dyn FnOnce() -> R + Send + 'a>>) -> Vec<R> {
-    let mut results: Vec<Option<R>> = jobs.iter().map(|_| None).collect();
-    // Bands split again (4 threads and more) queue their halves on the same pool.
-    let workers = num_threads().max(jobs.len()).saturating_sub(1).max(1);
-    let Some(pool) = helper_pool(workers) else {
-        return jobs.into_iter().map(|job| job()).collect();
-    };
-    let mut jobs = jobs.into_iter();
-    let Some(first) = jobs.next() else {
-        return Vec::new();
-    };
-    let (head, tail) = results.split_at_mut(1);
-    pool.in_place_scope(|scope| {
-        for (job, slot) in jobs.zip(tail.iter_mut()) {
-            scope.spawn(move |_| *slot = Some(job()));
-        }
-        head[0] = Some(first());
-    });
-    // The scope returns only once every spawned job has run (a panic in one is resumed above).
-    results.into_iter().flatten().collect()
+    // Bands split again (4 threads and more) publish their halves to the same helpers.
+    let helpers = num_threads().max(jobs.len()).saturating_sub(1);
+    super::pool::run_jobs_on(helpers, jobs)
 }
 
 /// Whether `work` multiply-adds are enough to hand part of them to another thread.
