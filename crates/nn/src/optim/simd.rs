@@ -42,3 +42,33 @@ fn add_scaled_serial<S: Scalar>(p: &mut [S], a: S, g: &[S]) {
     }
     Arch::new().dispatch(AddScaled { p, a, g });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tapegrad_tensor::kernels::set_num_threads;
+
+    #[test]
+    fn add_scaled_matches_the_plain_loop_bit_for_bit_on_every_thread_count() {
+        // Long enough to be cut into chunks at 2 and 3 threads, with an odd tail.
+        let len = 3 * MIN_PER_THREAD + 17;
+        let value = |i: usize, salt: usize| ((i * 2654435761 + salt) % 1000) as f32 / 7.0 - 71.0;
+        let p0: Vec<f32> = (0..len).map(|i| value(i, 1)).collect();
+        let g: Vec<f32> = (0..len).map(|i| value(i, 2) * 1e-3).collect();
+        let a = -0.0123f32;
+        let want: Vec<u32> = p0
+            .iter()
+            .zip(&g)
+            .map(|(&p, &g)| (p + a * g).to_bits())
+            .collect();
+        for threads in [1, 2, 3] {
+            // Other tests give the same bits on any thread count, so changing it here is safe.
+            set_num_threads(threads);
+            let mut p = p0.clone();
+            add_scaled(&mut p, a, &g);
+            let got: Vec<u32> = p.iter().map(|v| v.to_bits()).collect();
+            assert!(got == want, "{threads} threads differ from the plain loop");
+        }
+        set_num_threads(1);
+    }
+}

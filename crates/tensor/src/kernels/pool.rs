@@ -13,8 +13,11 @@ use std::time::{Duration, Instant};
 /// still polling takes the next product's band at once, where a sleeping one must be woken
 /// through the kernel (tens of microseconds, more on a virtual machine whose idle vCPU halted).
 const HELPER_SPIN: Duration = Duration::from_micros(500);
-/// How long the caller polls for the helpers' last jobs before it also yields its core.
-const CALLER_SPIN: Duration = Duration::from_millis(2);
+/// How long the caller polls for the helpers' last jobs (bands end within microseconds of each
+/// other) before it yields its core between polls, in case it shares the core with a helper.
+const CALLER_SPIN: Duration = Duration::from_micros(50);
+/// Polls (a `spin_loop` hint each, a few microseconds together) between looks at the clock.
+const POLLS_PER_CHECK: u32 = 256;
 
 /// A job with its borrow erased; see `run_jobs` for why that is sound.
 type Job = Box<dyn FnOnce() + Send + 'static>;
@@ -92,24 +95,31 @@ fn helper_loop(index: usize) {
     }
 }
 
-/// Returns once `EPOCH` differs from `seen`: polling for `HELPER_SPIN`, then asleep.
+/// Returns once `EPOCH` differs from `seen`: polling for `HELPER_SPIN` (yielding the core every
+/// few microseconds, so a thread that shares it, the caller included, is not held up), then
+/// asleep.
 fn wait_for_publish(seen: u64) {
     let start = Instant::now();
     let mut polls = 0u32;
     while EPOCH.load(Ordering::Acquire) == seen {
         std::hint::spin_loop();
         polls = polls.wrapping_add(1);
-        if polls % 256 == 0 && start.elapsed() >= HELPER_SPIN {
-            let mut board = lock(&BOARD);
-            board.sleepers += 1;
-            // The epoch is bumped under this lock, so a publish either came before this check
-            // or will find `sleepers > 0` and notify.
-            while EPOCH.load(Ordering::Acquire) == seen {
-                board = WAKE.wait(board).unwrap_or_else(|e| e.into_inner());
-            }
-            board.sleepers -= 1;
-            return;
+        if polls % POLLS_PER_CHECK != 0 {
+            continue;
         }
+        if start.elapsed() < HELPER_SPIN {
+            std::thread::yield_now();
+            continue;
+        }
+        let mut board = lock(&BOARD);
+        board.sleepers += 1;
+        // The epoch is bumped under this lock, so a publish either came before this check or
+        // will find `sleepers > 0` and notify.
+        while EPOCH.load(Ordering::Acquire) == seen {
+            board = WAKE.wait(board).unwrap_or_else(|e| e.into_inner());
+        }
+        board.sleepers -= 1;
+        return;
     }
 }
 
@@ -187,7 +197,7 @@ pub(crate) fn run_jobs_on<'a, R: Send>(
     let mut polls = 0u32;
     while batch.pending.load(Ordering::Acquire) != 0 {
         polls = polls.wrapping_add(1);
-        if polls % 256 == 0 && start.elapsed() >= CALLER_SPIN {
+        if polls % POLLS_PER_CHECK == 0 && start.elapsed() >= CALLER_SPIN {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();
