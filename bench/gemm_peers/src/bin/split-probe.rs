@@ -204,7 +204,7 @@ fn axpy(reps: usize) {
 }
 
 /// The five largest products of an MLP step (batch 256 unless `--batch`) in step order, each timed, with a little
-/// serial work between them; 1 thread and `threads` alternating step by step.
+/// serial work between them; at 1 thread, then at `threads`.
 fn seq(reps: usize, threads: usize, batch: usize) {
     use tapegrad_tensor::kernels::{batched_matmul, set_num_threads};
     use tapegrad_tensor::Tensor;
@@ -219,9 +219,11 @@ fn seq(reps: usize, threads: usize, batch: usize) {
         ("L1 g^T x", &g1, true, &x, false),
     ];
     let mut times = vec![(Vec::new(), Vec::new()); products.len()];
-    for _ in 0..reps {
-        for th in [1, threads] {
-            set_num_threads(th);
+    // All 1-thread steps first: alternating step by step would let the helpers fall asleep
+    // between 2-thread steps, which a training loop does not.
+    for th in [1, threads] {
+        set_num_threads(th);
+        for _ in 0..reps {
             for (i, &(_, a, ta, b, tb)) in products.iter().enumerate() {
                 std::hint::black_box(values(20000, 9));
                 let s = Instant::now();
