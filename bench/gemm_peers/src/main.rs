@@ -28,7 +28,14 @@ fn thread_cpu_time() -> Duration {
 /// A stopwatch on the wall clock, or on the thread's CPU clock under `--cpu-time`.
 fn stopwatch() -> impl Fn() -> Duration {
     let cpu = CPU_TIME.load(Ordering::Relaxed);
-    let (wall, start_cpu) = (Instant::now(), if cpu { thread_cpu_time() } else { Duration::ZERO });
+    let (wall, start_cpu) = (
+        Instant::now(),
+        if cpu {
+            thread_cpu_time()
+        } else {
+            Duration::ZERO
+        },
+    );
     move || {
         if cpu {
             thread_cpu_time() - start_cpu
@@ -139,6 +146,15 @@ fn max_diff(a: &[f32], b: &[f32]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// A named product `op(a) op(b)`: (name, a, transpose a, b, transpose b).
+type Product<'a> = (
+    &'a str,
+    &'a tapegrad_tensor::Tensor<f32>,
+    bool,
+    &'a tapegrad_tensor::Tensor<f32>,
+    bool,
+);
+
 /// tapegrad's products of one MLP 784-256-128-10 training step at batch 1, 32 and 256, as the
 /// eager and compiled engines call them (forward `x W^T`, then `dy W` and `dy^T x`), timed alone.
 fn mlp_shapes(args: &Args) {
@@ -152,13 +168,7 @@ fn mlp_shapes(args: &Args) {
                 .unwrap();
             let dy = tapegrad_tensor::Tensor::new(&[batch, fan_out], values(batch * fan_out, 5))
                 .unwrap();
-            let products: [(
-                &str,
-                &tapegrad_tensor::Tensor<f32>,
-                bool,
-                &tapegrad_tensor::Tensor<f32>,
-                bool,
-            ); 3] = [
+            let products: [Product; 3] = [
                 ("x W^T", &x, false, &w, true),
                 ("dy W", &dy, false, &w, false),
                 ("dy^T x", &dy, true, &x, false),

@@ -64,6 +64,28 @@ fn gemm_call(
     }
 }
 
+/// A product by strides: (name, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs).
+type Strided<'a> = (
+    &'a str,
+    usize,
+    usize,
+    usize,
+    &'a [f32],
+    usize,
+    usize,
+    &'a [f32],
+    usize,
+    usize,
+);
+/// A named product `op(a) op(b)` of tensors: (name, a, transpose a, b, transpose b).
+type Named<'a> = (
+    &'a str,
+    &'a tapegrad_tensor::Tensor<f32>,
+    bool,
+    &'a tapegrad_tensor::Tensor<f32>,
+    bool,
+);
+
 fn stats(mut xs: Vec<f64>) -> (f64, f64) {
     xs.sort_by(f64::total_cmp);
     (xs[0], xs[xs.len() / 2])
@@ -111,22 +133,55 @@ fn main() {
         let x = values(batch * fan_in, 3);
         let w = values(fan_out * fan_in, 4);
         let dy = values(batch * fan_out, 5);
-        // (name, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, tapegrad operands)
-        let products: [(&str, usize, usize, usize, &[f32], usize, usize, &[f32], usize, usize); 3] = [
-            ("x W^T", batch, fan_out, fan_in, &x, fan_in, 1, &w, 1, fan_in),
-            ("dy W", batch, fan_in, fan_out, &dy, fan_out, 1, &w, fan_in, 1),
-            ("dy^T x", fan_out, fan_in, batch, &dy, 1, fan_out, &x, fan_in, 1),
+        let products: [Strided; 3] = [
+            (
+                "x W^T", batch, fan_out, fan_in, &x, fan_in, 1, &w, 1, fan_in,
+            ),
+            (
+                "dy W", batch, fan_in, fan_out, &dy, fan_out, 1, &w, fan_in, 1,
+            ),
+            (
+                "dy^T x", fan_out, fan_in, batch, &dy, 1, fan_out, &x, fan_in, 1,
+            ),
         ];
         for (name, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs) in products {
             let mut dst = vec![0.0f32; m * n];
             let none = gemm::Parallelism::None;
-            let whole = |dst: &mut [f32], par| gemm_call(m, n, k, dst, n, a, a_rs, a_cs, b, b_rs, b_cs, par);
+            let whole = |dst: &mut [f32], par| {
+                gemm_call(m, n, k, dst, n, a, a_rs, a_cs, b, b_rs, b_cs, par)
+            };
             let (mh, nh) = (m / 2, n / 2);
             let row_band = |dst: &mut [f32], r0: usize, rows: usize| {
-                gemm_call(rows, n, k, &mut dst[r0 * n..], n, &a[r0 * a_rs..], a_rs, a_cs, b, b_rs, b_cs, none)
+                gemm_call(
+                    rows,
+                    n,
+                    k,
+                    &mut dst[r0 * n..],
+                    n,
+                    &a[r0 * a_rs..],
+                    a_rs,
+                    a_cs,
+                    b,
+                    b_rs,
+                    b_cs,
+                    none,
+                )
             };
             let col_band = |buf: &mut [f32], c0: usize, cols: usize| {
-                gemm_call(m, cols, k, buf, cols, a, a_rs, a_cs, &b[c0 * b_cs..], b_rs, b_cs, none)
+                gemm_call(
+                    m,
+                    cols,
+                    k,
+                    buf,
+                    cols,
+                    a,
+                    a_rs,
+                    a_cs,
+                    &b[c0 * b_cs..],
+                    b_rs,
+                    b_cs,
+                    none,
+                )
             };
             let mut buf = vec![0.0f32; m * n];
             match only.as_deref() {
@@ -159,11 +214,27 @@ fn main() {
             let c0 = time(reps, || col_band(&mut buf, 0, nh));
             let c1 = time(reps, || col_band(&mut buf, nh, n - nh));
             let gr = time(reps, || whole(&mut dst, gemm::Parallelism::Rayon(threads)));
-            let ta = tapegrad_tensor::Tensor::new(&[a.len() / (if a_cs == 1 { a_rs } else { a_cs }), if a_cs == 1 { a_rs } else { a_cs }], a.to_vec()).unwrap();
-            let tb = tapegrad_tensor::Tensor::new(&[b.len() / (if b_cs == 1 { b_rs } else { b_cs }), if b_cs == 1 { b_rs } else { b_cs }], b.to_vec()).unwrap();
+            let ta = tapegrad_tensor::Tensor::new(
+                &[
+                    a.len() / (if a_cs == 1 { a_rs } else { a_cs }),
+                    if a_cs == 1 { a_rs } else { a_cs },
+                ],
+                a.to_vec(),
+            )
+            .unwrap();
+            let tb = tapegrad_tensor::Tensor::new(
+                &[
+                    b.len() / (if b_cs == 1 { b_rs } else { b_cs }),
+                    if b_cs == 1 { b_rs } else { b_cs },
+                ],
+                b.to_vec(),
+            )
+            .unwrap();
             let (trans_a, trans_b) = (a_cs != 1, b_cs != 1);
             let tg = time(reps, || {
-                std::hint::black_box(tapegrad_tensor::kernels::batched_matmul(&ta, trans_a, &tb, trans_b).unwrap());
+                std::hint::black_box(
+                    tapegrad_tensor::kernels::batched_matmul(&ta, trans_a, &tb, trans_b).unwrap(),
+                );
             });
             println!(
                 "{name:7} {m:4}x{n:4}x{k:4}  whole {:7.1} ({:7.1})  rows {:6.1}+{:6.1}  cols {:6.1}+{:6.1}  gemm-rayon{threads} {:7.1} ({:7.1})  tapegrad-t{threads} {:7.1} ({:7.1})",
@@ -200,7 +271,10 @@ fn axpy(reps: usize) {
         std::hint::black_box(values(2000, 7));
     }
     let (a, b) = (stats(one), stats(split));
-    println!("axpy 200704: one thread {:.1} ({:.1}) us, split {:.1} ({:.1}) us (min (median))", a.0, a.1, b.0, b.1);
+    println!(
+        "axpy 200704: one thread {:.1} ({:.1}) us, split {:.1} ({:.1}) us (min (median))",
+        a.0, a.1, b.0, b.1
+    );
 }
 
 /// The five largest products of an MLP step (batch 256 unless `--batch`) in step order, each timed, with a little
@@ -211,7 +285,7 @@ fn seq(reps: usize, threads: usize, batch: usize) {
     let t = |r: usize, c: usize, seed| Tensor::new(&[r, c], values(r * c, seed)).unwrap();
     let (x, w1, w2) = (t(batch, 784, 1), t(256, 784, 2), t(128, 256, 3));
     let (h1, g2, g1) = (t(batch, 256, 4), t(batch, 128, 5), t(batch, 256, 6));
-    let products: [(&str, &Tensor<f32>, bool, &Tensor<f32>, bool); 5] = [
+    let products: [Named; 5] = [
         ("L1 x W^T", &x, false, &w1, true),
         ("L2 h W^T", &h1, false, &w2, true),
         ("L2 g^T h", &g2, true, &h1, false),
@@ -229,7 +303,11 @@ fn seq(reps: usize, threads: usize, batch: usize) {
                 let s = Instant::now();
                 std::hint::black_box(batched_matmul(a, ta, b, tb).unwrap());
                 let us = s.elapsed().as_secs_f64() * 1e6;
-                if th == 1 { times[i].0.push(us) } else { times[i].1.push(us) }
+                if th == 1 {
+                    times[i].0.push(us)
+                } else {
+                    times[i].1.push(us)
+                }
             }
         }
     }
