@@ -259,7 +259,7 @@ macro_rules! impl_scalar {
                     "gemm: rhs too small"
                 );
                 use crate::kernels::matmul::{split_for, Split};
-                let parallelism = match split_for(m, n, k, lhs_cs == 1, threads) {
+                let parallelism = match split_for(m, n, k, threads) {
                     Split::Serial => gemm::Parallelism::None,
                     Split::Gemm(threads) => gemm::Parallelism::Rayon(threads),
                     Split::Rows {

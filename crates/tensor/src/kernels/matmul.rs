@@ -56,8 +56,7 @@ pub(crate) fn worth_threads(work: usize) -> bool {
     work >= MIN_PARALLEL_WORK
 }
 
-/// The split for an m x k by k x n product on `threads` threads; `lhs_row_major` says whether
-/// lhs's column stride is 1.
+/// The split for an m x k by k x n product on `threads` threads.
 ///
 /// A band of rows (columns) is computed with exactly the additions, in the same order, as the same
 /// rows (columns) of the whole product, provided gemm 0.19 takes the same kernel path for both:
@@ -65,24 +64,19 @@ pub(crate) fn worth_threads(work: usize) -> bool {
 /// k <= 2, for m or n <= 1, for m * n <= 256 and for m, n both <= 64. Bands are only cut where
 /// every band stays on the whole product's path, so the result is bit-identical for every thread
 /// count.
-pub(crate) fn split_for(
-    m: usize,
-    n: usize,
-    k: usize,
-    lhs_row_major: bool,
-    threads: usize,
-) -> Split {
+pub(crate) fn split_for(m: usize, n: usize, k: usize, threads: usize) -> Split {
     let work = m.saturating_mul(n).saturating_mul(k);
     if threads <= 1 || work < MIN_PARALLEL_WORK {
         return Split::Serial;
     }
     // What a cut costs on top of the product, in packed elements: gemm transposes a row-major
     // product, so rhs (k x n) is the operand it packs per block of output rows, and each row
-    // band packs all of it again; each column band packs lhs (m x k) again only when lhs is not
-    // row-major (a row-major lhs is read in place unless a band is over 2,048 columns wide).
-    // Measured on the MLP's products (bench/gemm_peers split-probe): the column halves of
-    // x W^T take 5-7 % less time than its row halves. Take the cheaper cut that keeps gemm's
-    // kernel path.
+    // band packs all of it again; each column band packs lhs (m x k) again, or (a row-major
+    // lhs, up to 2,048 columns per band) reads all of it in place, which costs no instructions
+    // but doubles the traffic over lhs. Ties go to rows. Take the cheaper cut that keeps gemm's
+    // kernel path. (Measured, bench/gemm_peers split-probe: the column halves of the MLP's
+    // x W^T take 5-7 % less time than its row halves on one thread, but square 1024 products
+    // on two threads looked slower with column bands; this rule keeps rows for both.)
     let rows = bands(m, k, threads, |rows| (rows, n)).map(|(rows_per_part, parts)| Split::Rows {
         rows_per_part,
         parts,
@@ -92,12 +86,8 @@ pub(crate) fn split_for(
         parts,
     });
     let row_extra = k.saturating_mul(n);
-    let col_extra = if lhs_row_major && n.div_ceil(threads) <= 2048 {
-        0
-    } else {
-        m.saturating_mul(k)
-    };
-    let preferred = if row_extra < col_extra {
+    let col_extra = m.saturating_mul(k);
+    let preferred = if row_extra <= col_extra {
         rows.or(cols)
     } else {
         cols.or(rows)
