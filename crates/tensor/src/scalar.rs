@@ -136,6 +136,14 @@ pub trait Scalar:
     );
 }
 
+/// The output of a product split into column bands, shared by the bands' jobs, each of which
+/// writes only its own columns (see the `Split::Cols` arm of `Scalar::gemm`).
+struct BandPtr<T>(*mut T);
+
+// SAFETY: the pointer is only dereferenced by band jobs that write disjoint elements while the
+// `&mut` slice it came from stays borrowed (see its use); `T` itself is `Send`.
+unsafe impl<T: Send> Sync for BandPtr<T> {}
+
 macro_rules! impl_scalar {
     ($t:ty, $dtype:expr, $erf:path) => {
         impl Scalar for $t {
@@ -307,63 +315,55 @@ macro_rules! impl_scalar {
                         cols_per_part,
                         parts,
                     } => {
-                        // Column bands of `dst` are not contiguous, so each half is computed in a
-                        // compact m x width buffer (seeded from `dst` when accumulating; the
-                        // row stride does not change the arithmetic) and copied back: no unsafe.
-                        let left = parts / 2 * cols_per_part;
-                        let threads_left = threads / 2;
-                        let band = |c0: usize, width: usize| -> Vec<Self> {
-                            if accumulate {
-                                (0..m)
-                                    .flat_map(|r| dst[r * dst_rs + c0..][..width].iter().copied())
-                                    .collect()
-                            } else {
-                                vec![0.0; m * width]
-                            }
-                        };
-                        let (mut a, mut b) = (band(0, left), band(left, n - left));
-                        let rhs_right = &rhs[left * rhs_cs..];
-                        crate::kernels::matmul::run_jobs(vec![
-                            Box::new(|| {
-                                Self::gemm(
-                                    m,
-                                    left,
-                                    k,
-                                    &mut a,
-                                    left,
-                                    lhs,
-                                    lhs_rs,
-                                    lhs_cs,
-                                    rhs,
-                                    rhs_rs,
-                                    rhs_cs,
-                                    accumulate,
-                                    threads_left,
-                                )
-                            }),
-                            Box::new(|| {
-                                Self::gemm(
-                                    m,
-                                    n - left,
-                                    k,
-                                    &mut b,
-                                    n - left,
-                                    lhs,
-                                    lhs_rs,
-                                    lhs_cs,
-                                    rhs_right,
-                                    rhs_rs,
-                                    rhs_cs,
-                                    accumulate,
-                                    threads - threads_left,
-                                )
-                            }),
-                        ]);
-                        for r in 0..m {
-                            let row = &mut dst[r * dst_rs..][..n];
-                            row[..left].copy_from_slice(&a[r * left..][..left]);
-                            row[left..].copy_from_slice(&b[r * (n - left)..][..n - left]);
-                        }
+                        // Column bands of `dst` interleave in memory, so no band is a slice of its
+                        // own: each band's single-threaded product writes its columns in place
+                        // through a raw pointer, with the whole product's strides (no compact
+                        // copy, and the same gemm call as the whole product's columns).
+                        let dst_ptr = BandPtr(dst.as_mut_ptr());
+                        let dst_ptr = &dst_ptr;
+                        let jobs = (0..parts)
+                            .map(|part| {
+                                let c0 = part * cols_per_part;
+                                let width = cols_per_part.min(n - c0);
+                                let rhs_band = &rhs[c0 * rhs_cs..];
+                                Box::new(move || {
+                                    // SAFETY: the asserts above prove that every (row, column)
+                                    // of the m x n product lies inside `dst` and that no two
+                                    // share an element; this band writes (and, accumulating,
+                                    // reads) only rows 0..m of columns c0..c0 + width, which
+                                    // no other band touches, and `c0 < n` keeps the offset
+                                    // inside the allocation. `dst` stays uniquely borrowed by
+                                    // this call, which returns only after `run_jobs` has seen
+                                    // every band finish, so nothing else reads or writes it
+                                    // meanwhile. lhs and this band's rhs (in bounds by the
+                                    // asserts: column c0 + width - 1 < n) are only read.
+                                    unsafe {
+                                        gemm::gemm(
+                                            m,
+                                            width,
+                                            k,
+                                            dst_ptr.0.add(c0),
+                                            1,
+                                            dst_rs as isize,
+                                            accumulate,
+                                            lhs.as_ptr(),
+                                            lhs_cs as isize,
+                                            lhs_rs as isize,
+                                            rhs_band.as_ptr(),
+                                            rhs_cs as isize,
+                                            rhs_rs as isize,
+                                            1.0,
+                                            1.0,
+                                            false,
+                                            false,
+                                            false,
+                                            gemm::Parallelism::None,
+                                        )
+                                    }
+                                }) as Box<dyn FnOnce() + Send + '_>
+                            })
+                            .collect();
+                        crate::kernels::matmul::run_jobs(jobs);
                         return;
                     }
                 };

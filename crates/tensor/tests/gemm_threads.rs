@@ -1,6 +1,7 @@
 //! The `Scalar::gemm` hook on random shapes (m, n, k from 0 up, odd sizes, strided and transposed
 //! operands, accumulate or not): against a naive triple loop, and bit-identical for every thread
-//! count, including the products large enough that the output is cut into bands of rows.
+//! count, including the products large enough that the output is cut into bands of rows or of
+//! columns (written in place between the padding of each row).
 
 mod common;
 
@@ -117,6 +118,10 @@ fn random_shapes_match_the_naive_product_on_every_thread_count() {
         (72, 70, 300),
         // Four rows: column bands.
         (4, 1000, 1000),
+        // Column bands written in place (a row-major lhs packs nothing again), between rows
+        // of padding, 2 to 4 bands, the last one narrower.
+        (256, 128, 64),
+        (100, 70, 300),
         // Too narrow for bands either way: gemm's own Rayon split.
         (9, 30000, 12),
     ];

@@ -6,7 +6,6 @@ use super::broadcast::{broadcast_shape, broadcast_strides};
 use super::strided_walk;
 use crate::{Error, Result, Scalar, Shape, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
 static THREADS: AtomicUsize = AtomicUsize::new(1);
 
@@ -21,8 +20,9 @@ pub fn num_threads() -> usize {
 }
 
 /// How one product is spread over threads: the rows (or columns) of the output cut into `parts`
-/// bands of `per_part` rows (columns; the last band may be narrower), each an independent GEMM,
-/// or the whole product handed to gemm's own Rayon split.
+/// bands of `per_part` rows (columns; the last band may be narrower), each an independent GEMM
+/// (row bands split again in halves with 4 threads and more, column bands one job each), or the
+/// whole product handed to gemm's own Rayon split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Split {
     Serial,
@@ -40,51 +40,15 @@ const MIN_PARALLEL_WORK: usize = 128 * 128 * 128;
 /// f32 AVX2 and AVX-512 microkernels).
 const MIN_ROWS_PER_PART: usize = 8;
 
-/// Helper pools by size: `threads - 1` workers, since the calling thread always runs one job.
-/// (Rayon's global pool has a worker per core, all of which wake and spin for a while; on a
-/// machine with as many cores as GEMM threads they then compete with the caller.)
-static POOLS: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
-
-fn helper_pool(workers: usize) -> Option<Arc<rayon::ThreadPool>> {
-    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, pool)) = pools.iter().find(|(w, _)| *w == workers) {
-        return Some(pool.clone());
-    }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(workers)
-        .thread_name(|i| format!("tapegrad-gemm-{i}"))
-        .build()
-        .ok()?;
-    let pool = Arc::new(pool);
-    pools.push((workers, pool.clone()));
-    Some(pool)
-}
-
-/// Runs `jobs`, each on its own thread: the caller runs the first itself and the rest go to a
-/// helper pool of `threads - 1` workers. Unlike `rayon::join` from outside a pool, which
-/// queues both halves and parks the caller, this wakes one worker per extra job and keeps the
-/// caller busy, which is what makes a split pay on products of a few tens of microseconds. If no
-/// pool can be started the jobs run one after the other (same results: the jobs are independent).
+/// Runs `jobs`, each on its own thread where one is free: the caller runs jobs itself and up to
+/// `threads - 1` helper threads (kept polling for a while between products, see `pool`) take the
+/// rest. Unlike `rayon::join` from outside a pool, which queues both halves and parks the caller
+/// until a worker has been woken and has finished, the caller never waits for a wake-up: a job
+/// no helper has claimed by the time the caller is free runs on the caller.
 pub(crate) fn run_jobs<'a, R: Send>(jobs: Vec<Box<dyn FnOnce() -> R + Send + 'a>>) -> Vec<R> {
-    let mut results: Vec<Option<R>> = jobs.iter().map(|_| None).collect();
-    // Bands split again (4 threads and more) queue their halves on the same pool.
-    let workers = num_threads().max(jobs.len()).saturating_sub(1).max(1);
-    let Some(pool) = helper_pool(workers) else {
-        return jobs.into_iter().map(|job| job()).collect();
-    };
-    let mut jobs = jobs.into_iter();
-    let Some(first) = jobs.next() else {
-        return Vec::new();
-    };
-    let (head, tail) = results.split_at_mut(1);
-    pool.in_place_scope(|scope| {
-        for (job, slot) in jobs.zip(tail.iter_mut()) {
-            scope.spawn(move |_| *slot = Some(job()));
-        }
-        head[0] = Some(first());
-    });
-    // The scope returns only once every spawned job has run (a panic in one is resumed above).
-    results.into_iter().flatten().collect()
+    // Bands split again (4 threads and more) publish their halves to the same helpers.
+    let helpers = num_threads().max(jobs.len()).saturating_sub(1);
+    super::pool::run_jobs_on(helpers, jobs)
 }
 
 /// Whether `work` multiply-adds are enough to hand part of them to another thread.
@@ -105,9 +69,14 @@ pub(crate) fn split_for(m: usize, n: usize, k: usize, threads: usize) -> Split {
     if threads <= 1 || work < MIN_PARALLEL_WORK {
         return Split::Serial;
     }
-    // What a cut costs on top of the product: row bands each pack all of rhs (k x n) again;
-    // column bands each pack lhs (m x k) again and go through compact m x width buffers (two
-    // passes over the output). Take the cheaper cut that keeps gemm's kernel path.
+    // What a cut costs on top of the product, in packed elements: gemm transposes a row-major
+    // product, so rhs (k x n) is the operand it packs per block of output rows, and each row
+    // band packs all of it again; each column band packs lhs (m x k) again, or (a row-major
+    // lhs, up to 2,048 columns per band) reads all of it in place, which costs no instructions
+    // but doubles the traffic over lhs. Ties go to rows. Take the cheaper cut that keeps gemm's
+    // kernel path. (Measured, bench/gemm_peers split-probe: the column halves of the MLP's
+    // x W^T take 5-7 % less time than its row halves on one thread, but square 1024 products
+    // on two threads looked slower with column bands; this rule keeps rows for both.)
     let rows = bands(m, k, threads, |rows| (rows, n)).map(|(rows_per_part, parts)| Split::Rows {
         rows_per_part,
         parts,
@@ -117,7 +86,7 @@ pub(crate) fn split_for(m: usize, n: usize, k: usize, threads: usize) -> Split {
         parts,
     });
     let row_extra = k.saturating_mul(n);
-    let col_extra = m.saturating_mul(n.saturating_mul(2).saturating_add(k));
+    let col_extra = m.saturating_mul(k);
     let preferred = if row_extra <= col_extra {
         rows.or(cols)
     } else {
