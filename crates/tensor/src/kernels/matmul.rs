@@ -41,14 +41,14 @@ const MIN_PARALLEL_WORK: usize = 128 * 128 * 128;
 const MIN_ROWS_PER_PART: usize = 8;
 
 /// Runs `jobs`, each on its own thread where one is free: the caller runs jobs itself and up to
-/// `threads - 1` helper threads (kept polling for a while between products, see `pool`) take the
+/// `threads - 1` helper threads (kept polling for a while between products, see `workers`) take the
 /// rest. Unlike `rayon::join` from outside a pool, which queues both halves and parks the caller
 /// until a worker has been woken and has finished, the caller never waits for a wake-up: a job
 /// no helper has claimed by the time the caller is free runs on the caller.
 pub(crate) fn run_jobs<'a, R: Send>(jobs: Vec<Box<dyn FnOnce() -> R + Send + 'a>>) -> Vec<R> {
     // Bands split again (4 threads and more) publish their halves to the same helpers.
     let helpers = num_threads().max(jobs.len()).saturating_sub(1);
-    super::pool::run_jobs_on(helpers, jobs)
+    super::workers::run_jobs_on(helpers, jobs)
 }
 
 /// Whether `work` multiply-adds are enough to hand part of them to another thread.

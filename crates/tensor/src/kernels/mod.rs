@@ -6,15 +6,15 @@ pub mod broadcast;
 pub mod conv;
 pub mod layout;
 pub mod matmul;
-mod pool;
 pub mod reduce;
 pub mod softmax;
 mod walk;
+mod workers;
 
 pub use broadcast::{binary_map, broadcast_shape, broadcast_to, sum_to};
 pub use layout::{concat, permute, slice, transpose};
 pub use matmul::{batched_matmul, matmul, num_threads, set_num_threads};
-pub use pool::for_each_chunk_mut;
 pub use reduce::{expand_reduced, max_axes, mean_axes, reduced_shape, sum_axes};
 pub use softmax::{log_softmax, softmax};
 pub(crate) use walk::strided_walk;
+pub use workers::for_each_chunk_mut;
