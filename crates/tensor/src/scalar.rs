@@ -144,6 +144,49 @@ struct BandPtr<T>(*mut T);
 // `&mut` slice it came from stays borrowed (see its use); `T` itself is `Send`.
 unsafe impl<T: Send> Sync for BandPtr<T> {}
 
+/// `dst := (accumulate ? dst : 0) + lhs * rhs` through the `gemm` crate, for an m x n x k product
+/// whose operands are given as (pointer, row stride, column stride) and whose `dst` rows are
+/// contiguous (column stride 1). The one place tapegrad calls into `gemm`.
+///
+/// # Safety
+/// Every element the product addresses through these pointers and strides lies inside its
+/// allocation; the m x n elements of `dst` are distinct, alias neither operand, and no other
+/// thread reads or writes them during the call.
+unsafe fn row_major_gemm<S: Scalar>(
+    (m, n, k): (usize, usize, usize),
+    (dst, dst_rs): (*mut S, usize),
+    accumulate: bool,
+    (lhs, lhs_rs, lhs_cs): (*const S, usize, usize),
+    (rhs, rhs_rs, rhs_cs): (*const S, usize, usize),
+    parallelism: gemm::Parallelism,
+) {
+    // SAFETY: the caller's contract is exactly gemm's: in-bounds strided access, and a `dst`
+    // no one else touches meanwhile.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            1,
+            dst_rs as isize,
+            accumulate,
+            lhs,
+            lhs_cs as isize,
+            lhs_rs as isize,
+            rhs,
+            rhs_cs as isize,
+            rhs_rs as isize,
+            S::ONE,
+            S::ONE,
+            false,
+            false,
+            false,
+            parallelism,
+        )
+    }
+}
+
 macro_rules! impl_scalar {
     ($t:ty, $dtype:expr, $erf:path) => {
         impl Scalar for $t {
@@ -338,25 +381,12 @@ macro_rules! impl_scalar {
                                     // meanwhile. lhs and this band's rhs (in bounds by the
                                     // asserts: column c0 + width - 1 < n) are only read.
                                     unsafe {
-                                        gemm::gemm(
-                                            m,
-                                            width,
-                                            k,
-                                            dst_ptr.0.add(c0),
-                                            1,
-                                            dst_rs as isize,
+                                        row_major_gemm(
+                                            (m, width, k),
+                                            (dst_ptr.0.add(c0), dst_rs),
                                             accumulate,
-                                            lhs.as_ptr(),
-                                            lhs_cs as isize,
-                                            lhs_rs as isize,
-                                            rhs_band.as_ptr(),
-                                            rhs_cs as isize,
-                                            rhs_rs as isize,
-                                            1.0,
-                                            1.0,
-                                            false,
-                                            false,
-                                            false,
+                                            (lhs.as_ptr(), lhs_rs, lhs_cs),
+                                            (rhs_band.as_ptr(), rhs_rs, rhs_cs),
                                             gemm::Parallelism::None,
                                         )
                                     }
@@ -373,25 +403,12 @@ macro_rules! impl_scalar {
                 // split the rows over never write the same place; `dst` is uniquely borrowed and
                 // cannot alias the inputs, which are only read.
                 unsafe {
-                    gemm::gemm(
-                        m,
-                        n,
-                        k,
-                        dst.as_mut_ptr(),
-                        1,
-                        dst_rs as isize,
+                    row_major_gemm(
+                        (m, n, k),
+                        (dst.as_mut_ptr(), dst_rs),
                         accumulate,
-                        lhs.as_ptr(),
-                        lhs_cs as isize,
-                        lhs_rs as isize,
-                        rhs.as_ptr(),
-                        rhs_cs as isize,
-                        rhs_rs as isize,
-                        1.0,
-                        1.0,
-                        false,
-                        false,
-                        false,
+                        (lhs.as_ptr(), lhs_rs, lhs_cs),
+                        (rhs.as_ptr(), rhs_rs, rhs_cs),
                         parallelism,
                     )
                 }
