@@ -152,16 +152,16 @@ impl<S: Scalar> Tape<S> {
         ids: &[usize],
     ) -> Result<Vec<Tensor<S>>> {
         self.check_seed(out, seed)?;
-        // Leaves (parameters, typically) keep their slots anyway: only op nodes drop theirs.
-        let mut kept_ops = Vec::new();
+        // Leaves (parameters, typically) keep their slots anyway: only op nodes drop theirs. A
+        // mask, not a search of `ids`, since the sweep asks once per visited node.
+        let mut keep = vec![false; self.nodes.len()];
         for &id in ids {
-            if !matches!(self.node(id)?.rule, Rule::Leaf) {
-                kept_ops.push(id);
-            }
+            let is_op = !matches!(self.node(id)?.rule, Rule::Leaf);
+            keep[id] = is_op;
         }
         let mut slots: Vec<Option<Tensor<S>>> = vec![None; self.nodes.len()];
         slots[out] = Some(seed.clone());
-        self.sweep(&mut slots, out, |id| kept_ops.contains(&id))?;
+        self.sweep(&mut slots, out, |id| keep[id])?;
         Ok(ids
             .iter()
             .map(|&id| match &slots[id] {
