@@ -1,7 +1,7 @@
 //! The `Scalar::gemm` hook on random shapes (m, n, k from 0 up, odd sizes, strided and transposed
 //! operands, accumulate or not): against a naive triple loop, and bit-identical for every thread
 //! count, including the products large enough that the output is cut into bands of rows or of
-//! columns (written in place between the padding of each row).
+//! columns (written in place between the padding of each row), more bands than threads included.
 
 mod common;
 
@@ -124,6 +124,11 @@ fn random_shapes_match_the_naive_product_on_every_thread_count() {
         (100, 70, 300),
         // Too narrow for bands either way: gemm's own Rayon split.
         (9, 30000, 12),
+        // Sides of 1,024 and more: two bands per thread on 2 threads (4 row bands of 264 rows,
+        // the last 238; 4 column bands), one per thread on 3 and 4.
+        (1030, 40, 70),
+        (70, 40, 1030),
+        (1031, 33, 129),
     ];
     for _ in 0..40 {
         let (m, k, n) = (next(sizes.len()), next(sizes.len()), next(sizes.len()));
