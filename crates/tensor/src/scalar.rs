@@ -302,7 +302,7 @@ macro_rules! impl_scalar {
                     "gemm: rhs too small"
                 );
                 use crate::kernels::matmul::{split_for, Split};
-                let parallelism = match split_for(m, n, k, threads) {
+                let parallelism = match split_for(m, n, k, threads, lhs_cs == 1) {
                     Split::Serial => gemm::Parallelism::None,
                     Split::Gemm(threads) => gemm::Parallelism::Rayon(threads),
                     Split::Rows {

@@ -124,11 +124,6 @@ fn random_shapes_match_the_naive_product_on_every_thread_count() {
         (100, 70, 300),
         // Too narrow for bands either way: gemm's own Rayon split.
         (9, 30000, 12),
-        // Sides of 1,024 and more: two bands per thread on 2 threads (4 row bands of 264 rows,
-        // the last 238; 4 column bands), one per thread on 3 and 4.
-        (1030, 40, 70),
-        (70, 40, 1030),
-        (1031, 33, 129),
     ];
     for _ in 0..40 {
         let (m, k, n) = (next(sizes.len()), next(sizes.len()), next(sizes.len()));
@@ -145,5 +140,34 @@ fn random_shapes_match_the_naive_product_on_every_thread_count() {
         };
         check::<f32>(&c, i as u64 * 10);
         check::<f64>(&c, i as u64 * 10 + 5);
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "products of up to 10^7 multiply-adds")]
+fn long_sides_cut_into_more_bands_than_threads_keep_the_bits() {
+    // (m, k, n). Sides of 1,024 and more get two bands per thread on 2 threads (1030 rows: 4
+    // bands of 264, the last 238), one per thread on 3 and 4. A row-major lhs makes column bands
+    // free of repacking, so the same shape is cut into columns with it and into rows without.
+    let shapes = [
+        (1030, 40, 70),
+        (70, 40, 1030),
+        (1031, 33, 129),
+        (129, 33, 1031),
+    ];
+    for (i, (m, k, n)) in shapes.into_iter().enumerate() {
+        for trans_lhs in [false, true] {
+            let c = Case {
+                m,
+                n,
+                k,
+                trans_lhs,
+                trans_rhs: i % 2 == 1,
+                accumulate: i >= 2,
+            };
+            let seed = 1000 + i as u64 * 10 + trans_lhs as u64;
+            check::<f32>(&c, seed);
+            check::<f64>(&c, seed + 5);
+        }
     }
 }

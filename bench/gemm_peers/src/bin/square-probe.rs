@@ -7,7 +7,7 @@
 //! Usage: square-probe [--n 1024] [--threads 2] [--reps 20] [--only VARIANT]
 //! VARIANT: whole, rows2, cols2, rows4 (bands one after the other on one thread), par-rowsB /
 //! par-colsB for B in 2, 4, 8 (B bands claimed one at a time by `--threads` scoped threads),
-//! rayon, mm (matrixmultiply, threading), tapegrad; `--only` runs that variant only,
+//! rayon, mm (matrixmultiply, threading), faer, tapegrad; `--only` runs that variant only,
 //! `--variants a,b,c` times only those, interleaved.
 
 use std::time::{Duration, Instant};
@@ -127,6 +127,7 @@ fn main() {
     let (mut d1, mut d2, mut d3, mut d4) = (dst.clone(), dst.clone(), dst.clone(), dst.clone());
     let (mut d5, mut d6, mut d7) = (dst.clone(), dst.clone(), dst.clone());
     let (mut d8, mut d9, mut d10) = (dst.clone(), dst.clone(), dst.clone());
+    let mut fc = faer::Mat::<f32>::zeros(n, n);
     let none = gemm::Parallelism::None;
     let bands = &|dst: &mut [f32], parts: usize, by_rows: bool| {
         let per = n.div_ceil(parts);
@@ -168,6 +169,21 @@ fn main() {
                     n, n, n, 1.0, a.as_ptr(), n as isize, 1, b.as_ptr(), n as isize, 1, 0.0,
                     d10.as_mut_ptr(), n as isize, 1,
                 )
+            }),
+        ),
+        (
+            "faer",
+            Box::new(move || {
+                let par = if threads > 1 {
+                    faer::Par::rayon(threads)
+                } else {
+                    faer::Par::Seq
+                };
+                let (fa, fb) = (
+                    faer::MatRef::from_row_major_slice(a, n, n),
+                    faer::MatRef::from_row_major_slice(b, n, n),
+                );
+                faer::linalg::matmul::matmul(fc.as_mut(), faer::Accum::Replace, fa, fb, 1.0, par)
             }),
         ),
         (

@@ -39,6 +39,12 @@ const MIN_PARALLEL_WORK: usize = 128 * 128 * 128;
 /// A band narrower than this (rows or columns) wastes the GEMM's register tile (8 wide in gemm's
 /// f32 AVX2 and AVX-512 microkernels).
 const MIN_ROWS_PER_PART: usize = 8;
+/// The widest output band whose row-major lhs gemm 0.19 reads in place instead of packing: it
+/// packs its (transposed) rhs only past `get_rhs_packing_threshold() * MR` rows, 128 * MR with
+/// MR = 8 (f64, AVX2), 16 (f32, AVX2), 24 and 48 (AVX-512): the smallest of these, so that the
+/// rule holds on every vector path. (The scalar fallback packs from 512; there it only makes the
+/// cost estimate optimistic, never the result different.)
+const UNPACKED_LHS_COLS: usize = 1024;
 /// A side long enough to give every thread two bands of at least this many rows (columns) is cut
 /// into two bands per thread: a thread that loses its core for a while (another process, a late
 /// wake-up) then leaves its second band to a thread that is free, instead of holding up the whole
@@ -70,7 +76,8 @@ pub(crate) fn worth_threads(work: usize) -> bool {
     work >= MIN_PARALLEL_WORK
 }
 
-/// The split for an m x k by k x n product on `threads` threads.
+/// The split for an m x k by k x n product on `threads` threads; `lhs_row_major` says whether
+/// lhs is stored with column stride 1 (not a transposed view).
 ///
 /// A band of rows (columns) is computed with exactly the additions, in the same order, as the same
 /// rows (columns) of the whole product, provided gemm 0.19 takes the same kernel path for both:
@@ -78,19 +85,26 @@ pub(crate) fn worth_threads(work: usize) -> bool {
 /// k <= 2, for m or n <= 1, for m * n <= 256 and for m, n both <= 64. Bands are only cut where
 /// every band stays on the whole product's path, so the result is bit-identical for every thread
 /// count.
-pub(crate) fn split_for(m: usize, n: usize, k: usize, threads: usize) -> Split {
+pub(crate) fn split_for(
+    m: usize,
+    n: usize,
+    k: usize,
+    threads: usize,
+    lhs_row_major: bool,
+) -> Split {
     let work = m.saturating_mul(n).saturating_mul(k);
     if threads <= 1 || work < MIN_PARALLEL_WORK {
         return Split::Serial;
     }
     // What a cut costs on top of the product, in packed elements: gemm transposes a row-major
     // product, so rhs (k x n) is the operand it packs per block of output rows, and each row
-    // band packs all of it again; each column band packs lhs (m x k) again, or (a row-major
-    // lhs, up to 2,048 columns per band) reads all of it in place, which costs no instructions
-    // but doubles the traffic over lhs. Ties go to rows. Take the cheaper cut that keeps gemm's
-    // kernel path. (Measured, bench/gemm_peers split-probe: the column halves of the MLP's
-    // x W^T take 5-7 % less time than its row halves on one thread, but square 1024 products
-    // on two threads looked slower with column bands; this rule keeps rows for both.)
+    // band packs all of it again. A column band packs lhs (m x k) again when lhs is a transposed
+    // view; a row-major lhs gemm reads in place for bands of up to `UNPACKED_LHS_COLS` columns,
+    // so such column bands cost no extra instructions, only one more read of lhs each. Ties go to rows. Take the cheaper cut that keeps gemm's kernel
+    // path. (Measured with callgrind, bench/gemm_peers split-probe / square-probe, instructions
+    // over the whole product: the MLP's x W^T at batch 256, 256 x 256 x 784, +4.3% as row
+    // halves, +0.02% as column halves; 1024^3 +0.2% and +0.00%.)
+    let cols_packing_free = |per_part: usize| lhs_row_major && per_part <= UNPACKED_LHS_COLS;
     let rows =
         bands(m, k, band_count(m, threads), |rows| (rows, n)).map(|(rows_per_part, parts)| {
             Split::Rows {
@@ -106,7 +120,10 @@ pub(crate) fn split_for(m: usize, n: usize, k: usize, threads: usize) -> Split {
             }
         });
     let row_extra = k.saturating_mul(n);
-    let col_extra = m.saturating_mul(k);
+    let col_extra = match cols {
+        Some(Split::Cols { cols_per_part, .. }) if cols_packing_free(cols_per_part) => 0,
+        _ => m.saturating_mul(k),
+    };
     let preferred = if row_extra <= col_extra {
         rows.or(cols)
     } else {
@@ -334,9 +351,17 @@ mod tests {
 
     #[test]
     fn long_sides_get_two_bands_per_thread_and_short_ones_one() {
-        // 1024^3: rows and columns tie on packing cost, rows win; 4 bands of 256 on 2 threads.
+        // 1024^3 with a row-major lhs: column bands repack nothing; 4 bands of 256 on 2
+        // threads. With a transposed lhs both cuts repack 1024^2 elements and rows win the tie.
         assert_eq!(
-            split_for(1024, 1024, 1024, 2),
+            split_for(1024, 1024, 1024, 2, true),
+            Split::Cols {
+                cols_per_part: 256,
+                parts: 4
+            }
+        );
+        assert_eq!(
+            split_for(1024, 1024, 1024, 2, false),
             Split::Rows {
                 rows_per_part: 256,
                 parts: 4
@@ -344,7 +369,7 @@ mod tests {
         );
         // 512 rows make only 128-row bands at two per thread: one band per thread.
         assert_eq!(
-            split_for(512, 512, 512, 2),
+            split_for(512, 512, 512, 2, false),
             Split::Rows {
                 rows_per_part: 256,
                 parts: 2
@@ -352,22 +377,38 @@ mod tests {
         );
         // Column bands when lhs is the smaller repack; 4 threads need 2,048 columns to double.
         assert_eq!(
-            split_for(64, 2048, 512, 4),
+            split_for(64, 2048, 512, 4, false),
             Split::Cols {
                 cols_per_part: 256,
                 parts: 8
             }
         );
         assert_eq!(
-            split_for(64, 2040, 512, 4),
+            split_for(64, 2040, 512, 4, false),
             Split::Cols {
                 cols_per_part: 512,
                 parts: 4
             }
         );
         // One thread, or too little work: no split at all.
-        assert_eq!(split_for(1024, 1024, 1024, 1), Split::Serial);
-        assert_eq!(split_for(100, 100, 100, 2), Split::Serial);
+        assert_eq!(split_for(1024, 1024, 1024, 1, true), Split::Serial);
+        assert_eq!(split_for(100, 100, 100, 2, true), Split::Serial);
+        // The MLP's x W^T at batch 256 (row-major x): column halves, where rows would repack W.
+        assert_eq!(
+            split_for(256, 256, 784, 2, true),
+            Split::Cols {
+                cols_per_part: 128,
+                parts: 2
+            }
+        );
+        // Bands wider than gemm reads in place: lhs is packed per band again, rows are cheaper.
+        assert_eq!(
+            split_for(8192, 8192, 16, 2, true),
+            Split::Rows {
+                rows_per_part: 2048,
+                parts: 4
+            }
+        );
     }
 
     #[test]
