@@ -41,8 +41,8 @@ const MIN_PARALLEL_WORK: usize = 128 * 128 * 128;
 const MIN_ROWS_PER_PART: usize = 8;
 /// The widest output band whose row-major lhs gemm 0.19 reads in place instead of packing: it
 /// packs its (transposed) rhs only past `get_rhs_packing_threshold() * MR` rows, 128 * MR with
-/// MR = 8 (f64, AVX2), 16 (f32, AVX2), 24 and 48 (AVX-512): the smallest of these, so that the
-/// rule holds on every vector path. (The scalar fallback packs from 512; there it only makes the
+/// MR = 8 (f64, AVX2), 16 (f32, AVX2) and more with the AVX-512 kernels: the smallest of these,
+/// so that the rule holds on every vector path. (The scalar fallback packs from 512; there it only makes the
 /// cost estimate optimistic, never the result different.)
 const UNPACKED_LHS_COLS: usize = 1024;
 /// A side long enough to give every thread two bands of at least this many rows (columns) is cut
