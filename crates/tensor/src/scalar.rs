@@ -355,8 +355,9 @@ macro_rules! impl_scalar {
                                     // inside the allocation. `dst` stays uniquely borrowed by
                                     // this call, which returns only after
                                     // `run_jobs_on_threads` has seen every band finish, so
-                                    // nothing else reads or writes it meanwhile. lhs and this band's rhs (in bounds by the
-                                    // asserts: column c0 + width - 1 < n) are only read.
+                                    // nothing else reads or writes it meanwhile. lhs and this
+                                    // band's rhs (in bounds by the asserts: column
+                                    // c0 + width - 1 < n) are only read.
                                     unsafe {
                                         row_major_gemm(
                                             (m, width, k),

@@ -76,7 +76,15 @@ fn band(
 
 /// Bands of the whole product claimed one by one (an atomic counter) by `threads` scoped threads,
 /// so a thread that loses its core for a while leaves its unclaimed bands to the others.
-fn par_bands(n: usize, parts: usize, by_rows: bool, threads: usize, dst: &mut [f32], a: &[f32], b: &[f32]) {
+fn par_bands(
+    n: usize,
+    parts: usize,
+    by_rows: bool,
+    threads: usize,
+    dst: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     struct Out(*mut f32);
     // SAFETY: bands write disjoint elements of `dst`, which outlives the scope.
@@ -156,18 +164,45 @@ fn main() {
                 )
             }),
         ),
-        ("par-rows2", Box::new(move || par_bands(n, 2, true, threads, &mut d5, a, b))),
-        ("par-rows4", Box::new(move || par_bands(n, 4, true, threads, &mut d6, a, b))),
-        ("par-rows8", Box::new(move || par_bands(n, 8, true, threads, &mut d7, a, b))),
-        ("par-cols2", Box::new(move || par_bands(n, 2, false, threads, &mut d8, a, b))),
-        ("par-cols4", Box::new(move || par_bands(n, 4, false, threads, &mut d9, a, b))),
+        (
+            "par-rows2",
+            Box::new(move || par_bands(n, 2, true, threads, &mut d5, a, b)),
+        ),
+        (
+            "par-rows4",
+            Box::new(move || par_bands(n, 4, true, threads, &mut d6, a, b)),
+        ),
+        (
+            "par-rows8",
+            Box::new(move || par_bands(n, 8, true, threads, &mut d7, a, b)),
+        ),
+        (
+            "par-cols2",
+            Box::new(move || par_bands(n, 2, false, threads, &mut d8, a, b)),
+        ),
+        (
+            "par-cols4",
+            Box::new(move || par_bands(n, 4, false, threads, &mut d9, a, b)),
+        ),
         (
             "mm",
             Box::new(move || unsafe {
                 // SAFETY: n x n row-major operands, `d10` uniquely borrowed.
                 matrixmultiply::sgemm(
-                    n, n, n, 1.0, a.as_ptr(), n as isize, 1, b.as_ptr(), n as isize, 1, 0.0,
-                    d10.as_mut_ptr(), n as isize, 1,
+                    n,
+                    n,
+                    n,
+                    1.0,
+                    a.as_ptr(),
+                    n as isize,
+                    1,
+                    b.as_ptr(),
+                    n as isize,
+                    1,
+                    0.0,
+                    d10.as_mut_ptr(),
+                    n as isize,
+                    1,
                 )
             }),
         ),

@@ -42,8 +42,8 @@ const MIN_ROWS_PER_PART: usize = 8;
 /// The widest output band whose row-major lhs gemm 0.19 reads in place instead of packing: it
 /// packs its (transposed) rhs only past `get_rhs_packing_threshold() * MR` rows, 128 * MR with
 /// MR = 8 (f64, AVX2), 16 (f32, AVX2) and more with the AVX-512 kernels: the smallest of these,
-/// so that the rule holds on every vector path. (The scalar fallback packs from 512; there it only makes the
-/// cost estimate optimistic, never the result different.)
+/// so that the rule holds on every vector path. (The scalar fallback packs from 512; there this
+/// only makes the cost estimate optimistic, never the result different.)
 const UNPACKED_LHS_COLS: usize = 1024;
 /// A side long enough to give every thread two bands of at least this many rows (columns) is cut
 /// into two bands per thread: a thread that loses its core for a while (another process, a late
@@ -100,10 +100,11 @@ pub(crate) fn split_for(
     // product, so rhs (k x n) is the operand it packs per block of output rows, and each row
     // band packs all of it again. A column band packs lhs (m x k) again when lhs is a transposed
     // view; a row-major lhs gemm reads in place for bands of up to `UNPACKED_LHS_COLS` columns,
-    // so such column bands cost no extra instructions, only one more read of lhs each. Ties go to rows. Take the cheaper cut that keeps gemm's kernel
-    // path. (Measured with callgrind, bench/gemm_peers split-probe / square-probe, instructions
-    // over the whole product: the MLP's x W^T at batch 256, 256 x 256 x 784, +4.3% as row
-    // halves, +0.02% as column halves; 1024^3 +0.2% and +0.00%.)
+    // so such column bands cost no extra instructions, only one more read of lhs each. Ties go
+    // to rows. Take the cheaper cut that keeps gemm's kernel path. (Measured with callgrind,
+    // bench/gemm_peers split-probe / square-probe, instructions over the whole product: the
+    // MLP's x W^T at batch 256, 256 x 256 x 784, +4.3% as row halves, +0.02% as column halves;
+    // 1024^3 +0.2% and +0.00%.)
     let cols_packing_free = |per_part: usize| lhs_row_major && per_part <= UNPACKED_LHS_COLS;
     let rows =
         bands(m, k, band_count(m, threads), |rows| (rows, n)).map(|(rows_per_part, parts)| {
@@ -401,7 +402,7 @@ mod tests {
                 parts: 2
             }
         );
-        // Bands wider than gemm reads in place: lhs is packed per band again, rows are cheaper.
+        // Bands wider than gemm reads in place: each cut repacks 8192 x 16, rows win the tie.
         assert_eq!(
             split_for(8192, 8192, 16, 2, true),
             Split::Rows {
