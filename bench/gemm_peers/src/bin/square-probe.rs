@@ -24,6 +24,9 @@ fn values(len: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// One way of computing the product, run once per call.
+type Variant<'a> = Box<dyn FnMut() + 'a>;
+
 fn process_cpu_time() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -145,7 +148,7 @@ fn main() {
             band(n, rows, cols, dst.as_mut_ptr(), a, b, none);
         }
     };
-    let mut variants: Vec<(&str, Box<dyn FnMut()>)> = vec![
+    let mut variants: Vec<(&str, Variant)> = vec![
         ("whole", Box::new(|| bands(&mut dst, 1, true))),
         ("rows2", Box::new(move || bands(&mut d1, 2, true))),
         ("cols2", Box::new(move || bands(&mut d2, 2, false))),
