@@ -302,56 +302,33 @@ macro_rules! impl_scalar {
                     "gemm: rhs too small"
                 );
                 use crate::kernels::matmul::{split_for, Split};
-                let parallelism = match split_for(m, n, k, threads) {
+                let parallelism = match split_for(m, n, k, threads, lhs_cs == 1) {
                     Split::Serial => gemm::Parallelism::None,
                     Split::Gemm(threads) => gemm::Parallelism::Rayon(threads),
                     Split::Rows {
                         rows_per_part,
                         parts,
                     } => {
-                        // The first half of the bands and half the threads on one side, the rest
-                        // on the other, recursively; the slices are disjoint, so this needs no
-                        // unsafe of its own.
-                        let left = parts / 2 * rows_per_part;
-                        let threads_left = threads / 2;
-                        let (dst_top, dst_bottom) = dst.split_at_mut(left * dst_rs);
-                        let (lhs_bottom, m_bottom) = (&lhs[left * lhs_rs..], m - left);
-                        crate::kernels::matmul::run_jobs(vec![
-                            Box::new(|| {
-                                Self::gemm(
-                                    left,
-                                    n,
-                                    k,
-                                    dst_top,
-                                    dst_rs,
-                                    lhs,
-                                    lhs_rs,
-                                    lhs_cs,
-                                    rhs,
-                                    rhs_rs,
-                                    rhs_cs,
-                                    accumulate,
-                                    threads_left,
-                                )
-                            }),
-                            Box::new(|| {
-                                Self::gemm(
-                                    m_bottom,
-                                    n,
-                                    k,
-                                    dst_bottom,
-                                    dst_rs,
-                                    lhs_bottom,
-                                    lhs_rs,
-                                    lhs_cs,
-                                    rhs,
-                                    rhs_rs,
-                                    rhs_cs,
-                                    accumulate,
-                                    threads - threads_left,
-                                )
-                            }),
-                        ]);
+                        // Row bands of `dst` are disjoint slices (each ends where the next band's
+                        // first row starts), so this needs no unsafe of its own; each band is a
+                        // single-threaded product of the same rows of lhs with all of rhs.
+                        let jobs = dst
+                            .chunks_mut(rows_per_part * dst_rs)
+                            .take(parts)
+                            .enumerate()
+                            .map(|(part, dst_band)| {
+                                let r0 = part * rows_per_part;
+                                let rows = rows_per_part.min(m - r0);
+                                let lhs_band = &lhs[r0 * lhs_rs..];
+                                Box::new(move || {
+                                    Self::gemm(
+                                        rows, n, k, dst_band, dst_rs, lhs_band, lhs_rs, lhs_cs,
+                                        rhs, rhs_rs, rhs_cs, accumulate, 1,
+                                    )
+                                }) as Box<dyn FnOnce() + Send + '_>
+                            })
+                            .collect();
+                        crate::kernels::matmul::run_jobs_on_threads(threads, jobs);
                         return;
                     }
                     Split::Cols {
@@ -376,10 +353,11 @@ macro_rules! impl_scalar {
                                     // reads) only rows 0..m of columns c0..c0 + width, which
                                     // no other band touches, and `c0 < n` keeps the offset
                                     // inside the allocation. `dst` stays uniquely borrowed by
-                                    // this call, which returns only after `run_jobs` has seen
-                                    // every band finish, so nothing else reads or writes it
-                                    // meanwhile. lhs and this band's rhs (in bounds by the
-                                    // asserts: column c0 + width - 1 < n) are only read.
+                                    // this call, which returns only after
+                                    // `run_jobs_on_threads` has seen every band finish, so
+                                    // nothing else reads or writes it meanwhile. lhs and this
+                                    // band's rhs (in bounds by the asserts: column
+                                    // c0 + width - 1 < n) are only read.
                                     unsafe {
                                         row_major_gemm(
                                             (m, width, k),
@@ -393,7 +371,7 @@ macro_rules! impl_scalar {
                                 }) as Box<dyn FnOnce() + Send + '_>
                             })
                             .collect();
-                        crate::kernels::matmul::run_jobs(jobs);
+                        crate::kernels::matmul::run_jobs_on_threads(threads, jobs);
                         return;
                     }
                 };

@@ -1,7 +1,7 @@
 //! The `Scalar::gemm` hook on random shapes (m, n, k from 0 up, odd sizes, strided and transposed
 //! operands, accumulate or not): against a naive triple loop, and bit-identical for every thread
 //! count, including the products large enough that the output is cut into bands of rows or of
-//! columns (written in place between the padding of each row).
+//! columns (written in place between the padding of each row), more bands than threads included.
 
 mod common;
 
@@ -140,5 +140,34 @@ fn random_shapes_match_the_naive_product_on_every_thread_count() {
         };
         check::<f32>(&c, i as u64 * 10);
         check::<f64>(&c, i as u64 * 10 + 5);
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "products of up to 10^7 multiply-adds")]
+fn long_sides_cut_into_more_bands_than_threads_keep_the_bits() {
+    // (m, k, n). Sides of 1,024 and more get two bands per thread on 2 threads (1030 rows: 4
+    // bands of 264, the last 238), one per thread on 3 and 4. A row-major lhs makes column bands
+    // free of repacking, so the same shape is cut into columns with it and into rows without.
+    let shapes = [
+        (1030, 40, 70),
+        (70, 40, 1030),
+        (1031, 33, 129),
+        (129, 33, 1031),
+    ];
+    for (i, (m, k, n)) in shapes.into_iter().enumerate() {
+        for trans_lhs in [false, true] {
+            let c = Case {
+                m,
+                n,
+                k,
+                trans_lhs,
+                trans_rhs: i % 2 == 1,
+                accumulate: i >= 2,
+            };
+            let seed = 1000 + i as u64 * 10 + trans_lhs as u64;
+            check::<f32>(&c, seed);
+            check::<f64>(&c, seed + 5);
+        }
     }
 }

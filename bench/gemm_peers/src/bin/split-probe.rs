@@ -3,7 +3,8 @@
 //! the slower half), under gemm's own Rayon split, and as tapegrad runs it. Min and median in us.
 //!
 //! Usage: split-probe [--threads T] [--reps N] [--batch B] [--only VARIANT]   (VARIANT for callgrind runs:
-//! whole, rows, cols: one thread, N reps of that variant only, both halves one after the other)
+//! whole, rows, cols: one thread, N reps of that variant only, both halves one after the other;
+//! `--product "dy^T x@784"` limits any mode but seq/axpy to one product, by name and fan-in)
 
 use std::time::Instant;
 
@@ -111,6 +112,8 @@ fn main() {
     let mut reps = 200;
     let mut only: Option<String> = None;
     let mut batch = 256;
+    // `--product "x W^T@784"`: only that product (name @ fan_in), for per-product callgrind counts.
+    let mut product: Option<String> = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let v = it.next().expect("flag value");
@@ -119,6 +122,7 @@ fn main() {
             "--reps" => reps = v.parse().unwrap(),
             "--only" => only = Some(v),
             "--batch" => batch = v.parse().unwrap(),
+            "--product" => product = Some(v),
             f => panic!("unknown flag {f}"),
         }
     }
@@ -145,6 +149,12 @@ fn main() {
             ),
         ];
         for (name, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs) in products {
+            if product
+                .as_deref()
+                .is_some_and(|p| p != format!("{name}@{fan_in}"))
+            {
+                continue;
+            }
             let mut dst = vec![0.0f32; m * n];
             let none = gemm::Parallelism::None;
             let whole = |dst: &mut [f32], par| {

@@ -20,9 +20,9 @@ pub fn num_threads() -> usize {
 }
 
 /// How one product is spread over threads: the rows (or columns) of the output cut into `parts`
-/// bands of `per_part` rows (columns; the last band may be narrower), each an independent GEMM
-/// (row bands split again in halves with 4 threads and more, column bands one job each), or the
-/// whole product handed to gemm's own Rayon split.
+/// bands of `per_part` rows (columns; the last band may be narrower), each an independent
+/// single-threaded GEMM claimed by whichever thread is free (a long side gets two bands per
+/// thread, see `MIN_ROWS_PER_EXTRA_BAND`), or the whole product handed to gemm's own Rayon split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Split {
     Serial,
@@ -39,15 +39,35 @@ const MIN_PARALLEL_WORK: usize = 128 * 128 * 128;
 /// A band narrower than this (rows or columns) wastes the GEMM's register tile (8 wide in gemm's
 /// f32 AVX2 and AVX-512 microkernels).
 const MIN_ROWS_PER_PART: usize = 8;
+/// The widest output band whose row-major lhs gemm 0.19 reads in place instead of packing: it
+/// packs its (transposed) rhs only past `get_rhs_packing_threshold() * MR` rows, 128 * MR with
+/// MR = 8 (f64, AVX2), 16 (f32, AVX2) and more with the AVX-512 kernels: the smallest of these,
+/// so that the rule holds on every vector path. (The scalar fallback packs from 512; there this
+/// only makes the cost estimate optimistic, never the result different.)
+const UNPACKED_LHS_COLS: usize = 1024;
+/// A side long enough to give every thread two bands of at least this many rows (columns) is cut
+/// into two bands per thread: a thread that loses its core for a while (another process, a late
+/// wake-up) then leaves its second band to a thread that is free, instead of holding up the whole
+/// product. Each extra band packs the shared operand once more, which at this width costs about
+/// 0.25% more instructions on a 1024^3 product (callgrind, bench/gemm_peers `square-probe`).
+const MIN_ROWS_PER_EXTRA_BAND: usize = 256;
 
-/// Runs `jobs`, each on its own thread where one is free: the caller runs jobs itself and up to
-/// `threads - 1` helper threads (kept polling for a while between products, see `workers`) take the
-/// rest. Unlike `rayon::join` from outside a pool, which queues both halves and parks the caller
-/// until a worker has been woken and has finished, the caller never waits for a wake-up: a job
-/// no helper has claimed by the time the caller is free runs on the caller.
+/// Runs `jobs` on up to [`num_threads`] threads; see [`run_jobs_on_threads`].
 pub(crate) fn run_jobs<'a, R: Send>(jobs: Vec<Box<dyn FnOnce() -> R + Send + 'a>>) -> Vec<R> {
-    // Bands split again (4 threads and more) publish their halves to the same helpers.
-    let helpers = num_threads().max(jobs.len()).saturating_sub(1);
+    run_jobs_on_threads(num_threads(), jobs)
+}
+
+/// Runs `jobs`, each on its own thread where one is free, on at most `threads` threads: the
+/// caller runs jobs itself and up to `threads - 1` helper threads (kept polling for a while
+/// between products, see `workers`) take the rest. Unlike `rayon::join` from outside a pool,
+/// which queues both halves and parks the caller until a worker has been woken and has finished,
+/// the caller never waits for a wake-up: a job no helper has claimed by the time the caller is
+/// free runs on the caller.
+pub(crate) fn run_jobs_on_threads<'a, R: Send>(
+    threads: usize,
+    jobs: Vec<Box<dyn FnOnce() -> R + Send + 'a>>,
+) -> Vec<R> {
+    let helpers = threads.min(jobs.len()).saturating_sub(1);
     super::workers::run_jobs_on(helpers, jobs)
 }
 
@@ -56,7 +76,8 @@ pub(crate) fn worth_threads(work: usize) -> bool {
     work >= MIN_PARALLEL_WORK
 }
 
-/// The split for an m x k by k x n product on `threads` threads.
+/// The split for an m x k by k x n product on `threads` threads; `lhs_row_major` says whether
+/// lhs is stored with column stride 1 (not a transposed view).
 ///
 /// A band of rows (columns) is computed with exactly the additions, in the same order, as the same
 /// rows (columns) of the whole product, provided gemm 0.19 takes the same kernel path for both:
@@ -64,29 +85,46 @@ pub(crate) fn worth_threads(work: usize) -> bool {
 /// k <= 2, for m or n <= 1, for m * n <= 256 and for m, n both <= 64. Bands are only cut where
 /// every band stays on the whole product's path, so the result is bit-identical for every thread
 /// count.
-pub(crate) fn split_for(m: usize, n: usize, k: usize, threads: usize) -> Split {
+pub(crate) fn split_for(
+    m: usize,
+    n: usize,
+    k: usize,
+    threads: usize,
+    lhs_row_major: bool,
+) -> Split {
     let work = m.saturating_mul(n).saturating_mul(k);
     if threads <= 1 || work < MIN_PARALLEL_WORK {
         return Split::Serial;
     }
     // What a cut costs on top of the product, in packed elements: gemm transposes a row-major
     // product, so rhs (k x n) is the operand it packs per block of output rows, and each row
-    // band packs all of it again; each column band packs lhs (m x k) again, or (a row-major
-    // lhs, up to 2,048 columns per band) reads all of it in place, which costs no instructions
-    // but doubles the traffic over lhs. Ties go to rows. Take the cheaper cut that keeps gemm's
-    // kernel path. (Measured, bench/gemm_peers split-probe: the column halves of the MLP's
-    // x W^T take 5-7 % less time than its row halves on one thread, but square 1024 products
-    // on two threads looked slower with column bands; this rule keeps rows for both.)
-    let rows = bands(m, k, threads, |rows| (rows, n)).map(|(rows_per_part, parts)| Split::Rows {
-        rows_per_part,
-        parts,
-    });
-    let cols = bands(n, k, threads, |cols| (m, cols)).map(|(cols_per_part, parts)| Split::Cols {
-        cols_per_part,
-        parts,
-    });
+    // band packs all of it again. A column band packs lhs (m x k) again when lhs is a transposed
+    // view; a row-major lhs gemm reads in place for bands of up to `UNPACKED_LHS_COLS` columns,
+    // so such column bands cost no extra instructions, only one more read of lhs each. Ties go
+    // to rows. Take the cheaper cut that keeps gemm's kernel path. (Measured with callgrind,
+    // bench/gemm_peers split-probe / square-probe, instructions over the whole product: the
+    // MLP's x W^T at batch 256, 256 x 256 x 784, +4.3% as row halves, +0.02% as column halves;
+    // 1024^3 +0.2% and +0.00%.)
+    let cols_packing_free = |per_part: usize| lhs_row_major && per_part <= UNPACKED_LHS_COLS;
+    let rows =
+        bands(m, k, band_count(m, threads), |rows| (rows, n)).map(|(rows_per_part, parts)| {
+            Split::Rows {
+                rows_per_part,
+                parts,
+            }
+        });
+    let cols =
+        bands(n, k, band_count(n, threads), |cols| (m, cols)).map(|(cols_per_part, parts)| {
+            Split::Cols {
+                cols_per_part,
+                parts,
+            }
+        });
     let row_extra = k.saturating_mul(n);
-    let col_extra = m.saturating_mul(k);
+    let col_extra = match cols {
+        Some(Split::Cols { cols_per_part, .. }) if cols_packing_free(cols_per_part) => 0,
+        _ => m.saturating_mul(k),
+    };
     let preferred = if row_extra <= col_extra {
         rows.or(cols)
     } else {
@@ -95,6 +133,18 @@ pub(crate) fn split_for(m: usize, n: usize, k: usize, threads: usize) -> Split {
     // Fewer than 2 * 8 rows and columns (or a band off gemm's path): gemm's own split, which
     // divides its cache blocks among threads without changing any element's additions.
     preferred.unwrap_or(Split::Gemm(threads))
+}
+
+/// How many bands a side of length `len` is cut into on `threads` threads (before `bands` caps
+/// it by the side's length): one per thread, or two where each still has
+/// `MIN_ROWS_PER_EXTRA_BAND` rows.
+fn band_count(len: usize, threads: usize) -> usize {
+    let doubled = threads.saturating_mul(2);
+    if len / doubled >= MIN_ROWS_PER_EXTRA_BAND {
+        doubled
+    } else {
+        threads
+    }
 }
 
 /// Row bands `(rows_per_part, parts)` for an m x n x k product on `threads` threads, whichever cut
@@ -108,16 +158,16 @@ pub(crate) fn row_bands(m: usize, n: usize, k: usize, threads: usize) -> Option<
     bands(m, k, threads, |rows| (rows, n))
 }
 
-/// Bands of a side of length `len`: `(per_part, parts)` with at least two parts, or `None` when
-/// the side is too short or a band would leave the whole product's kernel path (`dims` maps a
-/// band width to the band's (rows, cols)).
+/// Up to `wanted` bands of a side of length `len`: `(per_part, parts)` with at least two parts,
+/// or `None` when the side is too short or a band would leave the whole product's kernel path
+/// (`dims` maps a band width to the band's (rows, cols)).
 fn bands(
     len: usize,
     k: usize,
-    threads: usize,
+    wanted: usize,
     dims: impl Fn(usize) -> (usize, usize),
 ) -> Option<(usize, usize)> {
-    let parts = threads.min(len / MIN_ROWS_PER_PART);
+    let parts = wanted.min(len / MIN_ROWS_PER_PART);
     if parts < 2 {
         return None;
     }
@@ -298,6 +348,68 @@ mod tests {
 
     fn t(dims: &[usize], v: &[f64]) -> Tensor<f64> {
         Tensor::new(dims, v.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn long_sides_get_two_bands_per_thread_and_short_ones_one() {
+        // 1024^3 with a row-major lhs: column bands repack nothing; 4 bands of 256 on 2
+        // threads. With a transposed lhs both cuts repack 1024^2 elements and rows win the tie.
+        assert_eq!(
+            split_for(1024, 1024, 1024, 2, true),
+            Split::Cols {
+                cols_per_part: 256,
+                parts: 4
+            }
+        );
+        assert_eq!(
+            split_for(1024, 1024, 1024, 2, false),
+            Split::Rows {
+                rows_per_part: 256,
+                parts: 4
+            }
+        );
+        // 512 rows make only 128-row bands at two per thread: one band per thread.
+        assert_eq!(
+            split_for(512, 512, 512, 2, false),
+            Split::Rows {
+                rows_per_part: 256,
+                parts: 2
+            }
+        );
+        // Column bands when lhs is the smaller repack; 4 threads need 2,048 columns to double.
+        assert_eq!(
+            split_for(64, 2048, 512, 4, false),
+            Split::Cols {
+                cols_per_part: 256,
+                parts: 8
+            }
+        );
+        assert_eq!(
+            split_for(64, 2040, 512, 4, false),
+            Split::Cols {
+                cols_per_part: 512,
+                parts: 4
+            }
+        );
+        // One thread, or too little work: no split at all.
+        assert_eq!(split_for(1024, 1024, 1024, 1, true), Split::Serial);
+        assert_eq!(split_for(100, 100, 100, 2, true), Split::Serial);
+        // The MLP's x W^T at batch 256 (row-major x): column halves, where rows would repack W.
+        assert_eq!(
+            split_for(256, 256, 784, 2, true),
+            Split::Cols {
+                cols_per_part: 128,
+                parts: 2
+            }
+        );
+        // Bands wider than gemm reads in place: each cut repacks 8192 x 16, rows win the tie.
+        assert_eq!(
+            split_for(8192, 8192, 16, 2, true),
+            Split::Rows {
+                rows_per_part: 2048,
+                parts: 4
+            }
+        );
     }
 
     #[test]
