@@ -287,17 +287,17 @@ fn linear_rows_transposed<S: Scalar>(
     }))
 }
 
-/// Writes the transpose of the row-major `(r, c)` matrix `src` into `dst` (`(c, r)`), in square
-/// tiles so that both sides stay in cache lines already loaded.
+/// Writes the transpose of the row-major `(r, c)` matrix `src` into `dst` (`(c, r)`): each row
+/// of `dst` is a column of `src`, written contiguously while the strided reads walk cache lines
+/// that the next 15 columns reuse (the scratch product of a linear is small enough to stay in
+/// the first-level caches meanwhile).
 fn transpose_into<S: Scalar>(src: &[S], r: usize, c: usize, dst: &mut [S]) {
-    const TILE: usize = 16;
-    for i0 in (0..r).step_by(TILE) {
-        for j0 in (0..c).step_by(TILE) {
-            for i in i0..(i0 + TILE).min(r) {
-                for j in j0..(j0 + TILE).min(c) {
-                    dst[j * r + i] = src[i * c + j];
-                }
-            }
+    if r == 0 {
+        return;
+    }
+    for (j, column) in dst.chunks_exact_mut(r).take(c).enumerate() {
+        for (d, &s) in column.iter_mut().zip(src[j..].iter().step_by(c)) {
+            *d = s;
         }
     }
 }
@@ -569,13 +569,18 @@ mod tests {
 
     #[test]
     fn transpose_into_transposes_every_tile_and_the_ragged_edges() {
-        let (r, c) = (19, 35);
-        let src: Vec<f32> = (0..r * c).map(|v| v as f32).collect();
-        let mut dst = vec![f32::NAN; r * c];
-        transpose_into(&src, r, c, &mut dst);
-        for i in 0..r {
-            for j in 0..c {
-                assert_eq!(dst[j * r + i], src[i * c + j], "element ({i}, {j})");
+        for (r, c) in [(19, 35), (16, 8), (8, 24), (3, 5), (0, 4), (9, 1)] {
+            let src: Vec<f32> = (0..r * c).map(|v| v as f32).collect();
+            let mut dst = vec![f32::NAN; r * c];
+            transpose_into(&src, r, c, &mut dst);
+            for i in 0..r {
+                for j in 0..c {
+                    assert_eq!(
+                        dst[j * r + i],
+                        src[i * c + j],
+                        "({r}, {c}) element ({i}, {j})"
+                    );
+                }
             }
         }
     }
