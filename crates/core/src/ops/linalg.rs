@@ -287,17 +287,29 @@ fn linear_rows_transposed<S: Scalar>(
     }))
 }
 
-/// Writes the transpose of the row-major `(r, c)` matrix `src` into `dst` (`(c, r)`): each row
-/// of `dst` is a column of `src`, written contiguously while the strided reads walk cache lines
-/// that the next 15 columns reuse (the scratch product of a linear is small enough to stay in
-/// the first-level caches meanwhile).
+/// Writes the transpose of the row-major `(r, c)` matrix `src` into `dst` (`(c, r)`). Eight
+/// rows of `src` at a time: each column of the eight becomes eight consecutive elements of a
+/// `dst` row, so every read walks eight cache lines in step and every write is a short
+/// contiguous run (one slice check per run and per row); the
+/// last `r % 8` rows go element by element.
 fn transpose_into<S: Scalar>(src: &[S], r: usize, c: usize, dst: &mut [S]) {
-    if r == 0 {
+    const ROWS: usize = 8;
+    if r == 0 || c == 0 {
         return;
     }
-    for (j, column) in dst.chunks_exact_mut(r).take(c).enumerate() {
-        for (d, &s) in column.iter_mut().zip(src[j..].iter().step_by(c)) {
-            *d = s;
+    let whole = r / ROWS * ROWS;
+    for (b, block) in src[..whole * c].chunks_exact(ROWS * c).enumerate() {
+        let rows: [&[S]; ROWS] = std::array::from_fn(|t| &block[t * c..(t + 1) * c]);
+        let i0 = b * ROWS;
+        for (j, dst_row) in dst.chunks_exact_mut(r).take(c).enumerate() {
+            for (d, row) in dst_row[i0..i0 + ROWS].iter_mut().zip(&rows) {
+                *d = row[j];
+            }
+        }
+    }
+    for i in whole..r {
+        for j in 0..c {
+            dst[j * r + i] = src[i * c + j];
         }
     }
 }
