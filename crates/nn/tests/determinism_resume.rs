@@ -171,6 +171,21 @@ fn eager_and_compiled_backends_give_identical_bits() {
             },
             false,
         ),
+        // Fewer rows than outputs: linear runs as the transposed product (W x^T)^T.
+        (
+            TrainConfig {
+                batch_size: 8,
+                model: ModelSpec::Mlp {
+                    inputs: 64,
+                    hidden: vec![40, 24],
+                    outputs: 10,
+                    activation: Activation::Relu,
+                    dropout: 0.1,
+                },
+                ..config(DataSource::Digits, "sgd", 0.05, 0.0, 25)
+            },
+            false,
+        ),
     ] {
         if dtype_f64 {
             compare_backends::<f64>(&cfg);

@@ -205,6 +205,9 @@ fn linear_rows<S: Scalar>(
             ),
         ));
     }
+    if packs_less_transposed(rows, out) {
+        return linear_rows_transposed(x2, w, b);
+    }
     // The output starts as the bias in every row (which overwrites a recycled buffer whole)
     // and the GEMM accumulates the product into it. W^T is W read with its strides swapped
     // (row stride 1, column stride `in`), never copied.
@@ -231,6 +234,84 @@ fn linear_rows<S: Scalar>(
             tapegrad_tensor::kernels::num_threads(),
         );
     }))
+}
+
+/// Whether `x W^T` costs less packing computed as `(W x^T)^T`. gemm runs a row-major product
+/// as its column-major transpose and packs the operand that spans the output's rows
+/// (contiguous dimension) unless that operand is contiguous along them: for `x W^T` that is W,
+/// read across its rows (all `out * in` elements, every call), for `W x^T` it is x (`rows * in`).
+/// Fewer rows than outputs make x the smaller one; a single row stays on gemm's
+/// matrix-vector path, which packs nothing.
+fn packs_less_transposed(rows: usize, out: usize) -> bool {
+    rows > 1 && rows < out
+}
+
+/// `x W^T + b` as the transpose of `W x^T + b^T`: the GEMM writes the `(out, rows)` product into
+/// a scratch buffer whose rows start as the bias elements, and one blocked transpose gives the
+/// `(rows, out)` result. Every element is the same dot product of a row of x and a row of W
+/// added to its bias, so the values are the ones `linear` defines (the order of the additions
+/// inside the dot product is gemm's, as in the other orientation).
+fn linear_rows_transposed<S: Scalar>(
+    x2: &Tensor<S>,
+    w: &Tensor<S>,
+    b: &Tensor<S>,
+) -> Result<Tensor<S>> {
+    let (rows, inn) = (x2.dims()[0], x2.dims()[1]);
+    let out = w.dims()[0];
+    let product = Tensor::from_writer(Shape::new([out, rows])?, |d| {
+        if rows == 0 {
+            return;
+        }
+        for (row, &bias) in d.chunks_exact_mut(rows).zip(b.data()) {
+            row.fill(bias);
+        }
+        // W row-major is the left operand as stored; x^T is x read with its strides swapped.
+        S::gemm(
+            out,
+            rows,
+            inn,
+            d,
+            rows,
+            w.data(),
+            inn,
+            1,
+            x2.data(),
+            1,
+            inn,
+            true,
+            tapegrad_tensor::kernels::num_threads(),
+        );
+    });
+    Ok(Tensor::from_writer(Shape::new([rows, out])?, |d| {
+        transpose_into(product.data(), out, rows, d)
+    }))
+}
+
+/// Writes the transpose of the row-major `(r, c)` matrix `src` into `dst` (`(c, r)`). Eight
+/// rows of `src` at a time: each column of the eight becomes eight consecutive elements of a
+/// `dst` row, so every read walks eight cache lines in step and every write is a short
+/// contiguous run (one slice check per run and per row); the
+/// last `r % 8` rows go element by element.
+fn transpose_into<S: Scalar>(src: &[S], r: usize, c: usize, dst: &mut [S]) {
+    const ROWS: usize = 8;
+    if r == 0 || c == 0 {
+        return;
+    }
+    let whole = r / ROWS * ROWS;
+    for (b, block) in src[..whole * c].chunks_exact(ROWS * c).enumerate() {
+        let rows: [&[S]; ROWS] = std::array::from_fn(|t| &block[t * c..(t + 1) * c]);
+        let i0 = b * ROWS;
+        for (j, dst_row) in dst.chunks_exact_mut(r).take(c).enumerate() {
+            for (d, row) in dst_row[i0..i0 + ROWS].iter_mut().zip(&rows) {
+                *d = row[j];
+            }
+        }
+    }
+    for i in whole..r {
+        for j in 0..c {
+            dst[j * r + i] = src[i * c + j];
+        }
+    }
 }
 
 /// The weight gradient `g^T x` of linear, `(out, in)` from `g` `(rows, out)` and `x` `(rows,
@@ -496,6 +577,57 @@ mod tests {
         let g = Tensor::new(&[9, 5], awkward(45, 3)).unwrap();
         let reference = sum_axes(&g, &[0], false).unwrap();
         assert_eq!(bits(&linear_bias_grad(&g).unwrap()), bits(&reference));
+    }
+
+    #[test]
+    fn transpose_into_transposes_every_tile_and_the_ragged_edges() {
+        for (r, c) in [(19, 35), (16, 8), (8, 24), (3, 5), (0, 4), (9, 1)] {
+            let src: Vec<f32> = (0..r * c).map(|v| v as f32).collect();
+            let mut dst = vec![f32::NAN; r * c];
+            transpose_into(&src, r, c, &mut dst);
+            for i in 0..r {
+                for j in 0..c {
+                    assert_eq!(
+                        dst[j * r + i],
+                        src[i * c + j],
+                        "({r}, {c}) element ({i}, {j})"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn both_linear_orientations_give_the_same_values() {
+        // (rows, in, out) on both sides of the orientation rule, with ragged register tiles;
+        // small integers make every sum exact, so any order of the additions gives these values.
+        for (rows, inn, out) in [(3, 9, 20), (17, 40, 33), (32, 70, 64), (2, 5, 3)] {
+            let ints = |n: usize, salt: usize| -> Vec<f32> {
+                (0..n).map(|i| ((i * 7 + salt) % 11) as f32 - 5.0).collect()
+            };
+            let x = Tensor::new(&[rows, inn], ints(rows * inn, 1)).unwrap();
+            let w = Tensor::new(&[out, inn], ints(out * inn, 2)).unwrap();
+            let b = Tensor::new(&[out], ints(out, 3)).unwrap();
+            let plain = batched_matmul(&x, false, &w, true).unwrap();
+            let expected: Vec<f32> = plain
+                .data()
+                .chunks(out)
+                .flat_map(|r| r.iter().zip(b.data()).map(|(p, b)| p + b))
+                .collect();
+            let y = linear_rows(&x, &w, Some(&b)).unwrap();
+            assert_eq!(y.dims(), &[rows, out]);
+            assert_eq!(y.data(), &expected[..], "({rows}, {inn}, {out})");
+            let t = linear_rows_transposed(&x, &w, &b).unwrap();
+            assert_eq!(t.data(), &expected[..], "({rows}, {inn}, {out}) transposed");
+        }
+    }
+
+    #[test]
+    fn orientation_rule_packs_the_smaller_operand() {
+        assert!(packs_less_transposed(32, 256));
+        assert!(!packs_less_transposed(256, 256));
+        assert!(!packs_less_transposed(32, 10));
+        assert!(!packs_less_transposed(1, 256));
     }
 
     #[test]
