@@ -80,7 +80,8 @@ impl<S: Scalar> Buffer<S> {
 
     /// The elements, copied into a buffer of their own first if another tensor shares them.
     fn elems_mut(&mut self) -> &mut [S] {
-        if Arc::get_mut(&mut self.elems).is_none() {
+        // No `Weak` is ever made of a tensor buffer, so one strong count means unshared.
+        if Arc::strong_count(&self.elems) != 1 {
             *self = Buffer::copied(&self.elems);
         }
         // Unshared now, so this never clones.
@@ -181,7 +182,7 @@ impl<S: Scalar> Tensor<S> {
     pub fn scalar(v: S) -> Self {
         Tensor {
             shape: Shape::scalar(),
-            data: Buffer::new(Arc::from([v])),
+            data: Buffer::filled(1, v),
         }
     }
 
