@@ -60,6 +60,78 @@ impl ElementwiseOp {
     }
 }
 
+impl ElementwiseOp {
+    /// Whether `forward` itself rejects every shape list `output_shape` rejects (arity aside),
+    /// with the same error, and always makes a value of the output shape: `Op::forward` then
+    /// skips its separate shape rule. `where` and `clamp` have rules of their own.
+    pub(crate) fn forward_checks_shapes(&self) -> bool {
+        !matches!(self, E::Where { .. } | E::Clamp { .. })
+    }
+
+    /// Whether [`ElementwiseOp::vjp_owned`] handles this op.
+    pub(crate) fn has_owned_vjp(&self) -> bool {
+        matches!(self, E::Add | E::Sub | E::Neg | E::Scale { .. })
+    }
+
+    /// The VJP of the linear ops (`has_owned_vjp`) with the cotangent given by value, for a
+    /// sweep that no longer needs it: its buffer becomes a contribution (negated or scaled in
+    /// place when unshared) instead of being copied. Same values and order as `vjp`; any other
+    /// op falls back to `vjp`.
+    pub(crate) fn vjp_owned<S: Scalar>(
+        &self,
+        ctx: &VjpContext<'_, S>,
+        mut cot: Tensor<S>,
+    ) -> Result<Grads<S>> {
+        let reduce = |g: Tensor<S>, i: usize| -> Result<Option<Tensor<S>>> {
+            if *g.shape() == ctx.input_shapes[i] {
+                Ok(Some(g))
+            } else {
+                sum_to(&g, &ctx.input_shapes[i]).map(Some)
+            }
+        };
+        match self {
+            E::Add | E::Sub => {
+                let (c0, c1) = match (ctx.needs(0), ctx.needs(1)) {
+                    (true, true) => (Some(cot.clone()), Some(cot)),
+                    (true, false) => (Some(cot), None),
+                    (false, true) => (None, Some(cot)),
+                    (false, false) => (None, None),
+                };
+                let g0 = match c0 {
+                    Some(g) => reduce(g, 0)?,
+                    None => None,
+                };
+                let g1 = match c1 {
+                    Some(mut g) => {
+                        if matches!(self, E::Sub) {
+                            for v in g.data_mut() {
+                                *v = -*v;
+                            }
+                        }
+                        reduce(g, 1)?
+                    }
+                    None => None,
+                };
+                Ok(smallvec![g0, g1])
+            }
+            E::Neg => {
+                for v in cot.data_mut() {
+                    *v = -*v;
+                }
+                Ok(smallvec![Some(cot)])
+            }
+            E::Scale { factor } => {
+                let f: S = s(*factor);
+                for v in cot.data_mut() {
+                    *v = *v * f;
+                }
+                Ok(smallvec![Some(cot)])
+            }
+            _ => self.vjp(ctx, &cot),
+        }
+    }
+}
+
 /// Applies a per-element derivative: `cot * d(x)` for a unary op.
 fn chain<S: Scalar>(cot: &Tensor<S>, x: &Tensor<S>, d: impl Fn(S, S) -> S) -> Result<Tensor<S>> {
     cot.zip_map(x, "vjp", d)

@@ -124,6 +124,14 @@ impl Op {
 
     /// Checks shapes, then evaluates.
     pub fn forward<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<Forward<S>> {
+        if let Op::Elementwise(op) = self {
+            if op.forward_checks_shapes() {
+                // The kernels check the shapes on the way (same errors as the shape rule), so
+                // the most common ops skip the separate rule and the comparison after.
+                self.check_arity(inputs.len())?;
+                return op.forward(inputs);
+            }
+        }
         let expected = self.output_shape(&shapes_of(inputs))?;
         // Checked where it lies and returned as is (no unwrap and re-wrap copies).
         let out = dispatch!(self, op => op.forward(inputs));
@@ -157,6 +165,33 @@ impl Op {
         // Checked where it lies and returned as is: unwrapping and re-wrapping the inline list
         // copied it twice per call.
         let grads = dispatch!(self, op => op.vjp(ctx, cot));
+        if let Ok(list) = &grads {
+            self.check_grads(ctx, list)?;
+        }
+        grads
+    }
+
+    /// The VJP for a caller that no longer needs the cotangent: linear elementwise ops turn its
+    /// buffer into their contribution instead of copying it. Same result and checks as `vjp`.
+    pub fn vjp_owned<S: Scalar>(
+        &self,
+        ctx: &VjpContext<'_, S>,
+        cot: Tensor<S>,
+    ) -> Result<Grads<S>> {
+        let Op::Elementwise(op) = self else {
+            return self.vjp(ctx, &cot);
+        };
+        if !op.has_owned_vjp() {
+            return self.vjp(ctx, &cot);
+        }
+        if cot.shape() != ctx.output_shape {
+            return Err(Error::ShapeMismatch {
+                op: self.name(),
+                expected: ctx.output_shape.clone(),
+                found: cot.shape().clone(),
+            });
+        }
+        let grads = op.vjp_owned(ctx, cot);
         if let Ok(list) = &grads {
             self.check_grads(ctx, list)?;
         }

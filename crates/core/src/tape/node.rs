@@ -96,6 +96,30 @@ impl<S: Scalar> Tape<S> {
         saved: &NodeSaved<S>,
         cot: &Tensor<S>,
     ) -> Result<Grads<S>> {
+        self.with_vjp_context(node, op, saved, |ctx| op.vjp(ctx, cot))
+    }
+
+    /// As [`Tape::op_vjp`] for a sweep that drops the cotangent afterwards: linear ops reuse
+    /// its buffer (`Op::vjp_owned`).
+    pub(crate) fn op_vjp_owned(
+        &self,
+        node: &Node<S>,
+        op: &Op,
+        saved: &NodeSaved<S>,
+        cot: Tensor<S>,
+    ) -> Result<Grads<S>> {
+        self.with_vjp_context(node, op, saved, |ctx| op.vjp_owned(ctx, cot))
+    }
+
+    /// Runs `vjp` on the context of op node `node`: its arguments and output read off the tape.
+    #[inline]
+    fn with_vjp_context(
+        &self,
+        node: &Node<S>,
+        op: &Op,
+        saved: &NodeSaved<S>,
+        vjp: impl FnOnce(&VjpContext<'_, S>) -> Result<Grads<S>>,
+    ) -> Result<Grads<S>> {
         let mut values = ArgRefs::new();
         self.parent_values_into(node, &mut values)?;
         let saves = op.saves();
@@ -110,7 +134,7 @@ impl<S: Scalar> Tape<S> {
             aux: &saved.aux,
             needs: &saved.needs,
         };
-        op.vjp(&ctx, cot)
+        vjp(&ctx)
     }
 
     /// The ordered `(parent id, contribution)` pairs of node `id` for cotangent `cot`.

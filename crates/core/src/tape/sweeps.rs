@@ -108,12 +108,14 @@ impl<S: Scalar> Tape<S> {
                 // The hot path: the same pairs (`parents` zipped with the VJP's result), order and
                 // errors as the general one below. `op_vjp` checked every parent id and every
                 // contribution's shape against its parent's value, so neither is checked again.
-                let mut grads = self.op_vjp(node, op, saved, &cot);
-                if keep(id) {
+                let mut grads = if keep(id) {
+                    let grads = self.op_vjp(node, op, saved, &cot);
                     slots[id] = Some(cot);
+                    grads
                 } else {
-                    drop(cot);
-                }
+                    // Nothing reads this cotangent again: the VJP may reuse its buffer.
+                    self.op_vjp_owned(node, op, saved, cot)
+                };
                 // Taken out where they lie: moving the inline list into an iterator copied it.
                 let Ok(list) = &mut grads else {
                     return grads.map(drop);

@@ -149,12 +149,31 @@ impl<S: Scalar> Tape<S> {
         Ok(())
     }
 
+    /// The value of argument `id` of `op`, or an error naming the id.
+    #[inline]
+    fn arg(&self, op: &Op, id: usize) -> Result<&Tensor<S>> {
+        match self.nodes.get(id) {
+            Some(n) => Ok(&n.value),
+            None => Err(Error::BadId {
+                context: op.name(),
+                id,
+                len: self.nodes.len(),
+            }),
+        }
+    }
+
     /// Evaluates `op` on the values of `args` and appends the result.
     pub fn apply(&mut self, op: Op, args: &[usize]) -> Result<usize> {
-        let mut inputs = SmallVec::new();
-        self.args_into(&op, args, &mut inputs)?;
-        let forward = op.forward(&inputs)?;
-        drop(inputs);
+        // One and two arguments (most ops) pass their values in an array, not a list.
+        let forward = match *args {
+            [a] => op.forward(&[self.arg(&op, a)?])?,
+            [a, b] => op.forward(&[self.arg(&op, a)?, self.arg(&op, b)?])?,
+            _ => {
+                let mut inputs = SmallVec::new();
+                self.args_into(&op, args, &mut inputs)?;
+                op.forward(&inputs)?
+            }
+        };
         self.append_op(op, args, forward)
     }
 
@@ -173,11 +192,10 @@ impl<S: Scalar> Tape<S> {
         }
         // Plain pushes: `SmallVec`'s generic `extend` costs more than the few elements it copies.
         let mut needs = SmallVec::new();
-        let mut parents = SmallVec::new();
         for &a in args {
             needs.push(self.nodes[a].requires_grad);
-            parents.push(a);
         }
+        let parents = SmallVec::from_slice(args);
         let requires_grad = needs.iter().any(|&n| n);
         // A node nobody differentiates through keeps nothing for a VJP that will never run.
         let aux = if requires_grad {
