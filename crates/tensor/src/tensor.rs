@@ -117,7 +117,7 @@ impl<S: Scalar> Tensor<S> {
                 op: "tensor",
                 len: data.len(),
                 numel: shape.numel(),
-                shape,
+                shape: Box::new(shape),
             });
         }
         Ok(Tensor {
@@ -140,7 +140,7 @@ impl<S: Scalar> Tensor<S> {
                 op: "tensor",
                 len: iter.len(),
                 numel: shape.numel(),
-                shape,
+                shape: Box::new(shape),
             });
         }
         let data = match Buffer::recycled(shape.numel()) {
@@ -310,8 +310,8 @@ impl<S: Scalar> Tensor<S> {
         if self.shape != other.shape {
             return Err(Error::ShapeMismatch {
                 op,
-                expected: self.shape.clone(),
-                found: other.shape.clone(),
+                expected: Box::new(self.shape.clone()),
+                found: Box::new(other.shape.clone()),
             });
         }
         let (a, b) = (self.data(), other.data());

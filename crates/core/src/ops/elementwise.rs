@@ -75,60 +75,72 @@ impl ElementwiseOp {
 
     /// The VJP of the linear ops (`has_owned_vjp`) with the cotangent given by value, for a
     /// sweep that no longer needs it: its buffer becomes a contribution (negated or scaled in
-    /// place when unshared) instead of being copied. Same values and order as `vjp`; any other
-    /// op falls back to `vjp`.
-    pub(crate) fn vjp_owned<S: Scalar>(
+    /// place when unshared) instead of being copied. Pushes the same values, in the same order,
+    /// as `vjp` returns; any other op falls back to `vjp`.
+    pub(crate) fn vjp_owned_into<S: Scalar>(
         &self,
         ctx: &VjpContext<'_, S>,
         mut cot: Tensor<S>,
-    ) -> Result<Grads<S>> {
-        let reduce = |g: Tensor<S>, i: usize| -> Result<Option<Tensor<S>>> {
-            if *g.shape() == ctx.input_shapes[i] {
-                Ok(Some(g))
-            } else {
-                sum_to(&g, &ctx.input_shapes[i]).map(Some)
-            }
-        };
+        out: &mut Grads<S>,
+    ) -> Result<()> {
         match self {
             E::Add | E::Sub => {
-                let (c0, c1) = match (ctx.needs(0), ctx.needs(1)) {
-                    (true, true) => (Some(cot.clone()), Some(cot)),
-                    (true, false) => (Some(cot), None),
-                    (false, true) => (None, Some(cot)),
-                    (false, false) => (None, None),
-                };
-                let g0 = match c0 {
-                    Some(g) => reduce(g, 0)?,
-                    None => None,
-                };
-                let g1 = match c1 {
-                    Some(mut g) => {
-                        if matches!(self, E::Sub) {
-                            for v in g.data_mut() {
-                                *v = -*v;
-                            }
-                        }
-                        reduce(g, 1)?
+                let negate = matches!(self, E::Sub);
+                let shapes = ctx.input_shapes;
+                // The cotangent itself goes to the first argument that needs it, a clone
+                // (sharing its buffer) to the second when both do.
+                match (ctx.needs(0), ctx.needs(1)) {
+                    (true, true) => {
+                        let second = cot.clone();
+                        out.push(Some(fit(cot, &shapes[0], false)?));
+                        out.push(Some(fit(second, &shapes[1], negate)?));
                     }
-                    None => None,
-                };
-                Ok(smallvec![g0, g1])
+                    (true, false) => {
+                        out.push(Some(fit(cot, &shapes[0], false)?));
+                        out.push(None);
+                    }
+                    (false, true) => {
+                        out.push(None);
+                        out.push(Some(fit(cot, &shapes[1], negate)?));
+                    }
+                    (false, false) => {
+                        out.push(None);
+                        out.push(None);
+                    }
+                }
             }
             E::Neg => {
                 for v in cot.data_mut() {
                     *v = -*v;
                 }
-                Ok(smallvec![Some(cot)])
+                out.push(Some(cot));
             }
             E::Scale { factor } => {
                 let f: S = s(*factor);
                 for v in cot.data_mut() {
                     *v = *v * f;
                 }
-                Ok(smallvec![Some(cot)])
+                out.push(Some(cot));
             }
-            _ => self.vjp(ctx, &cot),
+            _ => *out = self.vjp(ctx, &cot)?,
         }
+        Ok(())
+    }
+}
+
+/// A cotangent as the contribution to an argument of shape `shape`: negated first when asked
+/// (in place when unshared), then summed down to `shape` if the argument was broadcast.
+#[inline(always)]
+fn fit<S: Scalar>(mut g: Tensor<S>, shape: &Shape, negate: bool) -> Result<Tensor<S>> {
+    if negate {
+        for v in g.data_mut() {
+            *v = -*v;
+        }
+    }
+    if g.shape() == shape {
+        Ok(g)
+    } else {
+        sum_to(&g, shape)
     }
 }
 
@@ -175,8 +187,8 @@ impl OpRules for ElementwiseOp {
                 let ab = broadcast_shape("where", inputs[0], inputs[1])?;
                 broadcast_shape("where", &mask.shape, &ab).map_err(|_| Error::Broadcast {
                     op: "where",
-                    lhs: mask.shape.clone(),
-                    rhs: ab,
+                    lhs: Box::new(mask.shape.clone()),
+                    rhs: Box::new(ab),
                 })
             }
             E::Clamp {

@@ -107,11 +107,18 @@ impl Op {
         if ok {
             Ok(())
         } else {
-            Err(Error::Arity {
-                op: self.name(),
-                expected: self.arity().min(),
-                found,
-            })
+            Err(self.arity_error(found))
+        }
+    }
+
+    /// The error for `found` arguments (kept out of line: the check runs on every op).
+    #[cold]
+    #[inline(never)]
+    fn arity_error(&self, found: usize) -> Error {
+        Error::Arity {
+            op: self.name(),
+            expected: self.arity().min(),
+            found,
         }
     }
 
@@ -139,8 +146,8 @@ impl Op {
             if *out.value.shape() != expected {
                 return Err(Error::ShapeMismatch {
                     op: self.name(),
-                    expected,
-                    found: out.value.shape().clone(),
+                    expected: Box::new(expected),
+                    found: Box::new(out.value.shape().clone()),
                 });
             }
         }
@@ -158,8 +165,8 @@ impl Op {
         if cot.shape() != ctx.output_shape {
             return Err(Error::ShapeMismatch {
                 op: self.name(),
-                expected: ctx.output_shape.clone(),
-                found: cot.shape().clone(),
+                expected: Box::new(ctx.output_shape.clone()),
+                found: Box::new(cot.shape().clone()),
             });
         }
         // Checked where it lies and returned as is: unwrapping and re-wrapping the inline list
@@ -171,31 +178,33 @@ impl Op {
         grads
     }
 
-    /// The VJP for a caller that no longer needs the cotangent: linear elementwise ops turn its
-    /// buffer into their contribution instead of copying it. Same result and checks as `vjp`.
-    pub fn vjp_owned<S: Scalar>(
+    /// The VJP for a caller that no longer needs the cotangent, written into `out` (a list the
+    /// caller reuses from node to node, so the result is not moved): linear elementwise ops
+    /// turn the cotangent's buffer into their contribution instead of copying it. Same
+    /// contributions and checks as `vjp`; on an error `out` holds nothing to use.
+    pub(crate) fn vjp_owned_into<S: Scalar>(
         &self,
         ctx: &VjpContext<'_, S>,
         cot: Tensor<S>,
-    ) -> Result<Grads<S>> {
-        let Op::Elementwise(op) = self else {
-            return self.vjp(ctx, &cot);
+        out: &mut Grads<S>,
+    ) -> Result<()> {
+        out.clear();
+        let op = match self {
+            Op::Elementwise(op) if op.has_owned_vjp() => op,
+            _ => {
+                *out = self.vjp(ctx, &cot)?;
+                return Ok(());
+            }
         };
-        if !op.has_owned_vjp() {
-            return self.vjp(ctx, &cot);
-        }
         if cot.shape() != ctx.output_shape {
             return Err(Error::ShapeMismatch {
                 op: self.name(),
-                expected: ctx.output_shape.clone(),
-                found: cot.shape().clone(),
+                expected: Box::new(ctx.output_shape.clone()),
+                found: Box::new(cot.shape().clone()),
             });
         }
-        let grads = op.vjp_owned(ctx, cot);
-        if let Ok(list) = &grads {
-            self.check_grads(ctx, list)?;
-        }
-        grads
+        op.vjp_owned_into(ctx, cot, out)?;
+        self.check_grads(ctx, out)
     }
 
     /// One contribution per argument, each of its argument's shape, and none missing where needed.
@@ -215,8 +224,8 @@ impl Op {
                 Some(g) if g.shape() != &ctx.input_shapes[i] => {
                     return Err(Error::ShapeMismatch {
                         op: self.name(),
-                        expected: ctx.input_shapes[i].clone(),
-                        found: g.shape().clone(),
+                        expected: Box::new(ctx.input_shapes[i].clone()),
+                        found: Box::new(g.shape().clone()),
                     })
                 }
                 None if ctx.needs[i] => {
@@ -250,8 +259,8 @@ impl Op {
             if x.shape() != t.shape() {
                 return Err(Error::ShapeMismatch {
                     op: self.name(),
-                    expected: x.shape().clone(),
-                    found: t.shape().clone(),
+                    expected: Box::new(x.shape().clone()),
+                    found: Box::new(t.shape().clone()),
                 });
             }
         }

@@ -34,8 +34,8 @@ pub fn broadcast_shape(op: &'static str, a: &Shape, b: &Shape) -> Result<Shape> 
             _ => {
                 return Err(Error::Broadcast {
                     op,
-                    lhs: a.clone(),
-                    rhs: b.clone(),
+                    lhs: Box::new(a.clone()),
+                    rhs: Box::new(b.clone()),
                 })
             }
         };
@@ -127,8 +127,8 @@ pub fn broadcast_to<S: Scalar>(t: &Tensor<S>, shape: &Shape) -> Result<Tensor<S>
     if out != *shape {
         return Err(Error::Broadcast {
             op: "broadcast_to",
-            lhs: t.shape().clone(),
-            rhs: shape.clone(),
+            lhs: Box::new(t.shape().clone()),
+            rhs: Box::new(shape.clone()),
         });
     }
     let st = broadcast_strides(t.shape(), shape);
@@ -147,8 +147,8 @@ pub fn sum_to<S: Scalar>(g: &Tensor<S>, shape: &Shape) -> Result<Tensor<S>> {
     if out != *g.shape() {
         return Err(Error::Broadcast {
             op: "sum_to",
-            lhs: g.shape().clone(),
-            rhs: shape.clone(),
+            lhs: Box::new(g.shape().clone()),
+            rhs: Box::new(shape.clone()),
         });
     }
     let st = broadcast_strides(shape, g.shape());
