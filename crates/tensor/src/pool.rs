@@ -148,6 +148,7 @@ impl<S: Scalar> Pool<S> {
         }
     }
 
+    #[inline]
     fn take(&mut self, len: usize) -> Option<Arc<[S]>> {
         if !is_pooled::<S>(len) {
             let buf = self.small.get_mut(len - 1)?.pop()?;
@@ -175,12 +176,14 @@ impl<S: Scalar> Pool<S> {
     }
 
     /// The placeholder left where a buffer was taken from.
+    #[inline]
     fn empty(&mut self) -> Arc<[S]> {
         self.empty
             .get_or_insert_with(|| Arc::from(Vec::new()))
             .clone()
     }
 
+    #[inline]
     fn put(&mut self, slot: &mut Arc<[S]>) {
         let len = slot.len();
         let cap = capacity();

@@ -33,6 +33,7 @@ impl<S: Scalar> Buffer<S> {
     /// A recycled, unshared buffer of `len` elements for the caller to overwrite, if the pool has
     /// one. Its stale values are replaced by NaN in debug builds, so a kernel that misses an
     /// element fails its tests instead of leaking another tensor's values.
+    #[inline]
     fn recycled(len: usize) -> Option<Self> {
         let mut buf = Buffer::new(pool::take::<S>(len)?);
         if cfg!(debug_assertions) {
@@ -43,6 +44,7 @@ impl<S: Scalar> Buffer<S> {
 
     /// An unshared buffer of `len` elements for the caller to overwrite: recycled, else fresh
     /// (zeroed, as safe code must; NaN in debug builds, as a recycled one).
+    #[inline]
     fn for_overwrite(len: usize) -> Self {
         Buffer::recycled(len).unwrap_or_else(|| {
             let fill = if cfg!(debug_assertions) {
@@ -79,6 +81,7 @@ impl<S: Scalar> Buffer<S> {
     }
 
     /// The elements, copied into a buffer of their own first if another tensor shares them.
+    #[inline]
     fn elems_mut(&mut self) -> &mut [S] {
         // No `Weak` is ever made of a tensor buffer, so one strong count means unshared.
         if Arc::strong_count(&self.elems) != 1 {
@@ -90,6 +93,7 @@ impl<S: Scalar> Buffer<S> {
 }
 
 impl<S> Drop for Buffer<S> {
+    #[inline]
     fn drop(&mut self) {
         (self.give_back)(&mut self.elems);
     }
@@ -129,6 +133,7 @@ impl<S: Scalar> Tensor<S> {
     /// A tensor whose elements are produced by an exact-size iterator, written straight into the
     /// shared buffer (a recycled one when the pool has one); errors when the count differs from
     /// the shape's.
+    #[inline]
     pub fn from_iter_exact<I>(shape: Shape, iter: I) -> Result<Self>
     where
         I: IntoIterator<Item = S>,
@@ -159,6 +164,7 @@ impl<S: Scalar> Tensor<S> {
     /// one. The buffer holds arbitrary values when `write` starts (stale ones from a dropped
     /// tensor, zeros, or NaN in debug builds), so `write` must overwrite all of it; kernels that
     /// accumulate into their output use [`Tensor::zeros_with`].
+    #[inline]
     pub fn from_writer(shape: Shape, write: impl FnOnce(&mut [S])) -> Self {
         let mut data = Buffer::for_overwrite(shape.numel());
         write(data.elems_mut());
@@ -296,6 +302,7 @@ impl<S: Scalar> Tensor<S> {
     }
 
     /// Applies `f` to every element.
+    #[inline]
     pub fn map(&self, f: impl Fn(S) -> S) -> Self {
         let src = self.data();
         Tensor::from_writer(self.shape.clone(), |dst| {

@@ -77,6 +77,7 @@ impl ElementwiseOp {
     /// sweep that no longer needs it: its buffer becomes a contribution (negated or scaled in
     /// place when unshared) instead of being copied. Pushes the same values, in the same order,
     /// as `vjp` returns; any other op falls back to `vjp`.
+    #[inline]
     pub(crate) fn vjp_owned_into<S: Scalar>(
         &self,
         ctx: &VjpContext<'_, S>,

@@ -130,6 +130,7 @@ impl Op {
     }
 
     /// Checks shapes, then evaluates.
+    #[inline]
     pub fn forward<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<Forward<S>> {
         if let Op::Elementwise(op) = self {
             if op.forward_checks_shapes() {
@@ -139,6 +140,13 @@ impl Op {
                 return op.forward(inputs);
             }
         }
+        self.forward_checked(inputs)
+    }
+
+    /// `forward` for ops whose kernels do not check every shape themselves: the shape rule
+    /// first, the result's shape compared with it after.
+    #[inline(never)]
+    fn forward_checked<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<Forward<S>> {
         let expected = self.output_shape(&shapes_of(inputs))?;
         // Checked where it lies and returned as is (no unwrap and re-wrap copies).
         let out = dispatch!(self, op => op.forward(inputs));
@@ -182,6 +190,7 @@ impl Op {
     /// caller reuses from node to node, so the result is not moved): linear elementwise ops
     /// turn the cotangent's buffer into their contribution instead of copying it. Same
     /// contributions and checks as `vjp`; on an error `out` holds nothing to use.
+    #[inline]
     pub(crate) fn vjp_owned_into<S: Scalar>(
         &self,
         ctx: &VjpContext<'_, S>,
@@ -204,7 +213,13 @@ impl Op {
             });
         }
         op.vjp_owned_into(ctx, cot, out)?;
-        self.check_grads(ctx, out)
+        // These VJPs give each argument the cotangent itself when the shapes agree and
+        // `sum_to` of it (which makes exactly the argument's shape) otherwise, so the check
+        // `vjp` runs cannot fail here; debug builds still run it.
+        if cfg!(debug_assertions) {
+            self.check_grads(ctx, out)?;
+        }
+        Ok(())
     }
 
     /// One contribution per argument, each of its argument's shape, and none missing where needed.

@@ -101,6 +101,7 @@ impl<S: Scalar> Tape<S> {
 
     /// As [`Tape::op_vjp`] for a sweep that drops the cotangent afterwards, written into `out`
     /// (a list the sweep reuses): linear ops reuse the cotangent's buffer (`Op::vjp_owned_into`).
+    #[inline]
     pub(crate) fn op_vjp_owned_into(
         &self,
         node: &Node<S>,

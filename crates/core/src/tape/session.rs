@@ -201,6 +201,7 @@ impl<S: Scalar> Session<S> {
     }
 
     /// Applies any op to handles.
+    #[inline]
     pub fn apply(&mut self, op: Op, args: &[Var]) -> Result<Var> {
         // On the stack for up to four arguments: recording an op allocates nothing for its ids.
         let mut inline = [0usize; 4];

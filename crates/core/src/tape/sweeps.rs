@@ -7,7 +7,7 @@ use crate::ops::Grads;
 use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
 /// Stores contribution `g` into an empty slot, or adds it onto the slot's value.
-#[inline]
+#[inline(always)]
 fn store<S: Scalar>(slots: &mut [Option<Tensor<S>>], pid: usize, g: Tensor<S>) {
     match &mut slots[pid] {
         Some(existing) => add_into(existing, &g),

@@ -163,6 +163,7 @@ impl<S: Scalar> Tape<S> {
     }
 
     /// Evaluates `op` on the values of `args` and appends the result.
+    #[inline]
     pub fn apply(&mut self, op: Op, args: &[usize]) -> Result<usize> {
         // One and two arguments (most ops) pass their values in an array, not a list.
         let forward = match *args {
@@ -186,6 +187,7 @@ impl<S: Scalar> Tape<S> {
     /// Appends the op node. Its VJP will read its arguments and output off the tape, so the node
     /// keeps only which arguments need a gradient and the forward's auxiliary data. `args` are
     /// valid ids, so all below the new id.
+    #[inline]
     fn append_op(&mut self, op: Op, args: &[usize], forward: Forward<S>) -> Result<usize> {
         if self.detect_anomaly {
             super::anomaly::check_forward(self, op.name(), args, &forward.value)?;

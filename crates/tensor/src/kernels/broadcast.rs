@@ -67,6 +67,7 @@ pub(crate) fn broadcast_strides(src: &Shape, out: &Shape) -> Vec<usize> {
 }
 
 /// `f(a, b)` elementwise over the broadcast of the two shapes.
+#[inline]
 pub fn binary_map<S: Scalar>(
     op: &'static str,
     a: &Tensor<S>,
@@ -88,6 +89,18 @@ pub fn binary_map<S: Scalar>(
         let x = a.data()[0];
         return Tensor::from_iter_exact(b.shape().clone(), b.data().iter().map(|&y| f(x, y)));
     }
+    binary_map_broadcast(op, a, b, f)
+}
+
+/// `binary_map` past its fast paths: a real broadcast (kept out of line, so the fast paths
+/// inline into their callers).
+#[inline(never)]
+fn binary_map_broadcast<S: Scalar>(
+    op: &'static str,
+    a: &Tensor<S>,
+    b: &Tensor<S>,
+    f: impl Fn(S, S) -> S,
+) -> Result<Tensor<S>> {
     let out = broadcast_shape(op, a.shape(), b.shape())?;
     let (da, db) = (a.data(), b.data());
     // A trailing-suffix operand (bias rows): repeat it in chunks without a general walk.
