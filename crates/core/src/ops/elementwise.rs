@@ -119,7 +119,7 @@ impl ElementwiseOp {
             E::Scale { factor } => {
                 let f: S = s(*factor);
                 for v in cot.data_mut() {
-                    *v = *v * f;
+                    *v *= f;
                 }
                 out.push(Some(cot));
             }
