@@ -73,8 +73,8 @@ impl<S: Scalar> ParamSet<S> {
         if p.value.shape() != value.shape() {
             return Err(Error::ShapeMismatch {
                 op: "param_set",
-                expected: p.value.shape().clone(),
-                found: value.shape().clone(),
+                expected: Box::new(p.value.shape().clone()),
+                found: Box::new(value.shape().clone()),
             });
         }
         p.value = value;

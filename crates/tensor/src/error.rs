@@ -1,5 +1,6 @@
 //! The one error type of tapegrad. Every variant says which operation failed and what it expected
-//! versus what it found, so a message alone is enough to locate the mistake.
+//! versus what it found, so a message alone is enough to locate the mistake. Shapes in errors are
+//! boxed: an error is rare, a `Result` is moved on every op, and it is as large as its error.
 
 use crate::Shape;
 
@@ -13,22 +14,22 @@ pub enum Error {
     #[error("{op}: shape mismatch: expected {expected}, found {found}")]
     ShapeMismatch {
         op: &'static str,
-        expected: Shape,
-        found: Shape,
+        expected: Box<Shape>,
+        found: Box<Shape>,
     },
     /// Two shapes do not broadcast under NumPy/PyTorch rules.
     #[error("{op}: shapes {lhs} and {rhs} do not broadcast")]
     Broadcast {
         op: &'static str,
-        lhs: Shape,
-        rhs: Shape,
+        lhs: Box<Shape>,
+        rhs: Box<Shape>,
     },
     /// A data buffer's length disagrees with the element count of its shape.
     #[error("{op}: data has {len} elements but shape {shape} needs {numel}")]
     DataLength {
         op: &'static str,
         len: usize,
-        shape: Shape,
+        shape: Box<Shape>,
         numel: usize,
     },
     /// A shape whose element count does not fit in `usize`.
@@ -79,8 +80,8 @@ pub enum Error {
         context: &'static str,
         id: usize,
         op: String,
-        expected: Shape,
-        found: Shape,
+        expected: Box<Shape>,
+        found: Box<Shape>,
     },
     /// A gradient array whose length differs from the number of nodes.
     #[error("{context}: expected {expected} gradient slots, found {found}")]

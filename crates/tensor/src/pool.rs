@@ -2,19 +2,26 @@
 //! keyed by exact length. A tensor buffer returns here when its last holder drops it, and kernels
 //! take their outputs from here, so a training step whose shapes repeat allocates nothing.
 //!
-//! Only buffers of at least [`MIN_POOLED_BYTES`] take part (a tiny tensor's malloc is cheaper
-//! than the pool's bookkeeping). Each thread holds at most [`capacity`] bytes per scalar type;
-//! past that the least recently used lengths are freed first. Reused buffers keep the values
-//! of the tensor that dropped them: constructors either overwrite every element or say so.
+//! Buffers of at least [`MIN_POOLED_BYTES`] are kept by exact length with least-recently-used
+//! eviction; smaller ones go to size classes indexed by length (a vector index, cheaper than
+//! malloc and free for the one-element tensors of scalar code). Each thread holds at most
+//! [`capacity`] bytes per scalar type. Reused buffers keep the values of the tensor that dropped
+//! them: constructors either overwrite every element or say so.
 
 use crate::{DType, Scalar};
 use std::any::Any;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::thread::LocalKey;
 
-/// Buffers smaller than this are allocated and freed as usual.
+/// Buffers of at least this many bytes are pooled by exact length, with LRU eviction; smaller
+/// (non-empty) ones go to the small size classes, counted apart in [`PoolStats`].
 pub const MIN_POOLED_BYTES: usize = 1024;
+
+/// What a small buffer is charged against [`capacity`] besides its elements: the `Arc`'s two
+/// counts, so that many tiny buffers cannot hide behind their element bytes.
+const SMALL_OVERHEAD: usize = 2 * std::mem::size_of::<usize>();
 
 /// The default [`capacity`]: room for a few steps' worth of activations and gradients of a
 /// mid-sized model, small next to the models that would need more.
@@ -34,7 +41,8 @@ pub fn capacity() -> usize {
 }
 
 /// Counters of this thread's pool for one scalar type, since the thread started or the last
-/// [`clear`].
+/// [`clear`]. `reused`, `allocated` and `returned` count buffers of at least
+/// [`MIN_POOLED_BYTES`]; the `small_` counters count the small size classes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PoolStats {
     /// Buffers handed out again.
@@ -43,9 +51,13 @@ pub struct PoolStats {
     pub allocated: u64,
     /// Buffers taken back from dropped tensors.
     pub returned: u64,
-    /// Buffers freed to keep the pool under its capacity.
+    /// Buffers (small ones included) freed to keep the pool under its capacity.
     pub evicted: u64,
-    /// Bytes held now.
+    /// Small buffers handed out again.
+    pub small_reused: u64,
+    /// Small buffers taken back from dropped tensors.
+    pub small_returned: u64,
+    /// Bytes held now (small buffers with their `Arc` counts).
     pub held_bytes: usize,
 }
 
@@ -62,12 +74,14 @@ pub fn stats<S: Scalar>() -> PoolStats {
 pub fn clear<S: Scalar>() {
     with_pool::<S, _>(|p| {
         p.buckets.clear();
+        p.small.clear();
         p.held = 0;
         p.stats = PoolStats::default();
     });
 }
 
-/// Whether a buffer of `len` elements of `S` takes part.
+/// Whether a buffer of `len` elements of `S` is pooled by exact length (else, when not empty, it
+/// belongs to a small size class).
 #[inline]
 pub(crate) fn is_pooled<S>(len: usize) -> bool {
     len.saturating_mul(std::mem::size_of::<S>()) >= MIN_POOLED_BYTES
@@ -75,18 +89,22 @@ pub(crate) fn is_pooled<S>(len: usize) -> bool {
 
 /// An unshared buffer of exactly `len` elements holding a dropped tensor's values, if the pool
 /// has one (the caller overwrites it).
+#[inline]
 pub(crate) fn take<S: Scalar>(len: usize) -> Option<Arc<[S]>> {
-    if !is_pooled::<S>(len) {
+    if len == 0 {
         return None;
     }
     with_pool::<S, _>(|p| p.take(len)).flatten()
 }
 
-/// Takes `buf` into the pool when it is the last holder of a pooled-size buffer, leaving an
-/// empty buffer in its place; otherwise leaves it alone (dropping it then frees it or lowers
-/// its count as usual).
+/// Takes `buf` into the pool when it is the last holder of a non-empty buffer, leaving an empty
+/// buffer in its place; otherwise leaves it alone (dropping it then frees it or lowers its
+/// count as usual).
+#[inline]
 pub(crate) fn give_back<S: Scalar>(buf: &mut Arc<[S]>) {
-    if !is_pooled::<S>(buf.len()) || Arc::get_mut(buf).is_none() {
+    // No `Weak` is ever made of a tensor buffer, so one strong count means this is the last
+    // holder (and a plain load is cheaper than `Arc::get_mut`'s compare-and-swap).
+    if buf.is_empty() || Arc::strong_count(buf) != 1 {
         return;
     }
     with_pool::<S, _>(|p| p.put(buf));
@@ -99,7 +117,10 @@ struct Bucket<S> {
 }
 
 struct Pool<S> {
+    /// Exact lengths of at least `MIN_POOLED_BYTES`.
     buckets: Vec<Bucket<S>>,
+    /// Small buffers, `small[len - 1]` holding those of `len` elements.
+    small: Vec<Vec<Arc<[S]>>>,
     held: usize,
     clock: u64,
     stats: PoolStats,
@@ -111,6 +132,7 @@ impl<S: Scalar> Pool<S> {
     const fn new() -> Self {
         Pool {
             buckets: Vec::new(),
+            small: Vec::new(),
             held: 0,
             clock: 0,
             stats: PoolStats {
@@ -118,13 +140,22 @@ impl<S: Scalar> Pool<S> {
                 allocated: 0,
                 returned: 0,
                 evicted: 0,
+                small_reused: 0,
+                small_returned: 0,
                 held_bytes: 0,
             },
             empty: None,
         }
     }
 
+    #[inline]
     fn take(&mut self, len: usize) -> Option<Arc<[S]>> {
+        if !is_pooled::<S>(len) {
+            let buf = self.small.get_mut(len - 1)?.pop()?;
+            self.held -= small_charge::<S>(len);
+            self.stats.small_reused += 1;
+            return Some(buf);
+        }
         self.clock += 1;
         let found = self
             .buckets
@@ -144,19 +175,41 @@ impl<S: Scalar> Pool<S> {
         found
     }
 
+    /// The placeholder left where a buffer was taken from.
+    #[inline]
+    fn empty(&mut self) -> Arc<[S]> {
+        self.empty
+            .get_or_insert_with(|| Arc::from(Vec::new()))
+            .clone()
+    }
+
+    #[inline]
     fn put(&mut self, slot: &mut Arc<[S]>) {
-        let bytes = std::mem::size_of_val::<[S]>(slot);
+        let len = slot.len();
         let cap = capacity();
+        if !is_pooled::<S>(len) {
+            // Small buffers never evict anything: past the capacity they are freed as usual
+            // (and a large one returned past the capacity evicts them first).
+            let charge = small_charge::<S>(len);
+            if self.held + charge > cap {
+                return;
+            }
+            if self.small.len() < len {
+                self.small.resize_with(len, Vec::new);
+            }
+            let empty = self.empty();
+            self.small[len - 1].push(std::mem::replace(slot, empty));
+            self.held += charge;
+            self.stats.small_returned += 1;
+            return;
+        }
+        let bytes = std::mem::size_of_val::<[S]>(slot);
         if bytes > cap {
             return;
         }
-        let empty = self
-            .empty
-            .get_or_insert_with(|| Arc::from(Vec::new()))
-            .clone();
+        let empty = self.empty();
         let buf = std::mem::replace(slot, empty);
         self.clock += 1;
-        let len = buf.len();
         match self.buckets.iter_mut().find(|b| b.len == len) {
             Some(b) => {
                 b.last_use = self.clock;
@@ -175,9 +228,13 @@ impl<S: Scalar> Pool<S> {
         }
     }
 
-    /// Frees one buffer of the least recently used length (the one just returned is the most
-    /// recent, so it goes last).
+    /// Frees a small buffer if any is held (they are the cheapest to make again), else one of
+    /// the least recently used length (the one just returned is the most recent, so it goes
+    /// last).
     fn evict_one(&mut self) {
+        if self.evict_small() {
+            return;
+        }
         let Some(i) = (0..self.buckets.len()).min_by_key(|&i| self.buckets[i].last_use) else {
             self.held = 0;
             return;
@@ -192,32 +249,54 @@ impl<S: Scalar> Pool<S> {
     }
 }
 
-struct Pools {
-    f32: Pool<f32>,
-    f64: Pool<f64>,
+impl<S> Pool<S> {
+    /// Frees one small buffer of the longest length held; false when none is held.
+    fn evict_small(&mut self) -> bool {
+        while let Some(class) = self.small.last_mut() {
+            if let Some(buf) = class.pop() {
+                self.held -= small_charge::<S>(buf.len());
+                self.stats.evicted += 1;
+                return true;
+            }
+            self.small.pop();
+        }
+        false
+    }
+}
+
+/// What a small buffer of `len` elements counts against the capacity.
+fn small_charge<S>(len: usize) -> usize {
+    len * std::mem::size_of::<S>() + SMALL_OVERHEAD
 }
 
 thread_local! {
-    static POOLS: RefCell<Pools> = const {
-        RefCell::new(Pools {
-            f32: Pool::new(),
-            f64: Pool::new(),
-        })
-    };
+    // One cell per scalar type: a use of one never finds the other borrowed, and the access is a
+    // single thread-local lookup.
+    static F32: RefCell<Pool<f32>> = const { RefCell::new(Pool::new()) };
+    static F64: RefCell<Pool<f64>> = const { RefCell::new(Pool::new()) };
 }
 
 /// Runs `f` on this thread's pool for `S`; `None` while the thread is being torn down, when the
 /// pool is already in use further up the stack, or for a scalar type without a pool.
+#[inline]
 fn with_pool<S: Scalar, R>(f: impl FnOnce(&mut Pool<S>) -> R) -> Option<R> {
-    POOLS
-        .try_with(|cell| {
-            let mut pools = cell.try_borrow_mut().ok()?;
-            let pool: &mut dyn Any = match S::DTYPE {
-                DType::F32 => &mut pools.f32,
-                DType::F64 => &mut pools.f64,
-            };
-            pool.downcast_mut::<Pool<S>>().map(f)
-        })
-        .ok()
-        .flatten()
+    match S::DTYPE {
+        DType::F32 => run(&F32, f),
+        DType::F64 => run(&F64, f),
+    }
+}
+
+/// `f` on the pool behind `key` when it is the pool for `S` (always, as `with_pool` picks it).
+#[inline]
+fn run<T: 'static, S: 'static, R>(
+    key: &'static LocalKey<RefCell<Pool<T>>>,
+    f: impl FnOnce(&mut Pool<S>) -> R,
+) -> Option<R> {
+    key.try_with(|cell| {
+        let mut pool = cell.try_borrow_mut().ok()?;
+        let pool: &mut dyn Any = &mut *pool;
+        pool.downcast_mut::<Pool<S>>().map(f)
+    })
+    .ok()
+    .flatten()
 }

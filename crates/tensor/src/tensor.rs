@@ -33,6 +33,7 @@ impl<S: Scalar> Buffer<S> {
     /// A recycled, unshared buffer of `len` elements for the caller to overwrite, if the pool has
     /// one. Its stale values are replaced by NaN in debug builds, so a kernel that misses an
     /// element fails its tests instead of leaking another tensor's values.
+    #[inline]
     fn recycled(len: usize) -> Option<Self> {
         let mut buf = Buffer::new(pool::take::<S>(len)?);
         if cfg!(debug_assertions) {
@@ -43,6 +44,7 @@ impl<S: Scalar> Buffer<S> {
 
     /// An unshared buffer of `len` elements for the caller to overwrite: recycled, else fresh
     /// (zeroed, as safe code must; NaN in debug builds, as a recycled one).
+    #[inline]
     fn for_overwrite(len: usize) -> Self {
         Buffer::recycled(len).unwrap_or_else(|| {
             let fill = if cfg!(debug_assertions) {
@@ -79,8 +81,10 @@ impl<S: Scalar> Buffer<S> {
     }
 
     /// The elements, copied into a buffer of their own first if another tensor shares them.
+    #[inline]
     fn elems_mut(&mut self) -> &mut [S] {
-        if Arc::get_mut(&mut self.elems).is_none() {
+        // No `Weak` is ever made of a tensor buffer, so one strong count means unshared.
+        if Arc::strong_count(&self.elems) != 1 {
             *self = Buffer::copied(&self.elems);
         }
         // Unshared now, so this never clones.
@@ -89,6 +93,7 @@ impl<S: Scalar> Buffer<S> {
 }
 
 impl<S> Drop for Buffer<S> {
+    #[inline]
     fn drop(&mut self) {
         (self.give_back)(&mut self.elems);
     }
@@ -116,7 +121,7 @@ impl<S: Scalar> Tensor<S> {
                 op: "tensor",
                 len: data.len(),
                 numel: shape.numel(),
-                shape,
+                shape: Box::new(shape),
             });
         }
         Ok(Tensor {
@@ -128,6 +133,7 @@ impl<S: Scalar> Tensor<S> {
     /// A tensor whose elements are produced by an exact-size iterator, written straight into the
     /// shared buffer (a recycled one when the pool has one); errors when the count differs from
     /// the shape's.
+    #[inline]
     pub fn from_iter_exact<I>(shape: Shape, iter: I) -> Result<Self>
     where
         I: IntoIterator<Item = S>,
@@ -139,7 +145,7 @@ impl<S: Scalar> Tensor<S> {
                 op: "tensor",
                 len: iter.len(),
                 numel: shape.numel(),
-                shape,
+                shape: Box::new(shape),
             });
         }
         let data = match Buffer::recycled(shape.numel()) {
@@ -158,6 +164,7 @@ impl<S: Scalar> Tensor<S> {
     /// one. The buffer holds arbitrary values when `write` starts (stale ones from a dropped
     /// tensor, zeros, or NaN in debug builds), so `write` must overwrite all of it; kernels that
     /// accumulate into their output use [`Tensor::zeros_with`].
+    #[inline]
     pub fn from_writer(shape: Shape, write: impl FnOnce(&mut [S])) -> Self {
         let mut data = Buffer::for_overwrite(shape.numel());
         write(data.elems_mut());
@@ -181,7 +188,7 @@ impl<S: Scalar> Tensor<S> {
     pub fn scalar(v: S) -> Self {
         Tensor {
             shape: Shape::scalar(),
-            data: Buffer::new(Arc::from([v])),
+            data: Buffer::filled(1, v),
         }
     }
 
@@ -295,6 +302,7 @@ impl<S: Scalar> Tensor<S> {
     }
 
     /// Applies `f` to every element.
+    #[inline]
     pub fn map(&self, f: impl Fn(S) -> S) -> Self {
         let src = self.data();
         Tensor::from_writer(self.shape.clone(), |dst| {
@@ -309,8 +317,8 @@ impl<S: Scalar> Tensor<S> {
         if self.shape != other.shape {
             return Err(Error::ShapeMismatch {
                 op,
-                expected: self.shape.clone(),
-                found: other.shape.clone(),
+                expected: Box::new(self.shape.clone()),
+                found: Box::new(other.shape.clone()),
             });
         }
         let (a, b) = (self.data(), other.data());

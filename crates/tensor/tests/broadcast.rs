@@ -66,8 +66,8 @@ proptest! {
                 prop_assert_eq!(ba.unwrap().dims().to_vec(), want);
             }
             None => {
-                prop_assert_eq!(ab, Err(Error::Broadcast { op: "add", lhs: sa.clone(), rhs: sb.clone() }));
-                prop_assert_eq!(ba, Err(Error::Broadcast { op: "add", lhs: sb, rhs: sa }));
+                prop_assert_eq!(ab, Err(Error::Broadcast { op: "add", lhs: Box::new(sa.clone()), rhs: Box::new(sb.clone()) }));
+                prop_assert_eq!(ba, Err(Error::Broadcast { op: "add", lhs: Box::new(sb), rhs: Box::new(sa) }));
             }
         }
     }
@@ -92,7 +92,7 @@ proptest! {
         let y = Tensor::<f32>::zeros(&shape(&b));
         prop_assert_eq!(
             binary_map("mul", &x, &y, |p, q| p * q).unwrap_err(),
-            Error::Broadcast { op: "mul", lhs: shape(&a), rhs: shape(&b) }
+            Error::Broadcast { op: "mul", lhs: Box::new(shape(&a)), rhs: Box::new(shape(&b)) }
         );
     }
 

@@ -191,7 +191,7 @@ proptest! {
         let got = concat(&[&a, &b], axis as isize).unwrap_err();
         prop_assert_eq!(
             got,
-            Error::ShapeMismatch { op: "concat", expected: a.shape().clone(), found: b.shape().clone() }
+            Error::ShapeMismatch { op: "concat", expected: Box::new(a.shape().clone()), found: Box::new(b.shape().clone()) }
         );
     }
 }

@@ -159,7 +159,7 @@ fn tensor_data_length_mismatch_names_both_counts() {
         Error::DataLength {
             op: "tensor",
             len: 5,
-            shape: Shape::new(vec![2, 3]).unwrap(),
+            shape: Box::new(Shape::new(vec![2, 3]).unwrap()),
             numel: 6
         }
     );

@@ -121,8 +121,8 @@ impl Graph {
         if shape != node.shape {
             return Err(Error::ShapeMismatch {
                 op: op.name(),
-                expected: node.shape.clone(),
-                found: shape,
+                expected: Box::new(node.shape.clone()),
+                found: Box::new(shape),
             }
             .at_node(label));
         }

@@ -25,8 +25,8 @@ impl Graph {
             if *dot.shape() != node.shape {
                 return Err(Error::ShapeMismatch {
                     op: node.op.name(),
-                    expected: node.shape.clone(),
-                    found: dot.shape().clone(),
+                    expected: Box::new(node.shape.clone()),
+                    found: Box::new(dot.shape().clone()),
                 }
                 .at_node(self.node_label(k)));
             }

@@ -93,8 +93,8 @@ impl Program {
         if value.shape() != seed.shape() {
             return Err(Error::ShapeMismatch {
                 op: "objective",
-                expected: value.shape().clone(),
-                found: seed.shape().clone(),
+                expected: Box::new(value.shape().clone()),
+                found: Box::new(seed.shape().clone()),
             });
         }
         Ok(value

@@ -94,7 +94,7 @@ impl Mask {
                 op: "mask",
                 len: data.len(),
                 numel: shape.numel(),
-                shape,
+                shape: Box::new(shape),
             });
         }
         Ok(Mask {

@@ -60,6 +60,91 @@ impl ElementwiseOp {
     }
 }
 
+impl ElementwiseOp {
+    /// Whether `forward` itself rejects every shape list `output_shape` rejects (arity aside),
+    /// with the same error, and always makes a value of the output shape: `Op::forward` then
+    /// skips its separate shape rule. `where` and `clamp` have rules of their own.
+    pub(crate) fn forward_checks_shapes(&self) -> bool {
+        !matches!(self, E::Where { .. } | E::Clamp { .. })
+    }
+
+    /// Whether [`ElementwiseOp::vjp_owned`] handles this op.
+    pub(crate) fn has_owned_vjp(&self) -> bool {
+        matches!(self, E::Add | E::Sub | E::Neg | E::Scale { .. })
+    }
+
+    /// The VJP of the linear ops (`has_owned_vjp`) with the cotangent given by value, for a
+    /// sweep that no longer needs it: its buffer becomes a contribution (negated or scaled in
+    /// place when unshared) instead of being copied. Pushes the same values, in the same order,
+    /// as `vjp` returns; any other op falls back to `vjp`.
+    #[inline]
+    pub(crate) fn vjp_owned_into<S: Scalar>(
+        &self,
+        ctx: &VjpContext<'_, S>,
+        mut cot: Tensor<S>,
+        out: &mut Grads<S>,
+    ) -> Result<()> {
+        match self {
+            E::Add | E::Sub => {
+                let negate = matches!(self, E::Sub);
+                let shapes = ctx.input_shapes;
+                // The cotangent itself goes to the first argument that needs it, a clone
+                // (sharing its buffer) to the second when both do.
+                match (ctx.needs(0), ctx.needs(1)) {
+                    (true, true) => {
+                        let second = cot.clone();
+                        out.push(Some(fit(cot, &shapes[0], false)?));
+                        out.push(Some(fit(second, &shapes[1], negate)?));
+                    }
+                    (true, false) => {
+                        out.push(Some(fit(cot, &shapes[0], false)?));
+                        out.push(None);
+                    }
+                    (false, true) => {
+                        out.push(None);
+                        out.push(Some(fit(cot, &shapes[1], negate)?));
+                    }
+                    (false, false) => {
+                        out.push(None);
+                        out.push(None);
+                    }
+                }
+            }
+            E::Neg => {
+                for v in cot.data_mut() {
+                    *v = -*v;
+                }
+                out.push(Some(cot));
+            }
+            E::Scale { factor } => {
+                let f: S = s(*factor);
+                for v in cot.data_mut() {
+                    *v *= f;
+                }
+                out.push(Some(cot));
+            }
+            _ => *out = self.vjp(ctx, &cot)?,
+        }
+        Ok(())
+    }
+}
+
+/// A cotangent as the contribution to an argument of shape `shape`: negated first when asked
+/// (in place when unshared), then summed down to `shape` if the argument was broadcast.
+#[inline(always)]
+fn fit<S: Scalar>(mut g: Tensor<S>, shape: &Shape, negate: bool) -> Result<Tensor<S>> {
+    if negate {
+        for v in g.data_mut() {
+            *v = -*v;
+        }
+    }
+    if g.shape() == shape {
+        Ok(g)
+    } else {
+        sum_to(&g, shape)
+    }
+}
+
 /// Applies a per-element derivative: `cot * d(x)` for a unary op.
 fn chain<S: Scalar>(cot: &Tensor<S>, x: &Tensor<S>, d: impl Fn(S, S) -> S) -> Result<Tensor<S>> {
     cot.zip_map(x, "vjp", d)
@@ -103,8 +188,8 @@ impl OpRules for ElementwiseOp {
                 let ab = broadcast_shape("where", inputs[0], inputs[1])?;
                 broadcast_shape("where", &mask.shape, &ab).map_err(|_| Error::Broadcast {
                     op: "where",
-                    lhs: mask.shape.clone(),
-                    rhs: ab,
+                    lhs: Box::new(mask.shape.clone()),
+                    rhs: Box::new(ab),
                 })
             }
             E::Clamp {

@@ -70,8 +70,8 @@ impl Reduction {
         if *cot.shape() != expected {
             return Err(Error::ShapeMismatch {
                 op,
-                expected,
-                found: cot.shape().clone(),
+                expected: Box::new(expected),
+                found: Box::new(cot.shape().clone()),
             });
         }
         Ok(match self {
@@ -181,8 +181,8 @@ fn same_shape(op: &'static str, a: &Shape, b: &Shape) -> Result<()> {
     } else {
         Err(Error::ShapeMismatch {
             op,
-            expected: a.clone(),
-            found: b.clone(),
+            expected: Box::new(a.clone()),
+            found: Box::new(b.clone()),
         })
     }
 }

@@ -107,11 +107,18 @@ impl Op {
         if ok {
             Ok(())
         } else {
-            Err(Error::Arity {
-                op: self.name(),
-                expected: self.arity().min(),
-                found,
-            })
+            Err(self.arity_error(found))
+        }
+    }
+
+    /// The error for `found` arguments (kept out of line: the check runs on every op).
+    #[cold]
+    #[inline(never)]
+    fn arity_error(&self, found: usize) -> Error {
+        Error::Arity {
+            op: self.name(),
+            expected: self.arity().min(),
+            found,
         }
     }
 
@@ -123,7 +130,23 @@ impl Op {
     }
 
     /// Checks shapes, then evaluates.
+    #[inline]
     pub fn forward<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<Forward<S>> {
+        if let Op::Elementwise(op) = self {
+            if op.forward_checks_shapes() {
+                // The kernels check the shapes on the way (same errors as the shape rule), so
+                // the most common ops skip the separate rule and the comparison after.
+                self.check_arity(inputs.len())?;
+                return op.forward(inputs);
+            }
+        }
+        self.forward_checked(inputs)
+    }
+
+    /// `forward` for ops whose kernels do not check every shape themselves: the shape rule
+    /// first, the result's shape compared with it after.
+    #[inline(never)]
+    fn forward_checked<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<Forward<S>> {
         let expected = self.output_shape(&shapes_of(inputs))?;
         // Checked where it lies and returned as is (no unwrap and re-wrap copies).
         let out = dispatch!(self, op => op.forward(inputs));
@@ -131,8 +154,8 @@ impl Op {
             if *out.value.shape() != expected {
                 return Err(Error::ShapeMismatch {
                     op: self.name(),
-                    expected,
-                    found: out.value.shape().clone(),
+                    expected: Box::new(expected),
+                    found: Box::new(out.value.shape().clone()),
                 });
             }
         }
@@ -150,8 +173,8 @@ impl Op {
         if cot.shape() != ctx.output_shape {
             return Err(Error::ShapeMismatch {
                 op: self.name(),
-                expected: ctx.output_shape.clone(),
-                found: cot.shape().clone(),
+                expected: Box::new(ctx.output_shape.clone()),
+                found: Box::new(cot.shape().clone()),
             });
         }
         // Checked where it lies and returned as is: unwrapping and re-wrapping the inline list
@@ -161,6 +184,42 @@ impl Op {
             self.check_grads(ctx, list)?;
         }
         grads
+    }
+
+    /// The VJP for a caller that no longer needs the cotangent, written into `out` (a list the
+    /// caller reuses from node to node, so the result is not moved): linear elementwise ops
+    /// turn the cotangent's buffer into their contribution instead of copying it. Same
+    /// contributions and checks as `vjp`; on an error `out` holds nothing to use.
+    #[inline]
+    pub(crate) fn vjp_owned_into<S: Scalar>(
+        &self,
+        ctx: &VjpContext<'_, S>,
+        cot: Tensor<S>,
+        out: &mut Grads<S>,
+    ) -> Result<()> {
+        out.clear();
+        let op = match self {
+            Op::Elementwise(op) if op.has_owned_vjp() => op,
+            _ => {
+                *out = self.vjp(ctx, &cot)?;
+                return Ok(());
+            }
+        };
+        if cot.shape() != ctx.output_shape {
+            return Err(Error::ShapeMismatch {
+                op: self.name(),
+                expected: Box::new(ctx.output_shape.clone()),
+                found: Box::new(cot.shape().clone()),
+            });
+        }
+        op.vjp_owned_into(ctx, cot, out)?;
+        // These VJPs give each argument the cotangent itself when the shapes agree and
+        // `sum_to` of it (which makes exactly the argument's shape) otherwise, so the check
+        // `vjp` runs cannot fail here; debug builds still run it.
+        if cfg!(debug_assertions) {
+            self.check_grads(ctx, out)?;
+        }
+        Ok(())
     }
 
     /// One contribution per argument, each of its argument's shape, and none missing where needed.
@@ -180,8 +239,8 @@ impl Op {
                 Some(g) if g.shape() != &ctx.input_shapes[i] => {
                     return Err(Error::ShapeMismatch {
                         op: self.name(),
-                        expected: ctx.input_shapes[i].clone(),
-                        found: g.shape().clone(),
+                        expected: Box::new(ctx.input_shapes[i].clone()),
+                        found: Box::new(g.shape().clone()),
                     })
                 }
                 None if ctx.needs[i] => {
@@ -215,8 +274,8 @@ impl Op {
             if x.shape() != t.shape() {
                 return Err(Error::ShapeMismatch {
                     op: self.name(),
-                    expected: x.shape().clone(),
-                    found: t.shape().clone(),
+                    expected: Box::new(x.shape().clone()),
+                    found: Box::new(t.shape().clone()),
                 });
             }
         }

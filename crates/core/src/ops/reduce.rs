@@ -96,8 +96,8 @@ fn with_row_sums<S: Scalar>(
     if a.shape() != b.shape() {
         return Err(Error::ShapeMismatch {
             op,
-            expected: a.shape().clone(),
-            found: b.shape().clone(),
+            expected: Box::new(a.shape().clone()),
+            found: Box::new(b.shape().clone()),
         });
     }
     let dims: &[usize] = if a.rank() == 0 { &[1] } else { a.dims() };

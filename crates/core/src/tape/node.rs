@@ -96,21 +96,70 @@ impl<S: Scalar> Tape<S> {
         saved: &NodeSaved<S>,
         cot: &Tensor<S>,
     ) -> Result<Grads<S>> {
-        let mut values = ArgRefs::new();
-        self.parent_values_into(node, &mut values)?;
-        let saves = op.saves();
-        let ctx = VjpContext {
-            inputs: ArgValues::Values {
-                values: &values,
-                keep: saves,
-            },
-            input_shapes: ArgShapes::Values(&values),
-            output: saves.output.then_some(&node.value),
-            output_shape: node.value.shape(),
-            aux: &saved.aux,
-            needs: &saved.needs,
+        self.with_vjp_context(node, op, saved, |ctx| op.vjp(ctx, cot))
+    }
+
+    /// As [`Tape::op_vjp`] for a sweep that drops the cotangent afterwards, written into `out`
+    /// (a list the sweep reuses): linear ops reuse the cotangent's buffer (`Op::vjp_owned_into`).
+    #[inline]
+    pub(crate) fn op_vjp_owned_into(
+        &self,
+        node: &Node<S>,
+        op: &Op,
+        saved: &NodeSaved<S>,
+        cot: Tensor<S>,
+        out: &mut Grads<S>,
+    ) -> Result<()> {
+        self.with_vjp_context(node, op, saved, |ctx| op.vjp_owned_into(ctx, cot, out))
+    }
+
+    /// Runs `vjp` on the context of op node `node`: its arguments and output read off the tape.
+    #[inline]
+    fn with_vjp_context<R>(
+        &self,
+        node: &Node<S>,
+        op: &Op,
+        saved: &NodeSaved<S>,
+        vjp: impl FnOnce(&VjpContext<'_, S>) -> Result<R>,
+    ) -> Result<R> {
+        let run = |values: &[&Tensor<S>]| {
+            let saves = op.saves();
+            let ctx = VjpContext {
+                inputs: ArgValues::Values {
+                    values,
+                    keep: saves,
+                },
+                input_shapes: ArgShapes::Values(values),
+                output: saves.output.then_some(&node.value),
+                output_shape: node.value.shape(),
+                aux: &saved.aux,
+                needs: &saved.needs,
+            };
+            vjp(&ctx)
         };
-        op.vjp(&ctx, cot)
+        // One and two parents (most ops) pass their values in an array, not a list.
+        match node.parents[..] {
+            [a] => run(&[self.parent_value(a)?]),
+            [a, b] => run(&[self.parent_value(a)?, self.parent_value(b)?]),
+            _ => {
+                let mut values = ArgRefs::new();
+                self.parent_values_into(node, &mut values)?;
+                run(&values)
+            }
+        }
+    }
+
+    /// The value of parent `id`, or an error for an id not on the tape.
+    #[inline]
+    fn parent_value(&self, id: usize) -> Result<&Tensor<S>> {
+        match self.nodes.get(id) {
+            Some(parent) => Ok(&parent.value),
+            None => Err(Error::BadId {
+                context: "backward",
+                id,
+                len: self.nodes.len(),
+            }),
+        }
     }
 
     /// The ordered `(parent id, contribution)` pairs of node `id` for cotangent `cot`.

@@ -115,7 +115,14 @@ impl<S: Scalar> Session<S> {
                 session_step: self.step,
             });
         }
-        self.tape.node(v.id)?;
+        // The bounds test of `Tape::node`, without building its `Result` of a reference.
+        if v.id >= self.tape.len() {
+            return Err(Error::BadId {
+                context: "tape",
+                id: v.id,
+                len: self.tape.len(),
+            });
+        }
         Ok(v.id)
     }
 
@@ -194,14 +201,23 @@ impl<S: Scalar> Session<S> {
     }
 
     /// Applies any op to handles.
+    #[inline]
     pub fn apply(&mut self, op: Op, args: &[Var]) -> Result<Var> {
-        // Inline for up to four arguments: recording an op allocates nothing for its id list.
-        let mut ids: SmallVec<[usize; 4]> = SmallVec::new();
-        for &v in args {
-            ids.push(self.check(v)?);
+        // On the stack for up to four arguments: recording an op allocates nothing for its ids.
+        let mut inline = [0usize; 4];
+        let mut heap = Vec::new();
+        let ids: &mut [usize] = if args.len() <= inline.len() {
+            &mut inline[..args.len()]
+        } else {
+            heap.resize(args.len(), 0);
+            &mut heap
+        };
+        for (id, &v) in ids.iter_mut().zip(args) {
+            *id = self.check(v)?;
         }
+        let ids = &*ids;
         let id = if self.grad_enabled {
-            self.tape.apply(op, &ids)?
+            self.tape.apply(op, ids)?
         } else {
             let inputs = ids
                 .iter()
@@ -210,7 +226,7 @@ impl<S: Scalar> Session<S> {
             let value = op.forward(&inputs)?.value;
             drop(inputs);
             if self.tape.detect_anomaly() {
-                super::anomaly::check_forward(&self.tape, op.name(), &ids, &value)?;
+                super::anomaly::check_forward(&self.tape, op.name(), ids, &value)?;
             }
             self.tape.leaf(value, false)
         };

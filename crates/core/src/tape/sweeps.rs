@@ -3,10 +3,11 @@
 //! `backward_from` (reference: every node's VJP runs, zero cotangent or not), plus `one_hot`.
 
 use super::{Rule, Tape};
+use crate::ops::Grads;
 use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
 /// Stores contribution `g` into an empty slot, or adds it onto the slot's value.
-#[inline]
+#[inline(always)]
 fn store<S: Scalar>(slots: &mut [Option<Tensor<S>>], pid: usize, g: Tensor<S>) {
     match &mut slots[pid] {
         Some(existing) => add_into(existing, &g),
@@ -40,8 +41,8 @@ impl<S: Scalar> Tape<S> {
                 context: CONTEXT,
                 id: pid,
                 op: parent.op_name(),
-                expected: parent.value.shape().clone(),
-                found: g.shape().clone(),
+                expected: Box::new(parent.value.shape().clone()),
+                found: Box::new(g.shape().clone()),
             });
         }
         Ok(parent.requires_grad)
@@ -61,8 +62,8 @@ impl<S: Scalar> Tape<S> {
                 context: CONTEXT,
                 id: out,
                 op: node.op_name(),
-                expected: node.value.shape().clone(),
-                found: seed.shape().clone(),
+                expected: Box::new(node.value.shape().clone()),
+                found: Box::new(seed.shape().clone()),
             });
         }
         Ok(())
@@ -96,6 +97,8 @@ impl<S: Scalar> Tape<S> {
         out: usize,
         keep: impl Fn(usize) -> bool,
     ) -> Result<()> {
+        // The contributions of one op node, reused from node to node (not moved per node).
+        let mut list = Grads::new();
         for id in (0..=out).rev() {
             let node = &self.nodes[id];
             if !node.requires_grad {
@@ -108,16 +111,16 @@ impl<S: Scalar> Tape<S> {
                 // The hot path: the same pairs (`parents` zipped with the VJP's result), order and
                 // errors as the general one below. `op_vjp` checked every parent id and every
                 // contribution's shape against its parent's value, so neither is checked again.
-                let mut grads = self.op_vjp(node, op, saved, &cot);
-                if keep(id) {
+                let done = if keep(id) {
+                    let grads = self.op_vjp(node, op, saved, &cot);
                     slots[id] = Some(cot);
+                    grads.map(|g| list = g)
                 } else {
-                    drop(cot);
-                }
-                // Taken out where they lie: moving the inline list into an iterator copied it.
-                let Ok(list) = &mut grads else {
-                    return grads.map(drop);
+                    // Nothing reads this cotangent again: the VJP may reuse its buffer.
+                    self.op_vjp_owned_into(node, op, saved, cot, &mut list)
                 };
+                done?;
+                // Taken out where they lie: moving the inline list into an iterator copied it.
                 for (&pid, g) in node.parents.iter().zip(list.iter_mut()) {
                     if let Some(g) = g.take() {
                         if self.nodes[pid].requires_grad {
@@ -159,7 +162,9 @@ impl<S: Scalar> Tape<S> {
             let is_op = !matches!(self.node(id)?.rule, Rule::Leaf);
             keep[id] = is_op;
         }
-        let mut slots: Vec<Option<Tensor<S>>> = vec![None; self.nodes.len()];
+        // Filled with `None` by a loop, which writes only the tag (`vec![None; n]` clones all 72
+        // bytes of each).
+        let mut slots: Vec<Option<Tensor<S>>> = (0..self.nodes.len()).map(|_| None).collect();
         slots[out] = Some(seed.clone());
         self.sweep(&mut slots, out, |id| keep[id])?;
         Ok(ids
@@ -214,8 +219,8 @@ impl<S: Scalar> Tape<S> {
                     context: CONTEXT,
                     id,
                     op: n.op_name(),
-                    expected: n.value.shape().clone(),
-                    found: g.shape().clone(),
+                    expected: Box::new(n.value.shape().clone()),
+                    found: Box::new(g.shape().clone()),
                 });
             }
         }

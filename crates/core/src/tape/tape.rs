@@ -149,12 +149,32 @@ impl<S: Scalar> Tape<S> {
         Ok(())
     }
 
+    /// The value of argument `id` of `op`, or an error naming the id.
+    #[inline]
+    fn arg(&self, op: &Op, id: usize) -> Result<&Tensor<S>> {
+        match self.nodes.get(id) {
+            Some(n) => Ok(&n.value),
+            None => Err(Error::BadId {
+                context: op.name(),
+                id,
+                len: self.nodes.len(),
+            }),
+        }
+    }
+
     /// Evaluates `op` on the values of `args` and appends the result.
+    #[inline]
     pub fn apply(&mut self, op: Op, args: &[usize]) -> Result<usize> {
-        let mut inputs = SmallVec::new();
-        self.args_into(&op, args, &mut inputs)?;
-        let forward = op.forward(&inputs)?;
-        drop(inputs);
+        // One and two arguments (most ops) pass their values in an array, not a list.
+        let forward = match *args {
+            [a] => op.forward(&[self.arg(&op, a)?])?,
+            [a, b] => op.forward(&[self.arg(&op, a)?, self.arg(&op, b)?])?,
+            _ => {
+                let mut inputs = SmallVec::new();
+                self.args_into(&op, args, &mut inputs)?;
+                op.forward(&inputs)?
+            }
+        };
         self.append_op(op, args, forward)
     }
 
@@ -167,17 +187,17 @@ impl<S: Scalar> Tape<S> {
     /// Appends the op node. Its VJP will read its arguments and output off the tape, so the node
     /// keeps only which arguments need a gradient and the forward's auxiliary data. `args` are
     /// valid ids, so all below the new id.
+    #[inline]
     fn append_op(&mut self, op: Op, args: &[usize], forward: Forward<S>) -> Result<usize> {
         if self.detect_anomaly {
             super::anomaly::check_forward(self, op.name(), args, &forward.value)?;
         }
         // Plain pushes: `SmallVec`'s generic `extend` costs more than the few elements it copies.
         let mut needs = SmallVec::new();
-        let mut parents = SmallVec::new();
         for &a in args {
             needs.push(self.nodes[a].requires_grad);
-            parents.push(a);
         }
+        let parents = SmallVec::from_slice(args);
         let requires_grad = needs.iter().any(|&n| n);
         // A node nobody differentiates through keeps nothing for a VJP that will never run.
         let aux = if requires_grad {

@@ -102,8 +102,8 @@ pub fn record_loss<S: Scalar>(
             if shape != *t.shape() {
                 return Err(Error::ShapeMismatch {
                     op: "mse_loss",
-                    expected: t.shape().clone(),
-                    found: shape,
+                    expected: Box::new(t.shape().clone()),
+                    found: Box::new(shape),
                 });
             }
             let target = session.constant(t.clone());

@@ -88,8 +88,8 @@ impl<S: Scalar> Optimizer<S> {
             if p.value.shape() != g.shape() {
                 return Err(Error::ShapeMismatch {
                     op: "optimizer",
-                    expected: p.value.shape().clone(),
-                    found: g.shape().clone(),
+                    expected: Box::new(p.value.shape().clone()),
+                    found: Box::new(g.shape().clone()),
                 });
             }
             let state = Slots {

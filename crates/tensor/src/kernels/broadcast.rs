@@ -34,8 +34,8 @@ pub fn broadcast_shape(op: &'static str, a: &Shape, b: &Shape) -> Result<Shape> 
             _ => {
                 return Err(Error::Broadcast {
                     op,
-                    lhs: a.clone(),
-                    rhs: b.clone(),
+                    lhs: Box::new(a.clone()),
+                    rhs: Box::new(b.clone()),
                 })
             }
         };
@@ -67,6 +67,7 @@ pub(crate) fn broadcast_strides(src: &Shape, out: &Shape) -> Vec<usize> {
 }
 
 /// `f(a, b)` elementwise over the broadcast of the two shapes.
+#[inline]
 pub fn binary_map<S: Scalar>(
     op: &'static str,
     a: &Tensor<S>,
@@ -88,6 +89,18 @@ pub fn binary_map<S: Scalar>(
         let x = a.data()[0];
         return Tensor::from_iter_exact(b.shape().clone(), b.data().iter().map(|&y| f(x, y)));
     }
+    binary_map_broadcast(op, a, b, f)
+}
+
+/// `binary_map` past its fast paths: a real broadcast (kept out of line, so the fast paths
+/// inline into their callers).
+#[inline(never)]
+fn binary_map_broadcast<S: Scalar>(
+    op: &'static str,
+    a: &Tensor<S>,
+    b: &Tensor<S>,
+    f: impl Fn(S, S) -> S,
+) -> Result<Tensor<S>> {
     let out = broadcast_shape(op, a.shape(), b.shape())?;
     let (da, db) = (a.data(), b.data());
     // A trailing-suffix operand (bias rows): repeat it in chunks without a general walk.
@@ -127,8 +140,8 @@ pub fn broadcast_to<S: Scalar>(t: &Tensor<S>, shape: &Shape) -> Result<Tensor<S>
     if out != *shape {
         return Err(Error::Broadcast {
             op: "broadcast_to",
-            lhs: t.shape().clone(),
-            rhs: shape.clone(),
+            lhs: Box::new(t.shape().clone()),
+            rhs: Box::new(shape.clone()),
         });
     }
     let st = broadcast_strides(t.shape(), shape);
@@ -147,8 +160,8 @@ pub fn sum_to<S: Scalar>(g: &Tensor<S>, shape: &Shape) -> Result<Tensor<S>> {
     if out != *g.shape() {
         return Err(Error::Broadcast {
             op: "sum_to",
-            lhs: g.shape().clone(),
-            rhs: shape.clone(),
+            lhs: Box::new(g.shape().clone()),
+            rhs: Box::new(shape.clone()),
         });
     }
     let st = broadcast_strides(shape, g.shape());

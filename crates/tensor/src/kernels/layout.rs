@@ -126,8 +126,8 @@ pub fn concat<S: Scalar>(parts: &[&Tensor<S>], axis: isize) -> Result<Tensor<S>>
         if !compatible {
             return Err(Error::ShapeMismatch {
                 op: "concat",
-                expected: first.shape().clone(),
-                found: p.shape().clone(),
+                expected: Box::new(first.shape().clone()),
+                found: Box::new(p.shape().clone()),
             });
         }
         out_dims[ax] = out_dims[ax]

@@ -229,8 +229,8 @@ pub fn matmul<S: Scalar>(a: &Tensor<S>, b: &Tensor<S>) -> Result<Tensor<S>> {
     let out = batched_matmul(&a2, false, &b2, false).map_err(|e| match e {
         Error::ShapeMismatch { .. } | Error::Broadcast { .. } => Error::Broadcast {
             op: "matmul",
-            lhs: a.shape().clone(),
-            rhs: b.shape().clone(),
+            lhs: Box::new(a.shape().clone()),
+            rhs: Box::new(b.shape().clone()),
         },
         other => other,
     })?;
@@ -285,16 +285,16 @@ pub fn batched_matmul<S: Scalar>(
     if k != k2 {
         return Err(Error::Broadcast {
             op: "matmul",
-            lhs: a.shape().clone(),
-            rhs: b.shape().clone(),
+            lhs: Box::new(a.shape().clone()),
+            rhs: Box::new(b.shape().clone()),
         });
     }
     let a_batch = Shape::new(&a.dims()[..ra - 2])?;
     let b_batch = Shape::new(&b.dims()[..rb - 2])?;
     let batch = broadcast_shape("matmul", &a_batch, &b_batch).map_err(|_| Error::Broadcast {
         op: "matmul",
-        lhs: a.shape().clone(),
-        rhs: b.shape().clone(),
+        lhs: Box::new(a.shape().clone()),
+        rhs: Box::new(b.shape().clone()),
     })?;
     let mut out_dims = batch.dims().to_vec();
     out_dims.extend([m, n]);

@@ -134,8 +134,8 @@ pub fn expand_reduced<S: Scalar>(
     if *g.shape() != expected {
         return Err(Error::ShapeMismatch {
             op: "expand_reduced",
-            expected,
-            found: g.shape().clone(),
+            expected: Box::new(expected),
+            found: Box::new(g.shape().clone()),
         });
     }
     let kept = reduced_shape(in_shape, axes, true)?;

@@ -102,7 +102,7 @@ fn data(map: &Map<String, Value>, shape: &Shape, what: &str) -> Result<Vec<f64>>
         return Err(Error::DataLength {
             op: FILE,
             len: values.len(),
-            shape: shape.clone(),
+            shape: Box::new(shape.clone()),
             numel: shape.numel(),
         });
     }

@@ -37,7 +37,7 @@ pub(super) fn write(file: &GraphFile) -> Result<String> {
             return Err(Error::DataLength {
                 op: "graph file",
                 len: d.len(),
-                shape: x.shape.clone(),
+                shape: Box::new(x.shape.clone()),
                 numel: x.shape.numel(),
             }
             .at_node(format!("'{}'", x.name)));

@@ -25,7 +25,7 @@ impl IndexTensor {
                 op: "index",
                 len: data.len(),
                 numel: shape.numel(),
-                shape,
+                shape: Box::new(shape),
             });
         }
         Ok(IndexTensor {
@@ -63,7 +63,7 @@ impl IndexTensor {
                 op,
                 len: self.data.len(),
                 numel: self.shape.numel(),
-                shape: self.shape.clone(),
+                shape: Box::new(self.shape.clone()),
             });
         }
         Ok(())

@@ -1,0 +1,101 @@
+//! The buffer pool's small size classes: a one- or few-element buffer dropped by its last holder
+//! is handed to the next tensor of its length, shared buffers stay shared until written
+//! (copy-on-write), and every constructor overwrites a recycled buffer's stale values.
+
+use tapegrad_tensor::{pool, Shape, Tensor};
+
+fn shape(dims: &[usize]) -> Shape {
+    Shape::new(dims).unwrap()
+}
+
+#[test]
+fn a_dropped_small_buffer_is_reused_by_the_next_tensor_of_its_length() {
+    let a = Tensor::<f32>::full(&shape(&[3]), 2.5);
+    let addr = a.data().as_ptr();
+    let before = pool::stats::<f32>();
+    drop(a);
+    let after_drop = pool::stats::<f32>();
+    assert_eq!(after_drop.small_returned, before.small_returned + 1);
+    // The large-buffer counters do not move for small buffers.
+    assert_eq!(after_drop.returned, before.returned);
+    // Another length does not take it.
+    let other = Tensor::<f32>::full(&shape(&[2]), 1.0);
+    assert_ne!(other.data().as_ptr(), addr);
+    let b = Tensor::<f32>::full(&shape(&[3]), -1.0);
+    assert_eq!(b.data().as_ptr(), addr, "the small buffer was not reused");
+    assert_eq!(b.data(), &[-1.0, -1.0, -1.0]);
+    assert_eq!(
+        pool::stats::<f32>().small_reused,
+        after_drop.small_reused + 1
+    );
+}
+
+#[test]
+fn a_shared_small_buffer_is_not_recycled_until_its_last_holder_drops_it() {
+    let a = Tensor::<f64>::scalar(4.0);
+    let b = a.clone();
+    assert!(a.shares_buffer_with(&b));
+    let before = pool::stats::<f64>();
+    drop(a);
+    assert_eq!(pool::stats::<f64>().small_returned, before.small_returned);
+    // The surviving holder still reads its value, and a new scalar does not take the buffer.
+    let c = Tensor::<f64>::scalar(7.0);
+    assert!(!c.shares_buffer_with(&b));
+    assert_eq!(b.item().unwrap(), 4.0);
+    assert_eq!(c.item().unwrap(), 7.0);
+    drop(b);
+    assert_eq!(
+        pool::stats::<f64>().small_returned,
+        before.small_returned + 1
+    );
+}
+
+#[test]
+fn writing_a_shared_small_tensor_copies_it_first() {
+    let a = Tensor::<f32>::new(&[2], vec![1.0, 2.0]).unwrap();
+    let mut b = a.clone();
+    b.data_mut()[0] = 10.0;
+    assert!(!a.shares_buffer_with(&b));
+    assert_eq!(a.data(), &[1.0, 2.0]);
+    assert_eq!(b.data(), &[10.0, 2.0]);
+    // An unshared tensor is written in place.
+    let addr = b.data().as_ptr();
+    b.data_mut()[1] = 20.0;
+    assert_eq!(b.data().as_ptr(), addr);
+    assert_eq!(b.data(), &[10.0, 20.0]);
+}
+
+#[test]
+fn recycled_small_buffers_never_leak_stale_values() {
+    let len = 5;
+    for round in 0..3 {
+        let stale = Tensor::<f32>::full(&shape(&[len]), f32::NAN);
+        drop(stale);
+        let x = Tensor::<f32>::new(&[len], (0..len).map(|i| i as f32).collect()).unwrap();
+        let doubled = x.map(|v| 2.0 * v);
+        drop(Tensor::<f32>::full(&shape(&[len]), f32::INFINITY));
+        let sum = doubled.zip_map(&x, "add", |a, b| a + b).unwrap();
+        drop(Tensor::<f32>::full(&shape(&[len]), f32::NAN));
+        let zeros = Tensor::<f32>::zeros(&shape(&[len]));
+        let expected: Vec<f32> = (0..len).map(|i| 3.0 * i as f32).collect();
+        assert_eq!(sum.data(), &expected[..], "round {round}");
+        assert!(zeros.is_all_zero(), "round {round}");
+    }
+}
+
+#[test]
+fn clear_frees_small_buffers_too() {
+    drop(Tensor::<f64>::full(&shape(&[6]), 1.0));
+    assert!(pool::stats::<f64>().held_bytes > 0);
+    pool::clear::<f64>();
+    let stats = pool::stats::<f64>();
+    assert_eq!(stats.held_bytes, 0);
+    let addr_before = {
+        let t = Tensor::<f64>::full(&shape(&[6]), 2.0);
+        assert_eq!(pool::stats::<f64>().small_reused, 0);
+        t.data().as_ptr()
+    };
+    // The buffer just dropped is the one the next tensor of its length gets.
+    let t = Tensor::<f64>::full(&shape(&[6]), 3.0);
+    assert_eq!(t.data().as_ptr(), addr_before);
+}
