@@ -5,6 +5,7 @@
 //! Usage: gemm-peers [--threads T] [--sizes 512,1024] [--seconds S] [--mlp-shapes] [--cpu-time]
 //! Run once per thread count: matrixmultiply reads MATMUL_NUM_THREADS once per process.
 
+use gemm_peers::values;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -84,19 +85,6 @@ fn parse_args() -> Args {
     }
     assert!(args.threads >= 1, "--threads must be at least 1");
     args
-}
-
-/// Deterministic values in [-1, 1).
-fn values(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
 }
 
 /// Runs `f` for warm-up, then at least 10 reps and at least `seconds`; returns per-rep times.
@@ -254,25 +242,7 @@ fn main() {
             times,
         );
 
-        let times = time(args.seconds, || unsafe {
-            // SAFETY: as above, row strides n, column strides 1.
-            matrixmultiply::sgemm(
-                n,
-                n,
-                n,
-                1.0,
-                a.as_ptr(),
-                n as isize,
-                1,
-                b.as_ptr(),
-                n as isize,
-                1,
-                0.0,
-                dst.as_mut_ptr(),
-                n as isize,
-                1,
-            )
-        });
+        let times = time(args.seconds, || gemm_peers::mm_square(n, &a, &b, &mut dst));
         // matrixmultiply's avx512 kernel needs rustc >= 1.89 and its default `avx512` feature.
         report(
             "matrixmultiply 0.3 (threading)",

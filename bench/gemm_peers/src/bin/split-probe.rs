@@ -6,19 +6,8 @@
 //! whole, rows, cols: one thread, N reps of that variant only, both halves one after the other;
 //! `--product "dy^T x@784"` limits any mode but seq/axpy to one product, by name and fan-in)
 
+use gemm_peers::values;
 use std::time::Instant;
-
-fn values(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
 
 /// One row-major `dst (m x n) = op(a) op(b)` call of gemm, operands by (row, column) strides.
 #[allow(clippy::too_many_arguments)]

@@ -10,19 +10,8 @@
 //! rayon, mm (matrixmultiply, threading), faer, tapegrad; `--only` runs that variant only,
 //! `--variants a,b,c` times only those, interleaved.
 
+use gemm_peers::values;
 use std::time::{Duration, Instant};
-
-fn values(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
 
 /// One way of computing the product, run once per call.
 type Variant<'a> = Box<dyn FnMut() + 'a>;
@@ -189,25 +178,7 @@ fn main() {
         ),
         (
             "mm",
-            Box::new(move || unsafe {
-                // SAFETY: n x n row-major operands, `d10` uniquely borrowed.
-                matrixmultiply::sgemm(
-                    n,
-                    n,
-                    n,
-                    1.0,
-                    a.as_ptr(),
-                    n as isize,
-                    1,
-                    b.as_ptr(),
-                    n as isize,
-                    1,
-                    0.0,
-                    d10.as_mut_ptr(),
-                    n as isize,
-                    1,
-                )
-            }),
+            Box::new(move || gemm_peers::mm_square(n, a, b, &mut d10)),
         ),
         (
             "faer",

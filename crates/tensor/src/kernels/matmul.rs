@@ -352,64 +352,41 @@ mod tests {
 
     #[test]
     fn long_sides_get_two_bands_per_thread_and_short_ones_one() {
-        // 1024^3 with a row-major lhs: column bands repack nothing; 4 bands of 256 on 2
-        // threads. With a transposed lhs both cuts repack 1024^2 elements and rows win the tie.
-        assert_eq!(
-            split_for(1024, 1024, 1024, 2, true),
-            Split::Cols {
-                cols_per_part: 256,
-                parts: 4
-            }
-        );
-        assert_eq!(
-            split_for(1024, 1024, 1024, 2, false),
-            Split::Rows {
-                rows_per_part: 256,
-                parts: 4
-            }
-        );
-        // 512 rows make only 128-row bands at two per thread: one band per thread.
-        assert_eq!(
-            split_for(512, 512, 512, 2, false),
-            Split::Rows {
-                rows_per_part: 256,
-                parts: 2
-            }
-        );
-        // Column bands when lhs is the smaller repack; 4 threads need 2,048 columns to double.
-        assert_eq!(
-            split_for(64, 2048, 512, 4, false),
-            Split::Cols {
-                cols_per_part: 256,
-                parts: 8
-            }
-        );
-        assert_eq!(
-            split_for(64, 2040, 512, 4, false),
-            Split::Cols {
-                cols_per_part: 512,
-                parts: 4
-            }
-        );
-        // One thread, or too little work: no split at all.
-        assert_eq!(split_for(1024, 1024, 1024, 1, true), Split::Serial);
-        assert_eq!(split_for(100, 100, 100, 2, true), Split::Serial);
-        // The MLP's x W^T at batch 256 (row-major x): column halves, where rows would repack W.
-        assert_eq!(
-            split_for(256, 256, 784, 2, true),
-            Split::Cols {
-                cols_per_part: 128,
-                parts: 2
-            }
-        );
-        // Bands wider than gemm reads in place: each cut repacks 8192 x 16, rows win the tie.
-        assert_eq!(
-            split_for(8192, 8192, 16, 2, true),
-            Split::Rows {
-                rows_per_part: 2048,
-                parts: 4
-            }
-        );
+        use Split::{Cols, Rows, Serial};
+        let rows = |rows_per_part, parts| Rows {
+            rows_per_part,
+            parts,
+        };
+        let cols = |cols_per_part, parts| Cols {
+            cols_per_part,
+            parts,
+        };
+        // (m, n, k, threads, lhs row-major) -> the cut, each with why.
+        let cases = [
+            // Row-major lhs: column bands repack nothing; 4 bands of 256 on 2 threads.
+            ((1024, 1024, 1024, 2, true), cols(256, 4)),
+            // Transposed lhs: both cuts repack 1024^2 elements and rows win the tie.
+            ((1024, 1024, 1024, 2, false), rows(256, 4)),
+            // 512 rows make only 128-row bands at two per thread: one band per thread.
+            ((512, 512, 512, 2, false), rows(256, 2)),
+            // Column bands when lhs is the smaller repack; 4 threads need 2,048 columns to double.
+            ((64, 2048, 512, 4, false), cols(256, 8)),
+            ((64, 2040, 512, 4, false), cols(512, 4)),
+            // One thread, or too little work: no split at all.
+            ((1024, 1024, 1024, 1, true), Serial),
+            ((100, 100, 100, 2, true), Serial),
+            // The MLP's x W^T at batch 256 (row-major x): column halves, where rows would repack W.
+            ((256, 256, 784, 2, true), cols(128, 2)),
+            // Bands wider than gemm reads in place: each cut repacks 8192 x 16, rows win the tie.
+            ((8192, 8192, 16, 2, true), rows(2048, 4)),
+        ];
+        for ((m, n, k, threads, lhs_row_major), want) in cases {
+            assert_eq!(
+                split_for(m, n, k, threads, lhs_row_major),
+                want,
+                "split_for({m}, {n}, {k}, {threads}, {lhs_row_major})"
+            );
+        }
     }
 
     #[test]
