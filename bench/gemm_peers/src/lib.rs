@@ -1,5 +1,5 @@
-//! What the gemm-peers binaries share: the deterministic operand values and the square
-//! matrixmultiply call, so that every binary times the same inputs through the same call.
+//! What the gemm-peers binaries share: the deterministic operand values, the square
+//! matrixmultiply call and the CPU clocks, so that every binary times the same inputs the same way.
 
 /// Deterministic values in [-1, 1) (xorshift; `seed` picks the sequence).
 pub fn values(len: usize, seed: u64) -> Vec<f32> {
@@ -38,4 +38,16 @@ pub fn mm_square(n: usize, a: &[f32], b: &[f32], dst: &mut [f32]) {
             1,
         )
     }
+}
+
+/// The CPU time of `clock` (`libc::CLOCK_THREAD_CPUTIME_ID` or `CLOCK_PROCESS_CPUTIME_ID`).
+pub fn cpu_time(clock: libc::clockid_t) -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime({clock})");
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }

@@ -16,14 +16,7 @@ static CPU_TIME: AtomicBool = AtomicBool::new(false);
 
 /// The calling thread's CPU time.
 fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant the kernel knows.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    gemm_peers::cpu_time(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// A stopwatch on the wall clock, or on the thread's CPU clock under `--cpu-time`.

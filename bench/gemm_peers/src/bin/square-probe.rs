@@ -17,14 +17,7 @@ use std::time::{Duration, Instant};
 type Variant<'a> = Box<dyn FnMut() + 'a>;
 
 fn process_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant the kernel knows.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    gemm_peers::cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
 /// Row-major `dst[r0.., c0..]` (rows x cols of the n x n product, row stride n) computed as one
