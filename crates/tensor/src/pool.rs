@@ -97,17 +97,22 @@ pub(crate) fn take<S: Scalar>(len: usize) -> Option<Arc<[S]>> {
     with_pool::<S, _>(|p| p.take(len)).flatten()
 }
 
-/// Takes `buf` into the pool when it is the last holder of a non-empty buffer, leaving an empty
-/// buffer in its place; otherwise leaves it alone (dropping it then frees it or lowers its
-/// count as usual).
+/// Takes `buf` into the pool when it is the last holder of a non-empty buffer; otherwise (or
+/// when the pool declines it) drops it, which frees it or lowers its count as usual.
 #[inline]
-pub(crate) fn give_back<S: Scalar>(buf: &mut Arc<[S]>) {
+pub(crate) fn give_back<S: Scalar>(buf: Arc<[S]>) {
     // No `Weak` is ever made of a tensor buffer, so one strong count means this is the last
     // holder (and a plain load is cheaper than `Arc::get_mut`'s compare-and-swap).
-    if buf.is_empty() || Arc::strong_count(buf) != 1 {
+    if buf.is_empty() || Arc::strong_count(&buf) != 1 {
         return;
     }
-    with_pool::<S, _>(|p| p.put(buf));
+    // A pool that cannot be reached (thread teardown, in use further up) drops the buffer here.
+    let mut slot = Some(buf);
+    with_pool::<S, _>(|p| {
+        if let Some(buf) = slot.take() {
+            p.put(buf)
+        }
+    });
 }
 
 struct Bucket<S> {
@@ -124,8 +129,6 @@ struct Pool<S> {
     held: usize,
     clock: u64,
     stats: PoolStats,
-    /// Put in place of a buffer taken into the pool (an empty `Arc<[S]>` is itself allocated).
-    empty: Option<Arc<[S]>>,
 }
 
 impl<S: Scalar> Pool<S> {
@@ -144,7 +147,6 @@ impl<S: Scalar> Pool<S> {
                 small_returned: 0,
                 held_bytes: 0,
             },
-            empty: None,
         }
     }
 
@@ -175,17 +177,9 @@ impl<S: Scalar> Pool<S> {
         found
     }
 
-    /// The placeholder left where a buffer was taken from.
     #[inline]
-    fn empty(&mut self) -> Arc<[S]> {
-        self.empty
-            .get_or_insert_with(|| Arc::from(Vec::new()))
-            .clone()
-    }
-
-    #[inline]
-    fn put(&mut self, slot: &mut Arc<[S]>) {
-        let len = slot.len();
+    fn put(&mut self, buf: Arc<[S]>) {
+        let len = buf.len();
         let cap = capacity();
         if !is_pooled::<S>(len) {
             // Small buffers never evict anything: past the capacity they are freed as usual
@@ -197,18 +191,15 @@ impl<S: Scalar> Pool<S> {
             if self.small.len() < len {
                 self.small.resize_with(len, Vec::new);
             }
-            let empty = self.empty();
-            self.small[len - 1].push(std::mem::replace(slot, empty));
+            self.small[len - 1].push(buf);
             self.held += charge;
             self.stats.small_returned += 1;
             return;
         }
-        let bytes = std::mem::size_of_val::<[S]>(slot);
+        let bytes = std::mem::size_of_val::<[S]>(&*buf);
         if bytes > cap {
             return;
         }
-        let empty = self.empty();
-        let buf = std::mem::replace(slot, empty);
         self.clock += 1;
         match self.buckets.iter_mut().find(|b| b.len == len) {
             Some(b) => {

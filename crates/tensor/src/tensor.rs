@@ -18,14 +18,17 @@ pub struct Tensor<S> {
 /// without this function pointer, set where `S: Scalar` is known.)
 #[derive(Clone)]
 struct Buffer<S> {
-    elems: Arc<[S]>,
-    give_back: fn(&mut Arc<[S]>),
+    /// `None` only while the buffer is being dropped (it has gone to the pool or been freed):
+    /// taking it out by value lets `Drop` hand it over without a placeholder `Arc`, whose clone
+    /// and drop cost two atomic operations per dropped tensor.
+    elems: Option<Arc<[S]>>,
+    give_back: fn(Arc<[S]>),
 }
 
 impl<S: Scalar> Buffer<S> {
     fn new(elems: Arc<[S]>) -> Self {
         Buffer {
-            elems,
+            elems: Some(elems),
             give_back: pool::give_back::<S>,
         }
     }
@@ -84,24 +87,37 @@ impl<S: Scalar> Buffer<S> {
     #[inline]
     fn elems_mut(&mut self) -> &mut [S] {
         // No `Weak` is ever made of a tensor buffer, so one strong count means unshared.
-        if Arc::strong_count(&self.elems) != 1 {
-            *self = Buffer::copied(&self.elems);
+        if !matches!(&self.elems, Some(e) if Arc::strong_count(e) == 1) {
+            *self = Buffer::copied(self.elems());
         }
         // Unshared now, so this never clones.
-        Arc::make_mut(&mut self.elems)
+        match &mut self.elems {
+            Some(e) => Arc::make_mut(e),
+            None => &mut [],
+        }
+    }
+}
+
+impl<S> Buffer<S> {
+    /// The elements (none only mid-drop, where nothing reads them).
+    #[inline]
+    fn elems(&self) -> &[S] {
+        self.elems.as_deref().unwrap_or(&[])
     }
 }
 
 impl<S> Drop for Buffer<S> {
     #[inline]
     fn drop(&mut self) {
-        (self.give_back)(&mut self.elems);
+        if let Some(elems) = self.elems.take() {
+            (self.give_back)(elems);
+        }
     }
 }
 
 impl<S: PartialEq> PartialEq for Buffer<S> {
     fn eq(&self, other: &Self) -> bool {
-        self.elems == other.elems
+        self.elems() == other.elems()
     }
 }
 
@@ -232,7 +248,7 @@ impl<S: Scalar> Tensor<S> {
 
     /// The row-major elements.
     pub fn data(&self) -> &[S] {
-        &self.data.elems
+        self.data.elems()
     }
 
     /// Mutable elements; copies the buffer first if another tensor shares it.
@@ -345,7 +361,10 @@ impl<S: Scalar> Tensor<S> {
 
     /// True when the two tensors share one buffer (no copy was made).
     pub fn shares_buffer_with(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.data.elems, &other.data.elems)
+        match (&self.data.elems, &other.data.elems) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
     }
 
     /// Bytes of element storage.
@@ -358,14 +377,14 @@ impl<S: std::fmt::Debug> std::fmt::Debug for Tensor<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         const SHOWN: usize = 16;
         write!(f, "Tensor<{}>{}(", std::any::type_name::<S>(), self.shape)?;
-        for (i, v) in self.data.elems.iter().take(SHOWN).enumerate() {
+        for (i, v) in self.data.elems().iter().take(SHOWN).enumerate() {
             if i > 0 {
                 write!(f, ", ")?;
             }
             write!(f, "{v:?}")?;
         }
-        if self.data.elems.len() > SHOWN {
-            write!(f, ", ... {} more", self.data.elems.len() - SHOWN)?;
+        if self.data.elems().len() > SHOWN {
+            write!(f, ", ... {} more", self.data.elems().len() - SHOWN)?;
         }
         write!(f, ")")
     }
