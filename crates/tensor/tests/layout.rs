@@ -1,6 +1,7 @@
 //! Property tests of the layout kernels against index-by-index references: `permute` (and
-//! `inverse_permutation`, `transpose`), `slice` with any step including huge ones and empty ranges,
-//! and `concat`, with the errors each must give instead of panicking.
+//! `inverse_permutation`, `transpose`, whose last-two-axes swap has a blocked kernel of its
+//! own), `slice` with any step including huge ones and empty ranges, and `concat`, with the
+//! errors each must give instead of panicking.
 
 mod common;
 
@@ -100,6 +101,28 @@ proptest! {
         prop_assert_eq!(y.dims(), &want_dims[..]);
         prop_assert_eq!(y.data(), &want[..]);
         prop_assert!(transpose(&x, a, d.len()).is_err());
+    }
+
+    #[test]
+    fn swapping_the_last_two_axes_matches_reference(
+        batch in dims(2, 3),
+        r in 0usize..=20,
+        c in 0usize..=20,
+    ) {
+        // Matrices up to 20 x 20, so the blocked transpose's 8-row tiles and ragged edges both
+        // run, behind any batch of leading axes.
+        let d: Vec<usize> = batch.iter().copied().chain([r, c]).collect();
+        let x = iota(&d);
+        let rank = d.len();
+        let (want_dims, want) = reference_permute(&x, &{
+            let mut perm: Vec<usize> = (0..rank).collect();
+            perm.swap(rank - 2, rank - 1);
+            perm
+        });
+        for y in [transpose(&x, rank - 2, rank - 1).unwrap(), transpose(&x, rank - 1, rank - 2).unwrap()] {
+            prop_assert_eq!(y.dims(), &want_dims[..]);
+            prop_assert_eq!(y.data(), &want[..]);
+        }
     }
 
     #[test]

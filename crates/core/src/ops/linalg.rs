@@ -282,36 +282,7 @@ fn linear_rows_transposed<S: Scalar>(
             tapegrad_tensor::kernels::num_threads(),
         );
     });
-    Ok(Tensor::from_writer(Shape::new([rows, out])?, |d| {
-        transpose_into(product.data(), out, rows, d)
-    }))
-}
-
-/// Writes the transpose of the row-major `(r, c)` matrix `src` into `dst` (`(c, r)`). Eight
-/// rows of `src` at a time: each column of the eight becomes eight consecutive elements of a
-/// `dst` row, so every read walks eight cache lines in step and every write is a short
-/// contiguous run (one slice check per run and per row); the
-/// last `r % 8` rows go element by element.
-fn transpose_into<S: Scalar>(src: &[S], r: usize, c: usize, dst: &mut [S]) {
-    const ROWS: usize = 8;
-    if r == 0 || c == 0 {
-        return;
-    }
-    let whole = r / ROWS * ROWS;
-    for (b, block) in src[..whole * c].chunks_exact(ROWS * c).enumerate() {
-        let rows: [&[S]; ROWS] = std::array::from_fn(|t| &block[t * c..(t + 1) * c]);
-        let i0 = b * ROWS;
-        for (j, dst_row) in dst.chunks_exact_mut(r).take(c).enumerate() {
-            for (d, row) in dst_row[i0..i0 + ROWS].iter_mut().zip(&rows) {
-                *d = row[j];
-            }
-        }
-    }
-    for i in whole..r {
-        for j in 0..c {
-            dst[j * r + i] = src[i * c + j];
-        }
-    }
+    transpose(&product, 0, 1)
 }
 
 /// The weight gradient `g^T x` of linear, `(out, in)` from `g` `(rows, out)` and `x` `(rows,
@@ -577,24 +548,6 @@ mod tests {
         let g = Tensor::new(&[9, 5], awkward(45, 3)).unwrap();
         let reference = sum_axes(&g, &[0], false).unwrap();
         assert_eq!(bits(&linear_bias_grad(&g).unwrap()), bits(&reference));
-    }
-
-    #[test]
-    fn transpose_into_transposes_every_tile_and_the_ragged_edges() {
-        for (r, c) in [(19, 35), (16, 8), (8, 24), (3, 5), (0, 4), (9, 1)] {
-            let src: Vec<f32> = (0..r * c).map(|v| v as f32).collect();
-            let mut dst = vec![f32::NAN; r * c];
-            transpose_into(&src, r, c, &mut dst);
-            for i in 0..r {
-                for j in 0..c {
-                    assert_eq!(
-                        dst[j * r + i],
-                        src[i * c + j],
-                        "({r}, {c}) element ({i}, {j})"
-                    );
-                }
-            }
-        }
     }
 
     #[test]

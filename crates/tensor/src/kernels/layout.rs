@@ -33,6 +33,9 @@ pub fn permute<S: Scalar>(t: &Tensor<S>, dims: &[usize]) -> Result<Tensor<S>> {
     if dims.iter().enumerate().all(|(i, &d)| i == d) {
         return Ok(t.clone());
     }
+    if swaps_last_two(dims) {
+        return transpose_last_two(t);
+    }
     let in_strides = t.shape().strides();
     let out_dims: Vec<usize> = dims.iter().map(|&d| t.dims()[d]).collect();
     let walk: Vec<usize> = dims.iter().map(|&d| in_strides[d]).collect();
@@ -41,6 +44,62 @@ pub fn permute<S: Scalar>(t: &Tensor<S>, dims: &[usize]) -> Result<Tensor<S>> {
     Ok(Tensor::from_writer(shape, |dst| {
         strided_walk(&out_dims, [&walk], |lin, [i]| dst[lin] = src[i])
     }))
+}
+
+/// Whether `dims` keeps every axis but swaps the last two (a batch of matrix transposes).
+fn swaps_last_two(dims: &[usize]) -> bool {
+    let rank = dims.len();
+    rank >= 2
+        && dims[rank - 2] == rank - 1
+        && dims[rank - 1] == rank - 2
+        && dims[..rank - 2].iter().enumerate().all(|(i, &d)| i == d)
+}
+
+/// `t` with its last two axes swapped: each `(r, c)` matrix of the batch transposed by
+/// [`transpose_matrix_into`], not by the general strided walk.
+fn transpose_last_two<S: Scalar>(t: &Tensor<S>) -> Result<Tensor<S>> {
+    let rank = t.rank();
+    let (r, c) = (t.dims()[rank - 2], t.dims()[rank - 1]);
+    let mut out_dims = t.dims().to_vec();
+    out_dims.swap(rank - 2, rank - 1);
+    let shape = Shape::new(&out_dims)?;
+    let src = t.data();
+    Ok(Tensor::from_writer(shape, |dst| {
+        let matrix = r * c;
+        if matrix == 0 {
+            return;
+        }
+        for (s, d) in src.chunks_exact(matrix).zip(dst.chunks_exact_mut(matrix)) {
+            transpose_matrix_into(s, r, c, d);
+        }
+    }))
+}
+
+/// Writes the transpose of the row-major `(r, c)` matrix `src` into `dst` (`(c, r)`). Eight
+/// rows of `src` at a time: each column of the eight becomes eight consecutive elements of a
+/// `dst` row, so every read walks eight cache lines in step and every write is a short
+/// contiguous run (one slice check per run and per row); the last `r % 8` rows go element by
+/// element.
+fn transpose_matrix_into<S: Scalar>(src: &[S], r: usize, c: usize, dst: &mut [S]) {
+    const ROWS: usize = 8;
+    if r == 0 || c == 0 {
+        return;
+    }
+    let whole = r / ROWS * ROWS;
+    for (b, block) in src[..whole * c].chunks_exact(ROWS * c).enumerate() {
+        let rows: [&[S]; ROWS] = std::array::from_fn(|t| &block[t * c..(t + 1) * c]);
+        let i0 = b * ROWS;
+        for (j, dst_row) in dst.chunks_exact_mut(r).take(c).enumerate() {
+            for (d, row) in dst_row[i0..i0 + ROWS].iter_mut().zip(&rows) {
+                *d = row[j];
+            }
+        }
+    }
+    for i in whole..r {
+        for j in 0..c {
+            dst[j * r + i] = src[i * c + j];
+        }
+    }
 }
 
 /// The inverse permutation of `dims`.
