@@ -110,12 +110,7 @@ impl ElementwiseOp {
                     }
                 }
             }
-            E::Neg => {
-                for v in cot.data_mut() {
-                    *v = -*v;
-                }
-                out.push(Some(cot));
-            }
+            E::Neg => out.push(Some(fit(cot, &ctx.input_shapes[0], true)?)),
             E::Scale { factor } => {
                 let f: S = s(*factor);
                 for v in cot.data_mut() {

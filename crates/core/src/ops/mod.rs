@@ -170,13 +170,7 @@ impl Op {
 
     /// The VJP, with every contribution's shape checked against its argument.
     pub fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
-        if cot.shape() != ctx.output_shape {
-            return Err(Error::ShapeMismatch {
-                op: self.name(),
-                expected: Box::new(ctx.output_shape.clone()),
-                found: Box::new(cot.shape().clone()),
-            });
-        }
+        self.check_cotangent(ctx, cot)?;
         // Checked where it lies and returned as is: unwrapping and re-wrapping the inline list
         // copied it twice per call.
         let grads = dispatch!(self, op => op.vjp(ctx, cot));
@@ -205,13 +199,7 @@ impl Op {
                 return Ok(());
             }
         };
-        if cot.shape() != ctx.output_shape {
-            return Err(Error::ShapeMismatch {
-                op: self.name(),
-                expected: Box::new(ctx.output_shape.clone()),
-                found: Box::new(cot.shape().clone()),
-            });
-        }
+        self.check_cotangent(ctx, &cot)?;
         op.vjp_owned_into(ctx, cot, out)?;
         // These VJPs give each argument the cotangent itself when the shapes agree and
         // `sum_to` of it (which makes exactly the argument's shape) otherwise, so the check
@@ -220,6 +208,19 @@ impl Op {
             self.check_grads(ctx, out)?;
         }
         Ok(())
+    }
+
+    /// The cotangent has the output's shape.
+    #[inline]
+    fn check_cotangent<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<()> {
+        if cot.shape() == ctx.output_shape {
+            return Ok(());
+        }
+        Err(Error::ShapeMismatch {
+            op: self.name(),
+            expected: Box::new(ctx.output_shape.clone()),
+            found: Box::new(cot.shape().clone()),
+        })
     }
 
     /// One contribution per argument, each of its argument's shape, and none missing where needed.
