@@ -87,6 +87,12 @@ def main(paths):
         e, _ = ratio_cell(runs, "conv", None, t, "eager", None)
         print(f"| conv2d fwd + bwd | {t} | {e} | | | |")
     print()
+    print("Vector instruction sets (one per run, ours / PyTorch's):")
+    for rows in runs:
+        ours = sorted({r.get("simd", "?") for r in rows if r["backend"] != "pytorch"})
+        torch = sorted({r.get("simd", "?") for r in rows if r["backend"] == "pytorch"})
+        print(f"  {','.join(ours) or '-'} / {','.join(torch) or '-'}")
+    print()
     print("Compiled against eager (median ms per step, one figure per run):")
     for t in threads:
         for batch in (1, 32, 256):

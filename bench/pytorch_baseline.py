@@ -128,7 +128,10 @@ def main():
                  "ms_per_step": med * 1e3, "ms_min": lo * 1e3, "ms_max": hi * 1e3,
                  "gflops": flops / med / 1e9})
 
+    # The vector instruction set PyTorch's CPU kernels dispatch to, beside tapegrad's `simd` field.
+    capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "unknown")()
     for row in rows:
+        row["simd"] = capability.lower()
         if args.json:
             print(json.dumps(row))
         else:

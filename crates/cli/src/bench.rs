@@ -1,6 +1,7 @@
 //! `tapegrad bench`: timing of whole workloads (an MLP training step on either backend, the
 //! tape-overhead chain, square sgemm, a conv2d forward + backward), reported as median and spread
-//! (min, quartiles, max) over repetitions, as a table or one JSON object per workload.
+//! (min, quartiles, max) over repetitions, as a table or one JSON object per workload; each report
+//! names the vector instruction set the kernels dispatched to on this CPU.
 
 use crate::error::{CliError, CliResult};
 use clap::{Args, Subcommand, ValueEnum};
@@ -13,7 +14,7 @@ use tapegrad_nn::data::{Batch, BatchTargets};
 use tapegrad_nn::layers::Activation;
 use tapegrad_nn::{make_backend, Backend as StepBackend, BackendKind, Model, ModelSpec};
 use tapegrad_nn::{Optimizer, OptimizerConfig};
-use tapegrad_tensor::kernels::{batched_matmul, matmul, set_num_threads};
+use tapegrad_tensor::kernels::{batched_matmul, matmul, set_num_threads, simd_level};
 
 /// Arguments of `tapegrad bench`.
 #[derive(Debug, Args)]
@@ -250,6 +251,7 @@ fn report(
         json.insert("threads".into(), args.threads.into());
         json.insert("backend".into(), backend.into());
         json.extend(rest);
+        json.insert("simd".into(), simd_level().into());
     }
     Report { label, json, line }
 }
@@ -357,8 +359,11 @@ pub fn run(args: BenchArgs) -> CliResult {
         println!("{}", serde_json::Value::Object(r.json));
     } else {
         println!(
-            "{:<48} threads {:<2} {backend:<8} {}",
-            r.label, args.threads, r.line
+            "{:<48} threads {:<2} {backend:<8} {:<8} {}",
+            r.label,
+            args.threads,
+            simd_level(),
+            r.line
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -4,6 +4,7 @@
 pub mod alloc;
 pub mod broadcast;
 pub mod conv;
+mod isa;
 pub mod layout;
 pub mod matmul;
 pub mod reduce;
@@ -12,6 +13,7 @@ mod walk;
 mod workers;
 
 pub use broadcast::{binary_map, broadcast_shape, broadcast_to, sum_to};
+pub use isa::simd_level;
 pub use layout::{concat, permute, slice, transpose};
 pub use matmul::{batched_matmul, matmul, num_threads, set_num_threads};
 pub use reduce::{expand_reduced, max_axes, mean_axes, reduced_shape, sum_axes};

@@ -1,0 +1,119 @@
+//! `tapegrad bench` through the binary: each workload's `--json` object carries the fields that
+//! `bench/compare.py` reads (figure, spread, repetitions, threads, backend, SIMD path), the
+//! compiled backend keeps no more bytes for backward than the eager tape, and bad flags are usage
+//! errors, not panics. Timings are only checked to be positive: their size belongs to benchmarks.
+
+mod cli_support;
+
+use cli_support::{fails, ok, tempdir};
+use serde_json::Value;
+
+/// The one JSON object `tapegrad bench ARGS --json --reps 2` prints.
+fn bench_json(args: &[&str]) -> Value {
+    let dir = tempdir("bench");
+    let mut all = vec!["bench"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--json", "--reps", "2"]);
+    let out = ok(&all, &dir);
+    std::fs::remove_dir_all(dir).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "one JSON line expected, got:\n{out}");
+    serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+/// Asserts the median, its spread fields and the repetition count, and returns the median.
+fn spread(v: &Value, key: &str, unit: &str) -> f64 {
+    let get = |k: &str| {
+        v[k].as_f64()
+            .unwrap_or_else(|| panic!("no number '{k}' in {v}"))
+    };
+    let (min, q1, median, q3, max) = (
+        get(&format!("{unit}_min")),
+        get(&format!("{unit}_q1")),
+        get(key),
+        get(&format!("{unit}_q3")),
+        get(&format!("{unit}_max")),
+    );
+    assert!(
+        0.0 < min && min <= q1 && q1 <= median && median <= q3 && q3 <= max && max.is_finite(),
+        "spread out of order in {v}"
+    );
+    assert_eq!(v["reps"], 2, "{v}");
+    median
+}
+
+/// The fields every workload reports, whatever its figure.
+fn common(v: &Value, workload: &str, threads: u64, backend: &str) {
+    assert_eq!(v["workload"], workload, "{v}");
+    assert_eq!(v["threads"], threads, "{v}");
+    assert_eq!(v["backend"], backend, "{v}");
+    let simd = v["simd"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no simd in {v}"));
+    assert!(
+        ["avx512f", "avx2+fma", "neon", "scalar"].contains(&simd),
+        "unknown simd {simd}"
+    );
+}
+
+#[test]
+fn mlp_reports_time_and_compiled_keeps_at_most_the_eager_bytes() {
+    let eager = bench_json(&["mlp", "--batch", "3"]);
+    let compiled = bench_json(&["mlp", "--batch", "3", "--backend", "compiled"]);
+    common(&eager, "mlp", 1, "eager");
+    common(&compiled, "mlp", 1, "compiled");
+    for v in [&eager, &compiled] {
+        assert_eq!(v["batch"], 3, "{v}");
+        spread(v, "ms_per_step", "ms");
+    }
+    let kept = |v: &Value| v["kept_bytes"].as_u64().unwrap();
+    // The parameters alone are 235,146 f32 values; backward keeps at least those.
+    assert!(kept(&eager) >= 4 * 235_146, "{eager}");
+    assert!(
+        kept(&compiled) <= kept(&eager),
+        "compiled keeps {} bytes, eager {}",
+        kept(&compiled),
+        kept(&eager)
+    );
+}
+
+#[test]
+fn chain_and_matmul_report_their_figures_on_two_threads() {
+    let chain = bench_json(&["chain", "--numel", "4", "--threads", "2"]);
+    common(&chain, "chain", 2, "eager");
+    assert_eq!(chain["numel"], 4, "{chain}");
+    spread(&chain, "us_per_op", "us");
+
+    let mm = bench_json(&["matmul", "--n", "24", "--threads", "2"]);
+    common(&mm, "matmul", 2, "eager");
+    assert_eq!(mm["n"], 24, "{mm}");
+    spread(&mm, "gflops", "gflops");
+}
+
+#[test]
+fn bad_flags_are_usage_errors() {
+    let dir = tempdir("bench-flags");
+    for (args, says) in [
+        (&["bench", "mlp", "--reps", "0"][..], "--reps"),
+        (&["bench", "mlp", "--threads", "0"], "--threads"),
+        (&["bench", "mlp", "--batch", "0"], "--batch"),
+        (&["bench", "matmul", "--n", "0"], "--n"),
+        (
+            &["bench", "chain", "--backend", "compiled"],
+            "mlp workload only",
+        ),
+        (
+            &["bench", "conv", "--backend", "compiled"],
+            "mlp workload only",
+        ),
+        (&["bench", "mlp", "--backend", "jit"], "jit"),
+    ] {
+        let err = fails(args, &dir);
+        assert!(err.contains(says), "tapegrad {args:?}: {err}");
+        assert!(
+            !err.contains("panicked"),
+            "tapegrad {args:?} panicked: {err}"
+        );
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
