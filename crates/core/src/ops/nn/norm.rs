@@ -290,6 +290,59 @@ fn normalized_jvp<S: Scalar>(
     Tensor::from_shape(x[0].shape().clone(), data)
 }
 
+/// The forward of the norms whose statistics come from the input alone (layer and group norm):
+/// mean and variance per group, normalise, per-channel affine; `[mean, rstd]` per group go to
+/// `Aux` for the VJP and JVP.
+fn group_stats_forward<S: Scalar>(
+    grouping: &Grouping,
+    eps: f64,
+    x: &[&Tensor<S>],
+    weight: bool,
+    bias: bool,
+) -> Result<Forward<S>> {
+    let (mean, var) = grouping.stats(x[0].data());
+    let rstd = rstd_of(&var, eps);
+    let xhat = grouping.xhat(x[0].data(), &mean, &rstd);
+    let (w, b) = affine_args(x, 1, weight, bias);
+    let y = grouping.affine(&xhat, w, b);
+    let stats = Shape::new([grouping.groups])?;
+    Ok(Forward {
+        value: Tensor::from_shape(x[0].shape().clone(), y)?,
+        aux: Aux::Tensors(vec![
+            Tensor::from_shape(stats.clone(), mean)?,
+            Tensor::from_shape(stats, rstd)?,
+        ]),
+    })
+}
+
+/// The VJP of [`group_stats_forward`], from the `[mean, rstd]` it left.
+fn group_stats_vjp<S: Scalar>(
+    op: &'static str,
+    grouping: &Grouping,
+    ctx: &VjpContext<'_, S>,
+    cot: &Tensor<S>,
+    weight: bool,
+    bias: bool,
+) -> Result<Grads<S>> {
+    let st = aux_tensors(op, ctx.aux, 2, grouping.groups)?;
+    let (mean, rstd) = (st[0].data(), st[1].data());
+    normalized_vjp(op, grouping, ctx, cot, mean, rstd, weight, bias)
+}
+
+/// The JVP of [`group_stats_forward`], from the `[mean, rstd]` it left.
+fn group_stats_jvp<S: Scalar>(
+    op: &'static str,
+    grouping: &Grouping,
+    x: &[&Tensor<S>],
+    out: &Forward<S>,
+    t: &[&Tensor<S>],
+    weight: bool,
+    bias: bool,
+) -> Result<Tensor<S>> {
+    let st = aux_tensors(op, &out.aux, 2, grouping.groups)?;
+    normalized_jvp(grouping, x, t, st[0].data(), st[1].data(), weight, bias)
+}
+
 /// Checks the optional `(weight, bias)` argument shapes against the parameter shape.
 fn check_affine_shapes(
     op: &'static str,
@@ -361,33 +414,11 @@ impl OpRules for LayerNorm {
     /// Leaves `[mean, rstd]` per row in `Aux`, as PyTorch's `native_layer_norm`.
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         let grouping = self.grouping(x[0].shape())?;
-        let (mean, var) = grouping.stats(x[0].data());
-        let rstd = rstd_of(&var, self.eps);
-        let xhat = grouping.xhat(x[0].data(), &mean, &rstd);
-        let (w, b) = affine_args(x, 1, self.weight, self.bias);
-        let y = grouping.affine(&xhat, w, b);
-        let stats = Shape::new([grouping.groups])?;
-        Ok(Forward {
-            value: Tensor::from_shape(x[0].shape().clone(), y)?,
-            aux: Aux::Tensors(vec![
-                Tensor::from_shape(stats.clone(), mean)?,
-                Tensor::from_shape(stats, rstd)?,
-            ]),
-        })
+        group_stats_forward(&grouping, self.eps, x, self.weight, self.bias)
     }
     fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let grouping = self.grouping(&ctx.input_shapes[0])?;
-        let st = aux_tensors(self.name(), ctx.aux, 2, grouping.groups)?;
-        normalized_vjp(
-            self.name(),
-            &grouping,
-            ctx,
-            cot,
-            st[0].data(),
-            st[1].data(),
-            self.weight,
-            self.bias,
-        )
+        group_stats_vjp(self.name(), &grouping, ctx, cot, self.weight, self.bias)
     }
     fn jvp<S: Scalar>(
         &self,
@@ -396,16 +427,7 @@ impl OpRules for LayerNorm {
         t: &[&Tensor<S>],
     ) -> Result<Tensor<S>> {
         let grouping = self.grouping(x[0].shape())?;
-        let st = aux_tensors(self.name(), &out.aux, 2, grouping.groups)?;
-        normalized_jvp(
-            &grouping,
-            x,
-            t,
-            st[0].data(),
-            st[1].data(),
-            self.weight,
-            self.bias,
-        )
+        group_stats_jvp(self.name(), &grouping, x, out, t, self.weight, self.bias)
     }
 }
 
@@ -468,33 +490,11 @@ impl OpRules for GroupNorm {
     /// Leaves `[mean, rstd]` per (sample, group) in `Aux`.
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         let grouping = self.grouping(x[0].shape())?;
-        let (mean, var) = grouping.stats(x[0].data());
-        let rstd = rstd_of(&var, self.eps);
-        let xhat = grouping.xhat(x[0].data(), &mean, &rstd);
-        let (w, b) = affine_args(x, 1, self.weight, self.bias);
-        let y = grouping.affine(&xhat, w, b);
-        let stats = Shape::new([grouping.groups])?;
-        Ok(Forward {
-            value: Tensor::from_shape(x[0].shape().clone(), y)?,
-            aux: Aux::Tensors(vec![
-                Tensor::from_shape(stats.clone(), mean)?,
-                Tensor::from_shape(stats, rstd)?,
-            ]),
-        })
+        group_stats_forward(&grouping, self.eps, x, self.weight, self.bias)
     }
     fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let grouping = self.grouping(&ctx.input_shapes[0])?;
-        let st = aux_tensors(self.name(), ctx.aux, 2, grouping.groups)?;
-        normalized_vjp(
-            self.name(),
-            &grouping,
-            ctx,
-            cot,
-            st[0].data(),
-            st[1].data(),
-            self.weight,
-            self.bias,
-        )
+        group_stats_vjp(self.name(), &grouping, ctx, cot, self.weight, self.bias)
     }
     fn jvp<S: Scalar>(
         &self,
@@ -503,16 +503,7 @@ impl OpRules for GroupNorm {
         t: &[&Tensor<S>],
     ) -> Result<Tensor<S>> {
         let grouping = self.grouping(x[0].shape())?;
-        let st = aux_tensors(self.name(), &out.aux, 2, grouping.groups)?;
-        normalized_jvp(
-            &grouping,
-            x,
-            t,
-            st[0].data(),
-            st[1].data(),
-            self.weight,
-            self.bias,
-        )
+        group_stats_jvp(self.name(), &grouping, x, out, t, self.weight, self.bias)
     }
 }
 

@@ -280,6 +280,83 @@ fn argmax_of<'a, S>(aux: &'a Aux<S>, outputs: usize, input: &Shape) -> Result<&'
     }
 }
 
+/// One averaging window of a plane: its input rows and columns, and what its sum is divided by;
+/// `None` for a window that covers only padding (its output is 0 and it passes no gradient).
+struct Rect<S> {
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+    div: Option<S>,
+}
+
+/// The forward of both average pools: each window's sum over its divisor, plane by plane, the
+/// windows of a plane given by `rects` in row-major output order.
+fn average_rects<S: Scalar, I: Iterator<Item = Rect<S>>>(
+    op: &'static str,
+    p: Planes,
+    x: &Tensor<S>,
+    shape: Shape,
+    rects: impl Fn() -> I,
+) -> Result<Tensor<S>> {
+    let src = x.data();
+    let mut out = try_with_capacity(op, shape.numel())?;
+    // An empty output may still have one huge extent: do not walk its windows.
+    if shape.numel() == 0 {
+        return Tensor::from_shape(shape, out);
+    }
+    for base in (0..p.planes).map(|i| i * p.h * p.w) {
+        for r in rects() {
+            let Some(div) = r.div else {
+                out.push(S::ZERO);
+                continue;
+            };
+            let mut acc = S::ZERO;
+            for ih in r.rows {
+                let row = base + ih * p.w;
+                for &v in &src[row + r.cols.start..row + r.cols.end] {
+                    acc += v;
+                }
+            }
+            out.push(acc / div);
+        }
+    }
+    Tensor::from_shape(shape, out)
+}
+
+/// The adjoint of [`average_rects`]: each window's cotangent over its divisor, added to every
+/// input the window covers.
+fn spread_rects<S: Scalar, I: Iterator<Item = Rect<S>>>(
+    op: &'static str,
+    p: Planes,
+    cot: &Tensor<S>,
+    in_shape: &Shape,
+    out_shape: &Shape,
+    rects: impl Fn() -> I,
+) -> Result<Tensor<S>> {
+    let mut dx = vec![S::ZERO; in_shape.numel()];
+    if out_shape.numel() == 0 {
+        return Tensor::from_shape(in_shape.clone(), dx);
+    }
+    let mut g = cot.data().iter();
+    for base in (0..p.planes).map(|i| i * p.h * p.w) {
+        for r in rects() {
+            let gv = *g
+                .next()
+                .ok_or_else(|| Error::invalid(op, "cotangent shorter than the output"))?;
+            let Some(div) = r.div else {
+                continue;
+            };
+            let share = gv / div;
+            for ih in r.rows {
+                let row = base + ih * p.w;
+                for d in &mut dx[row + r.cols.start..row + r.cols.end] {
+                    *d += share;
+                }
+            }
+        }
+    }
+    Tensor::from_shape(in_shape.clone(), dx)
+}
+
 /// One averaging window along an axis: the clipped input range and PyTorch's divisor extent.
 #[derive(Debug, Clone, Copy)]
 struct Span {
@@ -381,30 +458,21 @@ impl AvgPool2d {
         })
     }
 
+    /// Every window of one plane, row-major, with what its sum is divided by.
+    fn rects<S: Scalar>(&self, [hs, ws]: [AvgAxis; 2]) -> impl Iterator<Item = Rect<S>> + '_ {
+        hs.spans().flat_map(move |sh| {
+            ws.spans().map(move |sw| Rect {
+                rows: sh.start..sh.end,
+                cols: sw.start..sw.end,
+                div: self.divisor(&sh, &sw),
+            })
+        })
+    }
+
     /// The forward map, also the JVP (the op is linear).
     fn pool<S: Scalar>(&self, x: &Tensor<S>) -> Result<Tensor<S>> {
-        let (p, [hs, ws], shape) = self.geometry(x.shape())?;
-        let src = x.data();
-        let mut out = Vec::with_capacity(shape.numel());
-        for base in (0..p.planes).map(|i| i * p.h * p.w) {
-            for sh in hs.spans() {
-                for sw in ws.spans() {
-                    let Some(div) = self.divisor::<S>(&sh, &sw) else {
-                        out.push(S::ZERO);
-                        continue;
-                    };
-                    let mut acc = S::ZERO;
-                    for ih in sh.start..sh.end {
-                        let row = base + ih * p.w;
-                        for &v in &src[row + sw.start..row + sw.end] {
-                            acc += v;
-                        }
-                    }
-                    out.push(acc / div);
-                }
-            }
-        }
-        Tensor::from_shape(shape, out)
+        let (p, axes, shape) = self.geometry(x.shape())?;
+        average_rects(self.name(), p, x, shape, || self.rects(axes))
     }
 }
 
@@ -426,32 +494,11 @@ impl OpRules for AvgPool2d {
     }
     fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let in_shape = &ctx.input_shapes[0];
-        let (p, [hs, ws], out_shape) = self.geometry(in_shape)?;
-        let mut dx = vec![S::ZERO; in_shape.numel()];
-        if out_shape.numel() == 0 {
-            return Ok(smallvec![Some(Tensor::from_shape(in_shape.clone(), dx)?)]);
-        }
-        let mut g = cot.data().iter();
-        for base in (0..p.planes).map(|i| i * p.h * p.w) {
-            for sh in hs.spans() {
-                for sw in ws.spans() {
-                    let gv = *g.next().ok_or_else(|| {
-                        Error::invalid("avg_pool2d", "cotangent shorter than the output")
-                    })?;
-                    let Some(div) = self.divisor::<S>(&sh, &sw) else {
-                        continue;
-                    };
-                    let share = gv / div;
-                    for ih in sh.start..sh.end {
-                        let row = base + ih * p.w;
-                        for d in &mut dx[row + sw.start..row + sw.end] {
-                            *d += share;
-                        }
-                    }
-                }
-            }
-        }
-        Ok(smallvec![Some(Tensor::from_shape(in_shape.clone(), dx)?)])
+        let (p, axes, out_shape) = self.geometry(in_shape)?;
+        let dx = spread_rects(self.name(), p, cot, in_shape, &out_shape, || {
+            self.rects(axes)
+        })?;
+        Ok(smallvec![Some(dx)])
     }
     fn jvp<S: Scalar>(
         &self,
@@ -491,29 +538,21 @@ impl AdaptiveAvgPool2d {
         Ok((p, axes, shape))
     }
 
+    /// Every window of one plane, row-major, divided by its size.
+    fn rects<S: Scalar>([hs, ws]: [AdaptiveAxis; 2]) -> impl Iterator<Item = Rect<S>> {
+        hs.spans().flat_map(move |(h0, h1)| {
+            ws.spans().map(move |(w0, w1)| Rect {
+                rows: h0..h1,
+                cols: w0..w1,
+                div: Some(S::from_usize((h1 - h0) * (w1 - w0))),
+            })
+        })
+    }
+
+    /// The forward map, also the JVP (the op is linear).
     fn pool<S: Scalar>(&self, x: &Tensor<S>) -> Result<Tensor<S>> {
-        let (p, [hs, ws], shape) = self.geometry(x.shape())?;
-        let src = x.data();
-        let mut out = try_with_capacity(self.name(), shape.numel())?;
-        // An empty output may still have one huge extent: do not walk its windows.
-        if shape.numel() == 0 {
-            return Tensor::from_shape(shape, out);
-        }
-        for base in (0..p.planes).map(|i| i * p.h * p.w) {
-            for (h0, h1) in hs.spans() {
-                for (w0, w1) in ws.spans() {
-                    let mut acc = S::ZERO;
-                    for ih in h0..h1 {
-                        let row = base + ih * p.w;
-                        for &v in &src[row + w0..row + w1] {
-                            acc += v;
-                        }
-                    }
-                    out.push(acc / S::from_usize((h1 - h0) * (w1 - w0)));
-                }
-            }
-        }
-        Tensor::from_shape(shape, out)
+        let (p, axes, shape) = self.geometry(x.shape())?;
+        average_rects(self.name(), p, x, shape, || Self::rects(axes))
     }
 }
 
@@ -535,29 +574,11 @@ impl OpRules for AdaptiveAvgPool2d {
     }
     fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let in_shape = &ctx.input_shapes[0];
-        let (p, [hs, ws], out_shape) = self.geometry(in_shape)?;
-        let mut dx = vec![S::ZERO; in_shape.numel()];
-        if out_shape.numel() == 0 {
-            return Ok(smallvec![Some(Tensor::from_shape(in_shape.clone(), dx)?)]);
-        }
-        let mut g = cot.data().iter();
-        for base in (0..p.planes).map(|i| i * p.h * p.w) {
-            for (h0, h1) in hs.spans() {
-                for (w0, w1) in ws.spans() {
-                    let gv = *g.next().ok_or_else(|| {
-                        Error::invalid("adaptive_avg_pool2d", "cotangent shorter than the output")
-                    })?;
-                    let share = gv / S::from_usize((h1 - h0) * (w1 - w0));
-                    for ih in h0..h1 {
-                        let row = base + ih * p.w;
-                        for d in &mut dx[row + w0..row + w1] {
-                            *d += share;
-                        }
-                    }
-                }
-            }
-        }
-        Ok(smallvec![Some(Tensor::from_shape(in_shape.clone(), dx)?)])
+        let (p, axes, out_shape) = self.geometry(in_shape)?;
+        let dx = spread_rects(self.name(), p, cot, in_shape, &out_shape, || {
+            Self::rects(axes)
+        })?;
+        Ok(smallvec![Some(dx)])
     }
     fn jvp<S: Scalar>(
         &self,
