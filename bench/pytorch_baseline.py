@@ -75,7 +75,7 @@ def main():
             torch.nn.Linear(256, 128), torch.nn.ReLU(),
             torch.nn.Linear(128, 10),
         )
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.0)  # tapegrad bench's optimizer
         x = torch.rand(batch, 784) * 2 - 1
         y = torch.randint(0, 10, (batch,))
 

@@ -38,7 +38,8 @@ pub struct BenchArgs {
 /// The workloads.
 #[derive(Debug, Subcommand)]
 pub enum Workload {
-    /// One training step of an MLP 784-256-128-10 (ReLU, softmax cross entropy, SGD lr 0.01), f32.
+    /// One training step of an MLP 784-256-128-10 (ReLU, softmax cross entropy, SGD lr 0.01 without
+    /// momentum), f32.
     Mlp {
         #[arg(long, default_value_t = 32)]
         batch: usize,
@@ -166,8 +167,8 @@ fn random(rng: &mut impl Rng, dims: &[usize], scale: f32) -> Result<Tensor<f32>,
     Ok(Tensor::from_shape(shape, data)?)
 }
 
-/// The MLP benchmark's state: a model, a fixed batch, a backend and SGD (lr 0.01), as the trainer
-/// runs them.
+/// The MLP benchmark's state: a model, a fixed batch, a backend and plain SGD (lr 0.01, no
+/// momentum), as the trainer runs them.
 struct Mlp {
     model: Model<f32>,
     batch: Batch<f32>,
@@ -188,7 +189,16 @@ impl Mlp {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
         let x = random(&mut rng, &[batch, 784], 1.0)?;
         let labels = (0..batch).map(|_| rng.random_range(0..10)).collect();
-        let optimizer = Optimizer::new(OptimizerConfig::by_name("sgd", 0.01)?, &model.params)?;
+        // PyTorch's `torch.optim.SGD(params, lr=0.01)`, the baseline's optimizer: no momentum
+        // (the trainer's `sgd` default has 0.9, which would add a velocity pass PyTorch skips).
+        let plain_sgd = OptimizerConfig::Sgd {
+            lr: 0.01,
+            momentum: 0.0,
+            dampening: 0.0,
+            nesterov: false,
+            weight_decay: 0.0,
+        };
+        let optimizer = Optimizer::new(plain_sgd, &model.params)?;
         Ok(Mlp {
             model,
             batch: Batch {
