@@ -13,13 +13,13 @@ pub type CustomVjp<S> = Arc<dyn Fn(&Tensor<S>) -> Result<Vec<(usize, Tensor<S>)>
 /// The `(parent id, contribution)` pairs of one backward step (inline for up to three parents).
 pub type Contributions<S> = SmallVec<[(usize, Tensor<S>); 3]>;
 
-/// What an op node keeps for its VJP besides the tape itself: which arguments need a gradient and
-/// the forward's auxiliary data. The arguments and the output the VJP reads (as its op's `saves`
-/// says) are the values already on the append-only tape, each parent's and the node's own, so
-/// recording an op copies no tensor handle and no shape, and the node stays small.
+/// What an op node keeps for its VJP besides the tape itself: the forward's auxiliary data. The
+/// arguments and the output the VJP reads (as its op's `saves` says) are the values already on
+/// the append-only tape, each parent's and the node's own, and which arguments need a gradient
+/// is their `requires_grad`, also on the tape and never changed after the append; so recording
+/// an op copies no tensor handle, shape or flag list, and the node stays small.
 #[derive(Debug, Clone)]
 pub struct NodeSaved<S> {
-    pub needs: SmallVec<[bool; 4]>,
     pub aux: Aux<S>,
 }
 
@@ -68,20 +68,19 @@ impl<S: Scalar> Node<S> {
 type ArgRefs<'t, S> = SmallVec<[&'t Tensor<S>; 4]>;
 
 impl<S: Scalar> Tape<S> {
-    /// Pushes the values of `node`'s parents onto `values` (filled through a reference: returning
-    /// the list inside a `Result` copied it); an error for an id not on the tape.
-    fn parent_values_into<'t>(&'t self, node: &Node<S>, values: &mut ArgRefs<'t, S>) -> Result<()> {
+    /// Pushes the values of `node`'s parents onto `values` and whether each requires grad onto
+    /// `needs` (filled through references: returning the lists inside a `Result` copied them);
+    /// an error for an id not on the tape.
+    fn parent_values_into<'t>(
+        &'t self,
+        node: &Node<S>,
+        values: &mut ArgRefs<'t, S>,
+        needs: &mut SmallVec<[bool; 4]>,
+    ) -> Result<()> {
         for &p in &node.parents {
-            match self.nodes.get(p) {
-                Some(parent) => values.push(&parent.value),
-                None => {
-                    return Err(Error::BadId {
-                        context: "backward",
-                        id: p,
-                        len: self.nodes.len(),
-                    })
-                }
-            }
+            let parent = self.parent(p)?;
+            values.push(&parent.value);
+            needs.push(parent.requires_grad);
         }
         Ok(())
     }
@@ -113,7 +112,8 @@ impl<S: Scalar> Tape<S> {
         self.with_vjp_context(node, op, saved, |ctx| op.vjp_owned_into(ctx, cot, out))
     }
 
-    /// Runs `vjp` on the context of op node `node`: its arguments and output read off the tape.
+    /// Runs `vjp` on the context of op node `node`: its arguments and output read off the tape,
+    /// and which arguments need a gradient (the parents' `requires_grad`).
     #[inline]
     fn with_vjp_context<R>(
         &self,
@@ -122,38 +122,30 @@ impl<S: Scalar> Tape<S> {
         saved: &NodeSaved<S>,
         vjp: impl FnOnce(&VjpContext<'_, S>) -> Result<R>,
     ) -> Result<R> {
-        let run = |values: &[&Tensor<S>]| {
-            let saves = op.saves();
-            let ctx = VjpContext {
-                inputs: ArgValues::Values {
-                    values,
-                    keep: saves,
-                },
-                input_shapes: ArgShapes::Values(values),
-                output: saves.output.then_some(&node.value),
-                output_shape: node.value.shape(),
-                aux: &saved.aux,
-                needs: &saved.needs,
-            };
-            vjp(&ctx)
-        };
-        // One and two parents (most ops) pass their values in an array, not a list.
+        // One and two parents (most ops) pass their values and flags in arrays, not lists.
         match node.parents[..] {
-            [a] => run(&[self.parent_value(a)?]),
-            [a, b] => run(&[self.parent_value(a)?, self.parent_value(b)?]),
+            [a] => {
+                let a = self.parent(a)?;
+                run_vjp(node, op, saved, &[&a.value], &[a.requires_grad], vjp)
+            }
+            [a, b] => {
+                let (a, b) = (self.parent(a)?, self.parent(b)?);
+                let needs = [a.requires_grad, b.requires_grad];
+                run_vjp(node, op, saved, &[&a.value, &b.value], &needs, vjp)
+            }
             _ => {
-                let mut values = ArgRefs::new();
-                self.parent_values_into(node, &mut values)?;
-                run(&values)
+                let (mut values, mut needs) = (ArgRefs::new(), SmallVec::new());
+                self.parent_values_into(node, &mut values, &mut needs)?;
+                run_vjp(node, op, saved, &values, &needs, vjp)
             }
         }
     }
 
-    /// The value of parent `id`, or an error for an id not on the tape.
+    /// Parent `id`, or an error for an id not on the tape.
     #[inline]
-    fn parent_value(&self, id: usize) -> Result<&Tensor<S>> {
+    fn parent(&self, id: usize) -> Result<&Node<S>> {
         match self.nodes.get(id) {
-            Some(parent) => Ok(&parent.value),
+            Some(parent) => Ok(parent),
             None => Err(Error::BadId {
                 context: "backward",
                 id,
@@ -222,6 +214,32 @@ impl<S: Scalar> Tape<S> {
         };
         self.kept_values(id).0.map(|t| t.nbytes()).sum::<usize>() + aux
     }
+}
+
+/// Builds the VJP context of op node `node` from its arguments' values and flags and runs `vjp`
+/// on it (a function, not a closure, so that it is inlined into each caller).
+#[inline(always)]
+fn run_vjp<S: Scalar, R>(
+    node: &Node<S>,
+    op: &Op,
+    saved: &NodeSaved<S>,
+    values: &[&Tensor<S>],
+    needs: &[bool],
+    vjp: impl FnOnce(&VjpContext<'_, S>) -> Result<R>,
+) -> Result<R> {
+    let saves = op.saves();
+    let ctx = VjpContext {
+        inputs: ArgValues::Values {
+            values,
+            keep: saves,
+        },
+        input_shapes: ArgShapes::Values(values),
+        output: saves.output.then_some(&node.value),
+        output_shape: node.value.shape(),
+        aux: &saved.aux,
+        needs,
+    };
+    vjp(&ctx)
 }
 
 impl<S: Scalar> std::fmt::Debug for Node<S> {

@@ -192,13 +192,8 @@ impl<S: Scalar> Tape<S> {
         if self.detect_anomaly {
             super::anomaly::check_forward(self, op.name(), args, &forward.value)?;
         }
-        // Plain pushes: `SmallVec`'s generic `extend` costs more than the few elements it copies.
-        let mut needs = SmallVec::new();
-        for &a in args {
-            needs.push(self.nodes[a].requires_grad);
-        }
+        let requires_grad = args.iter().any(|&a| self.nodes[a].requires_grad);
         let parents = SmallVec::from_slice(args);
-        let requires_grad = needs.iter().any(|&n| n);
         // A node nobody differentiates through keeps nothing for a VJP that will never run.
         let aux = if requires_grad {
             forward.aux
@@ -212,7 +207,7 @@ impl<S: Scalar> Tape<S> {
             parents,
             rule: Rule::Op {
                 op,
-                saved: NodeSaved { needs, aux },
+                saved: NodeSaved { aux },
             },
         }))
     }
