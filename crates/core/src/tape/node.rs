@@ -95,7 +95,7 @@ impl<S: Scalar> Tape<S> {
         saved: &NodeSaved<S>,
         cot: &Tensor<S>,
     ) -> Result<Grads<S>> {
-        self.with_vjp_context(node, op, saved, |ctx| op.vjp(ctx, cot))
+        self.with_vjp_context(node, op.saves(), saved, |ctx| op.vjp(ctx, cot))
     }
 
     /// As [`Tape::op_vjp`] for a sweep that drops the cotangent afterwards, written into `out`
@@ -109,16 +109,23 @@ impl<S: Scalar> Tape<S> {
         cot: Tensor<S>,
         out: &mut Grads<S>,
     ) -> Result<()> {
-        self.with_vjp_context(node, op, saved, |ctx| op.vjp_owned_into(ctx, cot, out))
+        // The VJPs that take the cotangent by value read only shapes and flags, so their context
+        // names no saved value (and skips the `saves` lookup).
+        let saves = if op.has_owned_vjp() {
+            Saves::NOTHING
+        } else {
+            op.saves()
+        };
+        self.with_vjp_context(node, saves, saved, |ctx| op.vjp_owned_into(ctx, cot, out))
     }
 
-    /// Runs `vjp` on the context of op node `node`: its arguments and output read off the tape,
-    /// and which arguments need a gradient (the parents' `requires_grad`).
+    /// Runs `vjp` on the context of op node `node`: its arguments and output read off the tape
+    /// (those `saves` names), and which arguments need a gradient (the parents' `requires_grad`).
     #[inline]
     fn with_vjp_context<R>(
         &self,
         node: &Node<S>,
-        op: &Op,
+        saves: Saves,
         saved: &NodeSaved<S>,
         vjp: impl FnOnce(&VjpContext<'_, S>) -> Result<R>,
     ) -> Result<R> {
@@ -126,17 +133,17 @@ impl<S: Scalar> Tape<S> {
         match node.parents[..] {
             [a] => {
                 let a = self.parent(a)?;
-                run_vjp(node, op, saved, &[&a.value], &[a.requires_grad], vjp)
+                run_vjp(node, saves, saved, &[&a.value], &[a.requires_grad], vjp)
             }
             [a, b] => {
                 let (a, b) = (self.parent(a)?, self.parent(b)?);
                 let needs = [a.requires_grad, b.requires_grad];
-                run_vjp(node, op, saved, &[&a.value, &b.value], &needs, vjp)
+                run_vjp(node, saves, saved, &[&a.value, &b.value], &needs, vjp)
             }
             _ => {
                 let (mut values, mut needs) = (ArgRefs::new(), SmallVec::new());
                 self.parent_values_into(node, &mut values, &mut needs)?;
-                run_vjp(node, op, saved, &values, &needs, vjp)
+                run_vjp(node, saves, saved, &values, &needs, vjp)
             }
         }
     }
@@ -221,13 +228,12 @@ impl<S: Scalar> Tape<S> {
 #[inline(always)]
 fn run_vjp<S: Scalar, R>(
     node: &Node<S>,
-    op: &Op,
+    saves: Saves,
     saved: &NodeSaved<S>,
     values: &[&Tensor<S>],
     needs: &[bool],
     vjp: impl FnOnce(&VjpContext<'_, S>) -> Result<R>,
 ) -> Result<R> {
-    let saves = op.saves();
     let ctx = VjpContext {
         inputs: ArgValues::Values {
             values,
