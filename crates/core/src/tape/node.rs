@@ -129,23 +129,27 @@ impl<S: Scalar> Tape<S> {
         saved: &NodeSaved<S>,
         vjp: impl FnOnce(&VjpContext<'_, S>) -> Result<R>,
     ) -> Result<R> {
-        // One and two parents (most ops) pass their values and flags in arrays, not lists.
-        match node.parents[..] {
+        // One and two parents (most ops) pass their values and flags in arrays, not lists; one
+        // call of `vjp` for all three cases, so that it is inlined.
+        let (one, two, mut list);
+        let (values, needs): (&[&Tensor<S>], &[bool]) = match node.parents[..] {
             [a] => {
                 let a = self.parent(a)?;
-                run_vjp(node, saves, saved, &[&a.value], &[a.requires_grad], vjp)
+                one = ([&a.value], [a.requires_grad]);
+                (&one.0, &one.1)
             }
             [a, b] => {
                 let (a, b) = (self.parent(a)?, self.parent(b)?);
-                let needs = [a.requires_grad, b.requires_grad];
-                run_vjp(node, saves, saved, &[&a.value, &b.value], &needs, vjp)
+                two = ([&a.value, &b.value], [a.requires_grad, b.requires_grad]);
+                (&two.0, &two.1)
             }
             _ => {
-                let (mut values, mut needs) = (ArgRefs::new(), SmallVec::new());
-                self.parent_values_into(node, &mut values, &mut needs)?;
-                run_vjp(node, saves, saved, &values, &needs, vjp)
+                list = (ArgRefs::new(), SmallVec::<[bool; 4]>::new());
+                self.parent_values_into(node, &mut list.0, &mut list.1)?;
+                (&list.0, &list.1)
             }
-        }
+        };
+        run_vjp(node, saves, saved, values, needs, vjp)
     }
 
     /// Parent `id`, or an error for an id not on the tape.
