@@ -36,6 +36,7 @@ pub fn set_capacity(bytes: usize) {
 }
 
 /// The most bytes each thread keeps per scalar type.
+#[inline]
 pub fn capacity() -> usize {
     CAPACITY.load(Ordering::Relaxed)
 }

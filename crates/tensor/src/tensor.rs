@@ -36,7 +36,7 @@ impl<S: Scalar> Buffer<S> {
     /// A recycled, unshared buffer of `len` elements for the caller to overwrite, if the pool has
     /// one. Its stale values are replaced by NaN in debug builds, so a kernel that misses an
     /// element fails its tests instead of leaking another tensor's values.
-    #[inline]
+    #[inline(always)]
     fn recycled(len: usize) -> Option<Self> {
         let mut buf = Buffer::new(pool::take::<S>(len)?);
         if cfg!(debug_assertions) {
@@ -84,17 +84,26 @@ impl<S: Scalar> Buffer<S> {
     }
 
     /// The elements, copied into a buffer of their own first if another tensor shares them.
-    #[inline]
+    /// Inlined: kernels call this on every fresh output, which is unshared.
+    #[inline(always)]
     fn elems_mut(&mut self) -> &mut [S] {
         // No `Weak` is ever made of a tensor buffer, so one strong count means unshared.
         if !matches!(&self.elems, Some(e) if Arc::strong_count(e) == 1) {
-            *self = Buffer::copied(self.elems());
+            self.unshare();
         }
-        // Unshared now, so this never clones.
+        // Unshared now, so `get_mut` succeeds (`make_mut` would inline a clone path that never
+        // runs, and the register saves it needs).
         match &mut self.elems {
-            Some(e) => Arc::make_mut(e),
+            Some(e) => Arc::get_mut(e).unwrap_or_default(),
             None => &mut [],
         }
+    }
+
+    /// Replaces a shared buffer by a copy of its own (out of line: fresh outputs never need it).
+    #[cold]
+    #[inline(never)]
+    fn unshare(&mut self) {
+        *self = Buffer::copied(self.elems());
     }
 }
 

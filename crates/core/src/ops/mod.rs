@@ -210,6 +210,13 @@ impl Op {
         Ok(())
     }
 
+    /// Whether `vjp_owned_into` reuses the cotangent (the linear elementwise ops). Their VJPs
+    /// read only the argument shapes and which arguments need a gradient, never a saved value.
+    #[inline]
+    pub(crate) fn has_owned_vjp(&self) -> bool {
+        matches!(self, Op::Elementwise(op) if op.has_owned_vjp())
+    }
+
     /// The cotangent has the output's shape.
     #[inline]
     fn check_cotangent<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<()> {

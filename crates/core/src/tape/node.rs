@@ -13,13 +13,13 @@ pub type CustomVjp<S> = Arc<dyn Fn(&Tensor<S>) -> Result<Vec<(usize, Tensor<S>)>
 /// The `(parent id, contribution)` pairs of one backward step (inline for up to three parents).
 pub type Contributions<S> = SmallVec<[(usize, Tensor<S>); 3]>;
 
-/// What an op node keeps for its VJP besides the tape itself: which arguments need a gradient and
-/// the forward's auxiliary data. The arguments and the output the VJP reads (as its op's `saves`
-/// says) are the values already on the append-only tape, each parent's and the node's own, so
-/// recording an op copies no tensor handle and no shape, and the node stays small.
+/// What an op node keeps for its VJP besides the tape itself: the forward's auxiliary data. The
+/// arguments and the output the VJP reads (as its op's `saves` says) are the values already on
+/// the append-only tape, each parent's and the node's own, and which arguments need a gradient
+/// is their `requires_grad`, also on the tape and never changed after the append; so recording
+/// an op copies no tensor handle, shape or flag list, and the node stays small.
 #[derive(Debug, Clone)]
 pub struct NodeSaved<S> {
-    pub needs: SmallVec<[bool; 4]>,
     pub aux: Aux<S>,
 }
 
@@ -68,20 +68,19 @@ impl<S: Scalar> Node<S> {
 type ArgRefs<'t, S> = SmallVec<[&'t Tensor<S>; 4]>;
 
 impl<S: Scalar> Tape<S> {
-    /// Pushes the values of `node`'s parents onto `values` (filled through a reference: returning
-    /// the list inside a `Result` copied it); an error for an id not on the tape.
-    fn parent_values_into<'t>(&'t self, node: &Node<S>, values: &mut ArgRefs<'t, S>) -> Result<()> {
+    /// Pushes the values of `node`'s parents onto `values` and whether each requires grad onto
+    /// `needs` (filled through references: returning the lists inside a `Result` copied them);
+    /// an error for an id not on the tape.
+    fn parent_values_into<'t>(
+        &'t self,
+        node: &Node<S>,
+        values: &mut ArgRefs<'t, S>,
+        needs: &mut SmallVec<[bool; 4]>,
+    ) -> Result<()> {
         for &p in &node.parents {
-            match self.nodes.get(p) {
-                Some(parent) => values.push(&parent.value),
-                None => {
-                    return Err(Error::BadId {
-                        context: "backward",
-                        id: p,
-                        len: self.nodes.len(),
-                    })
-                }
-            }
+            let parent = self.parent(p)?;
+            values.push(&parent.value);
+            needs.push(parent.requires_grad);
         }
         Ok(())
     }
@@ -96,7 +95,7 @@ impl<S: Scalar> Tape<S> {
         saved: &NodeSaved<S>,
         cot: &Tensor<S>,
     ) -> Result<Grads<S>> {
-        self.with_vjp_context(node, op, saved, |ctx| op.vjp(ctx, cot))
+        self.with_vjp_context(node, op.saves(), saved, |ctx| op.vjp(ctx, cot))
     }
 
     /// As [`Tape::op_vjp`] for a sweep that drops the cotangent afterwards, written into `out`
@@ -110,50 +109,54 @@ impl<S: Scalar> Tape<S> {
         cot: Tensor<S>,
         out: &mut Grads<S>,
     ) -> Result<()> {
-        self.with_vjp_context(node, op, saved, |ctx| op.vjp_owned_into(ctx, cot, out))
+        // The VJPs that take the cotangent by value read only shapes and flags, so their context
+        // names no saved value (and skips the `saves` lookup).
+        let saves = if op.has_owned_vjp() {
+            Saves::NOTHING
+        } else {
+            op.saves()
+        };
+        self.with_vjp_context(node, saves, saved, |ctx| op.vjp_owned_into(ctx, cot, out))
     }
 
-    /// Runs `vjp` on the context of op node `node`: its arguments and output read off the tape.
+    /// Runs `vjp` on the context of op node `node`: its arguments and output read off the tape
+    /// (those `saves` names), and which arguments need a gradient (the parents' `requires_grad`).
     #[inline]
     fn with_vjp_context<R>(
         &self,
         node: &Node<S>,
-        op: &Op,
+        saves: Saves,
         saved: &NodeSaved<S>,
         vjp: impl FnOnce(&VjpContext<'_, S>) -> Result<R>,
     ) -> Result<R> {
-        let run = |values: &[&Tensor<S>]| {
-            let saves = op.saves();
-            let ctx = VjpContext {
-                inputs: ArgValues::Values {
-                    values,
-                    keep: saves,
-                },
-                input_shapes: ArgShapes::Values(values),
-                output: saves.output.then_some(&node.value),
-                output_shape: node.value.shape(),
-                aux: &saved.aux,
-                needs: &saved.needs,
-            };
-            vjp(&ctx)
-        };
-        // One and two parents (most ops) pass their values in an array, not a list.
-        match node.parents[..] {
-            [a] => run(&[self.parent_value(a)?]),
-            [a, b] => run(&[self.parent_value(a)?, self.parent_value(b)?]),
-            _ => {
-                let mut values = ArgRefs::new();
-                self.parent_values_into(node, &mut values)?;
-                run(&values)
+        // One and two parents (most ops) pass their values and flags in arrays, not lists; one
+        // call of `vjp` for all three cases, so that it is inlined.
+        let (one, two, mut list);
+        let (values, needs): (&[&Tensor<S>], &[bool]) = match node.parents[..] {
+            [a] => {
+                let a = self.parent(a)?;
+                one = ([&a.value], [a.requires_grad]);
+                (&one.0, &one.1)
             }
-        }
+            [a, b] => {
+                let (a, b) = (self.parent(a)?, self.parent(b)?);
+                two = ([&a.value, &b.value], [a.requires_grad, b.requires_grad]);
+                (&two.0, &two.1)
+            }
+            _ => {
+                list = (ArgRefs::new(), SmallVec::<[bool; 4]>::new());
+                self.parent_values_into(node, &mut list.0, &mut list.1)?;
+                (&list.0, &list.1)
+            }
+        };
+        run_vjp(node, saves, saved, values, needs, vjp)
     }
 
-    /// The value of parent `id`, or an error for an id not on the tape.
+    /// Parent `id`, or an error for an id not on the tape.
     #[inline]
-    fn parent_value(&self, id: usize) -> Result<&Tensor<S>> {
+    fn parent(&self, id: usize) -> Result<&Node<S>> {
         match self.nodes.get(id) {
-            Some(parent) => Ok(&parent.value),
+            Some(parent) => Ok(parent),
             None => Err(Error::BadId {
                 context: "backward",
                 id,
@@ -222,6 +225,31 @@ impl<S: Scalar> Tape<S> {
         };
         self.kept_values(id).0.map(|t| t.nbytes()).sum::<usize>() + aux
     }
+}
+
+/// Builds the VJP context of op node `node` from its arguments' values and flags and runs `vjp`
+/// on it (a function, not a closure, so that it is inlined into each caller).
+#[inline(always)]
+fn run_vjp<S: Scalar, R>(
+    node: &Node<S>,
+    saves: Saves,
+    saved: &NodeSaved<S>,
+    values: &[&Tensor<S>],
+    needs: &[bool],
+    vjp: impl FnOnce(&VjpContext<'_, S>) -> Result<R>,
+) -> Result<R> {
+    let ctx = VjpContext {
+        inputs: ArgValues::Values {
+            values,
+            keep: saves,
+        },
+        input_shapes: ArgShapes::Values(values),
+        output: saves.output.then_some(&node.value),
+        output_shape: node.value.shape(),
+        aux: &saved.aux,
+        needs,
+    };
+    vjp(&ctx)
 }
 
 impl<S: Scalar> std::fmt::Debug for Node<S> {

@@ -203,34 +203,51 @@ impl<S: Scalar> Session<S> {
     /// Applies any op to handles.
     #[inline]
     pub fn apply(&mut self, op: Op, args: &[Var]) -> Result<Var> {
-        // On the stack for up to four arguments: recording an op allocates nothing for its ids.
-        let mut inline = [0usize; 4];
-        let mut heap = Vec::new();
-        let ids: &mut [usize] = if args.len() <= inline.len() {
-            &mut inline[..args.len()]
-        } else {
-            heap.resize(args.len(), 0);
-            &mut heap
-        };
-        for (id, &v) in ids.iter_mut().zip(args) {
-            *id = self.check(v)?;
-        }
-        let ids = &*ids;
-        let id = if self.grad_enabled {
-            self.tape.apply(op, ids)?
-        } else {
-            let inputs = ids
-                .iter()
-                .map(|&i| self.tape.value(i))
-                .collect::<Result<SmallVec<[&Tensor<S>; 4]>>>()?;
-            let value = op.forward(&inputs)?.value;
-            drop(inputs);
-            if self.tape.detect_anomaly() {
-                super::anomaly::check_forward(&self.tape, op.name(), ids, &value)?;
+        // One and two arguments (most ops) pass their ids in arrays: recording an op allocates
+        // nothing for them, and `Tape::apply` sees a length known at compile time.
+        let id = match *args {
+            [a] => {
+                let ids = [self.check(a)?];
+                self.record(op, &ids)?
             }
-            self.tape.leaf(value, false)
+            [a, b] => {
+                let ids = [self.check(a)?, self.check(b)?];
+                self.record(op, &ids)?
+            }
+            _ => {
+                let mut ids = SmallVec::<[usize; 4]>::new();
+                for &v in args {
+                    ids.push(self.check(v)?);
+                }
+                self.record(op, &ids)?
+            }
         };
         Ok(self.handle(id))
+    }
+
+    /// Records `op` on checked ids: an op node while gradients are enabled, else a leaf.
+    #[inline(always)]
+    fn record(&mut self, op: Op, ids: &[usize]) -> Result<usize> {
+        if self.grad_enabled {
+            self.tape.apply(op, ids)
+        } else {
+            self.record_no_grad(op, ids)
+        }
+    }
+
+    /// The value of `op` on checked ids as a leaf that does not require grad.
+    #[inline(never)]
+    fn record_no_grad(&mut self, op: Op, ids: &[usize]) -> Result<usize> {
+        let inputs = ids
+            .iter()
+            .map(|&i| self.tape.value(i))
+            .collect::<Result<SmallVec<[&Tensor<S>; 4]>>>()?;
+        let value = op.forward(&inputs)?.value;
+        drop(inputs);
+        if self.tape.detect_anomaly() {
+            super::anomaly::check_forward(&self.tape, op.name(), ids, &value)?;
+        }
+        Ok(self.tape.leaf(value, false))
     }
 
     /// Gradients of a one-element `loss` for every parameter of this step (seed 1).

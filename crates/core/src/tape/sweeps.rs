@@ -120,9 +120,10 @@ impl<S: Scalar> Tape<S> {
                     self.op_vjp_owned_into(node, op, saved, cot, &mut list)
                 };
                 done?;
-                // Taken out where they lie: moving the inline list into an iterator copied it.
-                for (&pid, g) in node.parents.iter().zip(list.iter_mut()) {
-                    if let Some(g) = g.take() {
+                // Drained where they lie (moving the inline list into an iterator copied it),
+                // which leaves the list empty for the next node.
+                for (&pid, g) in node.parents.iter().zip(list.drain(..)) {
+                    if let Some(g) = g {
                         if self.nodes[pid].requires_grad {
                             store(slots, pid, g);
                         }

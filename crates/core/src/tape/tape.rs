@@ -86,6 +86,7 @@ impl<S: Scalar> Tape<S> {
     }
 
     /// Appends a node and returns its id (the length before the append).
+    #[inline]
     pub fn push(&mut self, node: Node<S>) -> usize {
         self.nodes.push(node);
         self.nodes.len() - 1
@@ -184,21 +185,16 @@ impl<S: Scalar> Tape<S> {
         self.append_op(op, args, forward)
     }
 
-    /// Appends the op node. Its VJP will read its arguments and output off the tape, so the node
-    /// keeps only which arguments need a gradient and the forward's auxiliary data. `args` are
-    /// valid ids, so all below the new id.
+    /// Appends the op node. Its VJP will read its arguments, their `requires_grad` and its output
+    /// off the tape, so the node keeps only the forward's auxiliary data. `args` are valid ids,
+    /// so all below the new id.
     #[inline]
     fn append_op(&mut self, op: Op, args: &[usize], forward: Forward<S>) -> Result<usize> {
         if self.detect_anomaly {
             super::anomaly::check_forward(self, op.name(), args, &forward.value)?;
         }
-        // Plain pushes: `SmallVec`'s generic `extend` costs more than the few elements it copies.
-        let mut needs = SmallVec::new();
-        for &a in args {
-            needs.push(self.nodes[a].requires_grad);
-        }
-        let parents = SmallVec::from_slice(args);
-        let requires_grad = needs.iter().any(|&n| n);
+        let requires_grad = args.iter().any(|&a| self.nodes[a].requires_grad);
+        let parents = parent_list(args);
         // A node nobody differentiates through keeps nothing for a VJP that will never run.
         let aux = if requires_grad {
             forward.aux
@@ -212,7 +208,7 @@ impl<S: Scalar> Tape<S> {
             parents,
             rule: Rule::Op {
                 op,
-                saved: NodeSaved { needs, aux },
+                saved: NodeSaved { aux },
             },
         }))
     }
@@ -253,6 +249,20 @@ impl<S: Scalar> Tape<S> {
     pub fn value_bytes(&self) -> usize {
         self.nodes.iter().map(|n| n.value.nbytes()).sum()
     }
+}
+
+/// The parent list of an op node, built from one match arm per length up to four: a copy loop
+/// or `SmallVec::from_slice` becomes a `memcpy` call for the few bytes of one or two ids.
+#[inline(always)]
+fn parent_list(args: &[usize]) -> SmallVec<[usize; 4]> {
+    let (ids, len) = match *args {
+        [a] => ([a, 0, 0, 0], 1),
+        [a, b] => ([a, b, 0, 0], 2),
+        [a, b, c] => ([a, b, c, 0], 3),
+        [a, b, c, d] => ([a, b, c, d], 4),
+        _ => return SmallVec::from_slice(args),
+    };
+    SmallVec::from_buf_and_len(ids, len)
 }
 
 impl<S: Scalar> std::fmt::Display for Tape<S> {
