@@ -4,7 +4,9 @@
 use super::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::layout::inverse_permutation;
-use tapegrad_tensor::kernels::{batched_matmul, broadcast_shape, permute, sum_to, transpose};
+use tapegrad_tensor::kernels::{
+    batched_matmul, broadcast_shape, outer_product, permute, sum_to, transpose,
+};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// Linear-algebra and axis-reordering ops.
@@ -286,7 +288,7 @@ fn linear_rows_transposed<S: Scalar>(
 }
 
 /// The weight gradient `g^T x` of linear, `(out, in)` from `g` `(rows, out)` and `x` `(rows,
-/// in)`. One row (a batch of one) is an outer product, a plain vectorised loop instead of a GEMM
+/// in)`. One row (a batch of one) is an outer product, a vectorised loop instead of a GEMM
 /// with k = 1 (packing, edge kernels); each element is the single rounded product the GEMM
 /// stores, sign of zero included (a test checks the bits).
 fn linear_weight_grad<S: Scalar>(g2: &Tensor<S>, x2: &Tensor<S>) -> Result<Tensor<S>> {
@@ -294,16 +296,9 @@ fn linear_weight_grad<S: Scalar>(g2: &Tensor<S>, x2: &Tensor<S>) -> Result<Tenso
     if rows != 1 || x2.dims()[0] != 1 {
         return batched_matmul(g2, true, x2, false);
     }
-    let (g, x) = (g2.data(), x2.data());
     // Every (row, column) product is written, so a recycled buffer needs no zeroing.
     Ok(Tensor::from_writer(Shape::new([out, inn])?, |d| {
-        if inn > 0 {
-            for (row, &gi) in d.chunks_exact_mut(inn).zip(g) {
-                for (o, &xj) in row.iter_mut().zip(x) {
-                    *o = gi * xj;
-                }
-            }
-        }
+        outer_product(g2.data(), x2.data(), d)
     }))
 }
 

@@ -342,6 +342,41 @@ pub fn batched_matmul<S: Scalar>(
     }))
 }
 
+/// The outer product `out[i * x.len() + j] = g[i] * x[j]` (`out` is `g.len() x x.len()`,
+/// row-major): the weight gradient of a one-row linear layer. Each element is the single rounded
+/// product a k = 1 GEMM stores, so the bits are the GEMM's; compiled for the CPU's widest vector
+/// instructions (AVX2 or AVX-512, picked at run time), since at batch 1 this write of the whole
+/// weight-sized gradient is most of the backward pass.
+pub fn outer_product<S: Scalar>(g: &[S], x: &[S], out: &mut [S]) {
+    struct Outer<'a, S> {
+        g: &'a [S],
+        x: &'a [S],
+        out: &'a mut [S],
+    }
+    impl<S: Scalar> pulp::WithSimd for Outer<'_, S> {
+        type Output = ();
+        // Inlined into pulp's `#[target_feature]` function, which is what lets the loop use it.
+        #[inline(always)]
+        fn with_simd<V: pulp::Simd>(self, _simd: V) {
+            let Outer { g, x, out } = self;
+            if x.is_empty() {
+                return;
+            }
+            for (row, &gi) in out.chunks_exact_mut(x.len()).zip(g) {
+                for (o, &xj) in row.iter_mut().zip(x) {
+                    *o = gi * xj;
+                }
+            }
+        }
+    }
+    assert_eq!(
+        out.len(),
+        g.len() * x.len(),
+        "outer_product: out has the wrong length"
+    );
+    pulp::Arch::new().dispatch(Outer { g, x, out });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
