@@ -439,4 +439,41 @@ mod tests {
         assert_eq!(vb.dims(), &[3, 4]);
         assert!(vb.data().iter().all(|&x| x == 2.0));
     }
+
+    #[test]
+    fn outer_product_is_the_k1_gemm_bit_for_bit() {
+        // Lengths around the 8- and 16-lane vector bodies and their scalar tails; values with
+        // both signs, zeros of both signs, a subnormal product and an overflow to infinity.
+        let value = |i: usize, salt: usize| match (i * 2_654_435_761 + salt) % 11 {
+            0 => 0.0f32,
+            1 => -0.0,
+            2 => 1e-30,
+            3 => 3e30,
+            k => (k as f32 - 6.5) / 3.7,
+        };
+        for (rows, cols) in [
+            (1, 1),
+            (3, 7),
+            (5, 16),
+            (9, 31),
+            (17, 33),
+            (2, 64),
+            (40, 129),
+        ] {
+            let g: Vec<f32> = (0..rows).map(|i| value(i, 1)).collect();
+            let x: Vec<f32> = (0..cols).map(|i| value(i, 5)).collect();
+            let mut out = vec![f32::NAN; rows * cols];
+            outer_product(&g, &x, &mut out);
+            let gt = Tensor::new(&[1, rows], g.clone()).unwrap();
+            let xt = Tensor::new(&[1, cols], x.clone()).unwrap();
+            let gemm = batched_matmul(&gt, true, &xt, false).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|e| e.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&out), bits(gemm.data()), "({rows}, {cols}) vs gemm");
+            let plain: Vec<f32> = g
+                .iter()
+                .flat_map(|&a| x.iter().map(move |&b| a * b))
+                .collect();
+            assert_eq!(bits(&out), bits(&plain), "({rows}, {cols}) vs plain");
+        }
+    }
 }
