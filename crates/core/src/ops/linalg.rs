@@ -5,7 +5,7 @@ use super::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::layout::inverse_permutation;
 use tapegrad_tensor::kernels::{
-    batched_matmul, broadcast_shape, outer_product, permute, sum_to, transpose,
+    batched_matmul, broadcast_shape, matvec_rows, outer_product, permute, sum_to, transpose,
 };
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
@@ -191,11 +191,18 @@ fn linear_rows<S: Scalar>(
     w: &Tensor<S>,
     b: Option<&Tensor<S>>,
 ) -> Result<Tensor<S>> {
+    let (rows, inn) = (x2.dims()[0], x2.dims()[1]);
+    let out = w.dims()[0];
+    if rows == 1 && w.dims()[1] == inn && b.is_none_or(|b| b.dims() == [out]) {
+        // A batch of one: a matrix-vector product, on our kernel rather than gemm's (see
+        // `matvec_rows`); every output element is written.
+        return Ok(Tensor::from_writer(Shape::new([1, out])?, |d| {
+            matvec_rows(w.data(), x2.data(), b.map(|b| b.data()), d)
+        }));
+    }
     let Some(b) = b else {
         return batched_matmul(x2, false, w, true);
     };
-    let (rows, inn) = (x2.dims()[0], x2.dims()[1]);
-    let out = w.dims()[0];
     if w.dims()[1] != inn || b.dims() != [out] {
         return Err(Error::invalid(
             "linear",
