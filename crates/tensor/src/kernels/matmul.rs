@@ -434,7 +434,7 @@ impl<S: Scalar, const LANES: usize> pulp::WithSimd for MatVec<'_, S, LANES> {
         ) -> S {
             let mut sum = fold_lanes(lanes);
             for (&a, &b) in row_tail.iter().zip(x_tail) {
-                sum = sum + a * b;
+                sum += a * b;
             }
             match bias {
                 Some(b) => b + sum,
@@ -456,10 +456,10 @@ impl<S: Scalar, const LANES: usize> pulp::WithSimd for MatVec<'_, S, LANES> {
             let chunks = x[..whole].chunks_exact(LANES).zip(row(0)).zip(row(1));
             for (((xc, w0), w1), (w2, w3)) in chunks.zip(row(2).zip(row(3))) {
                 for l in 0..LANES {
-                    acc[0][l] = acc[0][l] + w0[l] * xc[l];
-                    acc[1][l] = acc[1][l] + w1[l] * xc[l];
-                    acc[2][l] = acc[2][l] + w2[l] * xc[l];
-                    acc[3][l] = acc[3][l] + w3[l] * xc[l];
+                    acc[0][l] += w0[l] * xc[l];
+                    acc[1][l] += w1[l] * xc[l];
+                    acc[2][l] += w2[l] * xc[l];
+                    acc[3][l] += w3[l] * xc[l];
                 }
             }
             for (r, acc) in acc.into_iter().enumerate() {
@@ -472,7 +472,7 @@ impl<S: Scalar, const LANES: usize> pulp::WithSimd for MatVec<'_, S, LANES> {
             let mut acc = [S::ZERO; LANES];
             for (wc, xc) in row.chunks_exact(LANES).zip(x[..whole].chunks_exact(LANES)) {
                 for l in 0..LANES {
-                    acc[l] = acc[l] + wc[l] * xc[l];
+                    acc[l] += wc[l] * xc[l];
                 }
             }
             out[o] = finish(o, acc);
@@ -487,7 +487,7 @@ fn fold_lanes<S: Scalar, const LANES: usize>(mut s: [S; LANES]) -> S {
     let mut half = LANES / 2;
     while half > 0 {
         for l in 0..half {
-            s[l] = s[l] + s[l + half];
+            s[l] += s[l + half];
         }
         half /= 2;
     }
@@ -572,18 +572,19 @@ mod tests {
                 let row = &w[o * k..(o + 1) * k];
                 let mut s = vec![S::ZERO; lanes];
                 for j in 0..whole {
-                    s[j % lanes] = s[j % lanes] + row[j] * x[j];
+                    s[j % lanes] += row[j] * x[j];
                 }
                 let mut half = lanes / 2;
                 while half > 0 {
                     for l in 0..half {
-                        s[l] = s[l] + s[l + half];
+                        let upper = s[l + half];
+                        s[l] += upper;
                     }
                     half /= 2;
                 }
                 let mut sum = s[0];
                 for j in whole..k {
-                    sum = sum + row[j] * x[j];
+                    sum += row[j] * x[j];
                 }
                 bias.map_or(sum, |b| b[o] + sum)
             })
