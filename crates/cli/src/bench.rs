@@ -187,7 +187,16 @@ impl Mlp {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
         let x = random(&mut rng, &[batch, 784], 1.0)?;
         let labels = (0..batch).map(|_| rng.random_range(0..10)).collect();
-        let optimizer = Optimizer::new(OptimizerConfig::by_name("sgd", 0.01)?, &model.params)?;
+        // Plain SGD, as bench/pytorch_baseline.py's `torch.optim.SGD(lr=0.01)` (momentum 0);
+        // `by_name("sgd")` would add momentum 0.9, two more weight-sized streams per step.
+        let sgd = OptimizerConfig::Sgd {
+            lr: 0.01,
+            momentum: 0.0,
+            dampening: 0.0,
+            nesterov: false,
+            weight_decay: 0.0,
+        };
+        let optimizer = Optimizer::new(sgd, &model.params)?;
         Ok(Mlp {
             model,
             batch: Batch {
