@@ -4,7 +4,9 @@
 use super::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::layout::inverse_permutation;
-use tapegrad_tensor::kernels::{batched_matmul, broadcast_shape, permute, sum_to, transpose};
+use tapegrad_tensor::kernels::{
+    batched_matmul, broadcast_shape, matvec_rows, outer_product, permute, sum_to, transpose,
+};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// Linear-algebra and axis-reordering ops.
@@ -189,11 +191,18 @@ fn linear_rows<S: Scalar>(
     w: &Tensor<S>,
     b: Option<&Tensor<S>>,
 ) -> Result<Tensor<S>> {
+    let (rows, inn) = (x2.dims()[0], x2.dims()[1]);
+    let out = w.dims()[0];
+    if rows == 1 && w.dims()[1] == inn && b.is_none_or(|b| b.dims() == [out]) {
+        // A batch of one: a matrix-vector product, on our kernel rather than gemm's (see
+        // `matvec_rows`); every output element is written.
+        return Ok(Tensor::from_writer(Shape::new([1, out])?, |d| {
+            matvec_rows(w.data(), x2.data(), b.map(|b| b.data()), d)
+        }));
+    }
     let Some(b) = b else {
         return batched_matmul(x2, false, w, true);
     };
-    let (rows, inn) = (x2.dims()[0], x2.dims()[1]);
-    let out = w.dims()[0];
     if w.dims()[1] != inn || b.dims() != [out] {
         return Err(Error::invalid(
             "linear",
@@ -286,7 +295,7 @@ fn linear_rows_transposed<S: Scalar>(
 }
 
 /// The weight gradient `g^T x` of linear, `(out, in)` from `g` `(rows, out)` and `x` `(rows,
-/// in)`. One row (a batch of one) is an outer product, a plain vectorised loop instead of a GEMM
+/// in)`. One row (a batch of one) is an outer product, a vectorised loop instead of a GEMM
 /// with k = 1 (packing, edge kernels); each element is the single rounded product the GEMM
 /// stores, sign of zero included (a test checks the bits).
 fn linear_weight_grad<S: Scalar>(g2: &Tensor<S>, x2: &Tensor<S>) -> Result<Tensor<S>> {
@@ -294,16 +303,9 @@ fn linear_weight_grad<S: Scalar>(g2: &Tensor<S>, x2: &Tensor<S>) -> Result<Tenso
     if rows != 1 || x2.dims()[0] != 1 {
         return batched_matmul(g2, true, x2, false);
     }
-    let (g, x) = (g2.data(), x2.data());
     // Every (row, column) product is written, so a recycled buffer needs no zeroing.
     Ok(Tensor::from_writer(Shape::new([out, inn])?, |d| {
-        if inn > 0 {
-            for (row, &gi) in d.chunks_exact_mut(inn).zip(g) {
-                for (o, &xj) in row.iter_mut().zip(x) {
-                    *o = gi * xj;
-                }
-            }
-        }
+        outer_product(g2.data(), x2.data(), d)
     }))
 }
 

@@ -15,7 +15,9 @@ mod workers;
 pub use broadcast::{binary_map, broadcast_shape, broadcast_to, sum_to};
 pub use isa::simd_level;
 pub use layout::{concat, permute, slice, transpose};
-pub use matmul::{batched_matmul, matmul, num_threads, set_num_threads};
+pub use matmul::{
+    batched_matmul, matmul, matvec_rows, num_threads, outer_product, set_num_threads,
+};
 pub use reduce::{expand_reduced, max_axes, mean_axes, reduced_shape, sum_axes};
 pub use softmax::{log_softmax, softmax};
 pub(crate) use walk::strided_walk;
