@@ -326,19 +326,23 @@ impl<S: Scalar> Tensor<S> {
         })
     }
 
-    /// Applies `f` to every element.
+    /// Applies `f` to every element (spread over the GEMM threads when long, see
+    /// [`crate::kernels::par_map`]).
     #[inline]
-    pub fn map(&self, f: impl Fn(S) -> S) -> Self {
+    pub fn map(&self, f: impl Fn(S) -> S + Sync) -> Self {
         let src = self.data();
         Tensor::from_writer(self.shape.clone(), |dst| {
-            for (d, &v) in dst.iter_mut().zip(src) {
-                *d = f(v);
-            }
+            crate::kernels::par_map::map_into(src, dst, f)
         })
     }
 
     /// Applies `f` to corresponding elements of two same-shaped tensors.
-    pub fn zip_map(&self, other: &Self, op: &'static str, f: impl Fn(S, S) -> S) -> Result<Self> {
+    pub fn zip_map(
+        &self,
+        other: &Self,
+        op: &'static str,
+        f: impl Fn(S, S) -> S + Sync,
+    ) -> Result<Self> {
         if self.shape != other.shape {
             return Err(Error::ShapeMismatch {
                 op,
@@ -348,9 +352,7 @@ impl<S: Scalar> Tensor<S> {
         }
         let (a, b) = (self.data(), other.data());
         Ok(Tensor::from_writer(self.shape.clone(), |dst| {
-            for ((d, &a), &b) in dst.iter_mut().zip(a).zip(b) {
-                *d = f(a, b);
-            }
+            crate::kernels::par_map::zip_map_into(a, b, dst, f)
         }))
     }
 

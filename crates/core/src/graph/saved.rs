@@ -14,6 +14,7 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::sync::Arc;
+use tapegrad_tensor::kernels::par_map::{map_in_place, zip_in_place};
 use tapegrad_tensor::{DType, Error, Result, Scalar, Tensor};
 
 /// What is fixed about a graph across batches: the graph, which slots require grad, which
@@ -419,9 +420,7 @@ fn relu_in_place<S: Scalar>(
     }
     let mut value = context[a].take()?;
     // Copies only if another holder shares the buffer (e.g. the producer saved its output).
-    for v in value.data_mut() {
-        *v = relu_value(*v);
-    }
+    map_in_place(value.data_mut(), relu_value);
     Some(value)
 }
 
@@ -439,9 +438,7 @@ fn relu_vjp_in_place<S: Scalar>(
         Some(y) if is_plain_relu(op) && needs == [true] && y.shape() == cot.shape() => y,
         _ => return Err(cot),
     };
-    for (g, &y) in cot.data_mut().iter_mut().zip(y.data()) {
-        *g = relu_grad(*g, y);
-    }
+    zip_in_place(cot.data_mut(), y.data(), relu_grad);
     Ok(cot)
 }
 

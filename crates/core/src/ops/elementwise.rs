@@ -141,7 +141,11 @@ fn fit<S: Scalar>(mut g: Tensor<S>, shape: &Shape, negate: bool) -> Result<Tenso
 }
 
 /// Applies a per-element derivative: `cot * d(x)` for a unary op.
-fn chain<S: Scalar>(cot: &Tensor<S>, x: &Tensor<S>, d: impl Fn(S, S) -> S) -> Result<Tensor<S>> {
+fn chain<S: Scalar>(
+    cot: &Tensor<S>,
+    x: &Tensor<S>,
+    d: impl Fn(S, S) -> S + Sync,
+) -> Result<Tensor<S>> {
     cot.zip_map(x, "vjp", d)
 }
 

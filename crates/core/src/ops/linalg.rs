@@ -5,7 +5,8 @@ use super::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::layout::inverse_permutation;
 use tapegrad_tensor::kernels::{
-    batched_matmul, broadcast_shape, matvec_rows, outer_product, permute, sum_to, transpose,
+    batched_matmul, broadcast_shape, column_sums, matvec_rows, outer_product, permute, sum_to,
+    transpose,
 };
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
@@ -310,18 +311,10 @@ fn linear_weight_grad<S: Scalar>(g2: &Tensor<S>, x2: &Tensor<S>) -> Result<Tenso
 }
 
 /// The bias gradient of linear: `g` `(rows, out)` summed over its rows, row by row in order
-/// (as `sum_axes` over axis 0 adds them), without the general reduction's strided walk.
+/// (as `sum_axes` over axis 0 adds them), without the general reduction's strided walk; long
+/// ones split by columns over the GEMM threads (`kernels::column_sums`), same bits.
 fn linear_bias_grad<S: Scalar>(g2: &Tensor<S>) -> Result<Tensor<S>> {
-    let out = g2.dims()[1];
-    Ok(Tensor::zeros_with(Shape::new([out])?, |acc| {
-        if out > 0 {
-            for row in g2.data().chunks_exact(out) {
-                for (a, &v) in acc.iter_mut().zip(row) {
-                    *a += v;
-                }
-            }
-        }
-    }))
+    column_sums(g2)
 }
 
 impl OpRules for LinalgOp {

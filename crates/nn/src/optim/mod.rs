@@ -82,9 +82,8 @@ impl<S: Scalar> Optimizer<S> {
                 ),
             ));
         }
-        self.steps = self.steps.saturating_add(1);
-        let step = self.steps;
-        for ((p, g), slots) in params.trainable_mut().zip(grads).zip(&mut self.state) {
+        // Every shape is checked before any tensor changes, so an error leaves the step undone.
+        for (p, g) in params.trainable().zip(grads) {
             if p.value.shape() != g.shape() {
                 return Err(Error::ShapeMismatch {
                     op: "optimizer",
@@ -92,14 +91,29 @@ impl<S: Scalar> Optimizer<S> {
                     found: Box::new(g.shape().clone()),
                 });
             }
-            let state = Slots {
-                slots,
-                shape: p.value.shape().clone(),
-            };
-            let value = p.value.data_mut();
-            let grad = g.data();
+        }
+        self.steps = self.steps.saturating_add(1);
+        let step = self.steps;
+        let tensors =
+            params
+                .trainable_mut()
+                .zip(grads)
+                .zip(&mut self.state)
+                .map(|((p, g), slots)| {
+                    let state = Slots {
+                        slots,
+                        shape: p.value.shape().clone(),
+                    };
+                    (p.value.data_mut(), g.data(), state)
+                });
+        if let OptimizerConfig::Sgd { .. } = self.config {
+            // SGD's element loops are spread over the threads as one job for the whole step.
+            sgd::update_all(&self.config, lr, tensors.collect());
+            return Ok(());
+        }
+        for (value, grad, state) in tensors {
             match self.config {
-                OptimizerConfig::Sgd { .. } => sgd::update(&self.config, lr, value, grad, state),
+                OptimizerConfig::Sgd { .. } => unreachable!("SGD updates every tensor above"),
                 OptimizerConfig::Adam { .. } | OptimizerConfig::AdamW { .. } => {
                     adam::update(&self.config, lr, step, value, grad, state)
                 }
@@ -161,7 +175,7 @@ struct Slots<'a, S> {
     shape: Shape,
 }
 
-impl<S: Scalar> Slots<'_, S> {
+impl<'a, S: Scalar> Slots<'a, S> {
     /// Whether slot `k` exists yet.
     fn has(&self, k: usize) -> bool {
         self.slots[k].is_some()
@@ -172,6 +186,14 @@ impl<S: Scalar> Slots<'_, S> {
         let shape = &self.shape;
         self.slots[k]
             .get_or_insert_with(|| Tensor::zeros(shape))
+            .data_mut()
+    }
+
+    /// Slot `k`, created as zeros on first use, for as long as the slots are borrowed.
+    fn into_zeroed(self, k: usize) -> &'a mut [S] {
+        let Slots { slots, shape } = self;
+        slots[k]
+            .get_or_insert_with(|| Tensor::zeros(&shape))
             .data_mut()
     }
 

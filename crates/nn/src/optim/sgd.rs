@@ -9,18 +9,56 @@
 //! p = p + (-lr) * g
 //! ```
 
-use super::{s, simd, OptimizerConfig, Slots};
+use super::simd::{self, Piece};
+use super::{s, OptimizerConfig, Slots};
 use pulp::{Arch, Simd, WithSimd};
 use tapegrad_tensor::Scalar;
 
 const MOMENTUM_BUFFER: usize = 0;
 
-pub(super) fn update<S: Scalar>(
+/// One tensor's elements (or a run of them) with its momentum buffer, if the step keeps one.
+pub(super) struct SgdPiece<'a, S> {
+    p: &'a mut [S],
+    grad: &'a [S],
+    b: Option<&'a mut [S]>,
+    /// The buffer was created this step (it starts as the gradient, not as a running mean).
+    first: bool,
+}
+
+impl<S: Scalar> Piece for SgdPiece<'_, S> {
+    fn len(&self) -> usize {
+        self.p.len()
+    }
+
+    fn cut(self, at: usize) -> (Self, Self) {
+        let (p, p_rest) = self.p.split_at_mut(at);
+        let (grad, grad_rest) = self.grad.split_at(at);
+        let (b, b_rest) = match self.b {
+            Some(b) => {
+                let (b, rest) = b.split_at_mut(at);
+                (Some(b), Some(rest))
+            }
+            None => (None, None),
+        };
+        let first = self.first;
+        (
+            SgdPiece { p, grad, b, first },
+            SgdPiece {
+                p: p_rest,
+                grad: grad_rest,
+                b: b_rest,
+                first,
+            },
+        )
+    }
+}
+
+/// One step of every tensor: `tensors` holds each tensor's values, gradient (same length) and
+/// state. The tensors' elements are updated together, spread over the GEMM threads when long.
+pub(super) fn update_all<S: Scalar>(
     config: &OptimizerConfig,
     lr: f64,
-    p: &mut [S],
-    grad: &[S],
-    mut state: Slots<'_, S>,
+    tensors: Vec<(&mut [S], &[S], Slots<'_, S>)>,
 ) {
     let OptimizerConfig::Sgd {
         momentum,
@@ -30,40 +68,80 @@ pub(super) fn update<S: Scalar>(
         ..
     } = *config
     else {
-        unreachable!("sgd::update is only called for Sgd")
+        unreachable!("sgd::update_all is only called for Sgd")
     };
-    // One pass per element, in place: the same operations in the same order as the whole-tensor
-    // formulation above, so results are bit-identical, without a temporary gradient copy.
-    let wd = s::<S>(weight_decay);
-    let decayed = |g: S, p: S| if weight_decay != 0.0 { g + wd * p } else { g };
-    let neg_lr = s::<S>(-lr);
-    if momentum == 0.0 && weight_decay == 0.0 {
-        // The common case: one vectorised pass, `p + (-lr) * g` as below.
-        simd::add_scaled(p, neg_lr, grad);
-        return;
-    }
-    if momentum == 0.0 {
-        for (p, &g) in p.iter_mut().zip(grad) {
-            *p += neg_lr * decayed(g, *p);
-        }
-        return;
-    }
-    let m = s::<S>(momentum);
-    let first = !state.has(MOMENTUM_BUFFER);
-    let keep = s::<S>(1.0 - dampening);
-    let b = state.zeroed(MOMENTUM_BUFFER);
-    let wd = (weight_decay != 0.0).then_some(wd);
-    Arch::new().dispatch(MomentumStep {
-        p,
-        grad,
-        b,
-        neg_lr,
-        wd,
-        m,
-        keep,
-        first,
+    let pieces = tensors
+        .into_iter()
+        .map(|(p, grad, state)| {
+            // Callers pass equal lengths (the optimizer checks shapes); zip's truncation, as
+            // before.
+            let len = p.len().min(grad.len());
+            let (p, grad) = (&mut p[..len], &grad[..len]);
+            if momentum == 0.0 {
+                return SgdPiece {
+                    p,
+                    grad,
+                    b: None,
+                    first: false,
+                };
+            }
+            let first = !state.has(MOMENTUM_BUFFER);
+            let b = &mut state.into_zeroed(MOMENTUM_BUFFER)[..len];
+            SgdPiece {
+                p,
+                grad,
+                b: Some(b),
+                first,
+            }
+        })
+        .collect();
+    let step = Step {
+        neg_lr: s::<S>(-lr),
+        wd: (weight_decay != 0.0).then(|| s::<S>(weight_decay)),
+        m: s::<S>(momentum),
+        keep: s::<S>(1.0 - dampening),
         nesterov,
-    });
+    };
+    simd::spread(pieces, |piece| step.apply(piece));
+}
+
+/// The per-step constants, rounded to the element type.
+struct Step<S> {
+    neg_lr: S,
+    wd: Option<S>,
+    m: S,
+    keep: S,
+    nesterov: bool,
+}
+
+impl<S: Scalar> Step<S> {
+    /// Updates one piece in place: the same operations in the same order as the whole-tensor
+    /// formulation above, one pass per element, so results are bit-identical, without a
+    /// temporary gradient copy.
+    fn apply(&self, piece: SgdPiece<'_, S>) {
+        let SgdPiece { p, grad, b, first } = piece;
+        let neg_lr = self.neg_lr;
+        match (b, self.wd) {
+            // The common case: one vectorised pass, `p + (-lr) * g` as below.
+            (None, None) => simd::add_scaled(p, neg_lr, grad),
+            (None, Some(wd)) => {
+                for (p, &g) in p.iter_mut().zip(grad) {
+                    *p += neg_lr * (g + wd * *p);
+                }
+            }
+            (Some(b), wd) => Arch::new().dispatch(MomentumStep {
+                p,
+                grad,
+                b,
+                neg_lr,
+                wd,
+                m: self.m,
+                keep: self.keep,
+                first,
+                nesterov: self.nesterov,
+            }),
+        }
+    }
 }
 
 /// One momentum step over a tensor, element by element as above, compiled for the CPU's widest

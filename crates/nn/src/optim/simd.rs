@@ -1,29 +1,59 @@
 //! Element loops of the optimizers compiled for the widest vector instruction set the CPU has
 //! (AVX2 or AVX-512 on x86-64, picked at run time by `pulp`, which `gemm` already brings in), so
-//! they auto-vectorise beyond the SSE2 baseline, and spread over the GEMM threads when long. Rust
-//! never contracts `a * b + c` into a fused multiply-add, so the results are bit-identical to the
-//! plain loops, for every thread count (each element is computed on its own).
+//! they auto-vectorise beyond the SSE2 baseline, and the spread of one step's element loops over
+//! the GEMM threads. Rust never contracts `a * b + c` into a fused multiply-add, so the results
+//! are bit-identical to the plain loops, for every thread count (each element is computed on its
+//! own).
 
 use pulp::{Arch, Simd, WithSimd};
-use tapegrad_tensor::kernels::for_each_chunk_mut;
+use tapegrad_tensor::kernels::{for_each_part, num_threads};
 use tapegrad_tensor::Scalar;
 
 /// Elements per thread below which a split loses to the hand-off: at memory speed a pass over
 /// 32k f32 elements (read two, write one) takes about 10 us, a few times the hand-off to a
 /// helper that is still polling.
-const MIN_PER_THREAD: usize = 1 << 15;
+pub(super) const MIN_PER_THREAD: usize = 1 << 15;
 
-/// `p += a * g`, element by element (`a * g` rounded, then added).
-pub(super) fn add_scaled<S: Scalar>(p: &mut [S], a: S, g: &[S]) {
-    // Callers pass equal lengths (the optimizer checks shapes); zip's truncation, as before.
-    let len = p.len().min(g.len());
-    let (p, g) = (&mut p[..len], &g[..len]);
-    for_each_chunk_mut(p, MIN_PER_THREAD, |start, p| {
-        add_scaled_serial(p, a, &g[start..start + p.len()])
-    });
+/// A run of elements of one tensor (and of its state) that an update treats on its own, and can
+/// be cut in two at any element.
+pub(super) trait Piece: Sized + Send {
+    fn len(&self) -> usize;
+    /// The first `at` elements and the rest.
+    fn cut(self, at: usize) -> (Self, Self);
 }
 
-fn add_scaled_serial<S: Scalar>(p: &mut [S], a: S, g: &[S]) {
+/// Calls `update` on every element of `pieces` (one per tensor, in order) exactly once: one
+/// call per piece on this thread when the step is short or there is one GEMM thread, else the
+/// pieces' elements together cut into one equal run per thread (whole cache lines each, cutting
+/// tensors where a run ends), so one hand-off covers every tensor of the step and no thread waits
+/// on a large tensor the other has.
+pub(super) fn spread<P: Piece>(pieces: Vec<P>, update: impl Fn(P) + Sync) {
+    let total: usize = pieces.iter().map(Piece::len).sum();
+    let threads = num_threads().min(total / MIN_PER_THREAD).max(1);
+    if threads == 1 {
+        return pieces.into_iter().for_each(update);
+    }
+    let per_thread = total.div_ceil(threads).next_multiple_of(16);
+    let mut runs: Vec<Vec<P>> = Vec::with_capacity(threads);
+    let mut run = Vec::new();
+    let mut room = per_thread;
+    for mut piece in pieces {
+        while piece.len() > room {
+            let (head, rest) = piece.cut(room);
+            run.push(head);
+            runs.push(std::mem::take(&mut run));
+            room = per_thread;
+            piece = rest;
+        }
+        room -= piece.len();
+        run.push(piece);
+    }
+    runs.push(run);
+    for_each_part(runs, |run| run.into_iter().for_each(&update));
+}
+
+/// `p += a * g`, element by element (`a * g` rounded, then added), on this thread.
+pub(super) fn add_scaled<S: Scalar>(p: &mut [S], a: S, g: &[S]) {
     struct AddScaled<'a, S> {
         p: &'a mut [S],
         a: S,
@@ -48,26 +78,43 @@ mod tests {
     use super::*;
     use tapegrad_tensor::kernels::set_num_threads;
 
+    /// A run of `(tensor index, element index)` labels, to see where `spread` cut.
+    struct Labels(Vec<(usize, usize)>);
+
+    impl Piece for Labels {
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        fn cut(mut self, at: usize) -> (Self, Self) {
+            let rest = self.0.split_off(at);
+            (self, Labels(rest))
+        }
+    }
+
     #[test]
-    fn add_scaled_matches_the_plain_loop_bit_for_bit_on_every_thread_count() {
-        // Long enough to be cut into chunks at 2 and 3 threads, with an odd tail.
-        let len = 3 * MIN_PER_THREAD + 17;
-        let value = |i: usize, salt: usize| ((i * 2654435761 + salt) % 1000) as f32 / 7.0 - 71.0;
-        let p0: Vec<f32> = (0..len).map(|i| value(i, 1)).collect();
-        let g: Vec<f32> = (0..len).map(|i| value(i, 2) * 1e-3).collect();
-        let a = -0.0123f32;
-        let want: Vec<u32> = p0
-            .iter()
-            .zip(&g)
-            .map(|(&p, &g)| (p + a * g).to_bits())
-            .collect();
-        for threads in [1, 2, 3] {
+    fn spread_updates_every_element_once_in_equal_runs() {
+        let lens = [3 * MIN_PER_THREAD + 17, 5, 0, MIN_PER_THREAD / 3, 1];
+        for threads in [1, 2, 3, 4] {
             // Other tests give the same bits on any thread count, so changing it here is safe.
             set_num_threads(threads);
-            let mut p = p0.clone();
-            add_scaled(&mut p, a, &g);
-            let got: Vec<u32> = p.iter().map(|v| v.to_bits()).collect();
-            assert!(got == want, "{threads} threads differ from the plain loop");
+            let pieces = lens
+                .iter()
+                .enumerate()
+                .map(|(t, &len)| Labels((0..len).map(|i| (t, i)).collect()))
+                .collect();
+            let seen = std::sync::Mutex::new(Vec::new());
+            spread(pieces, |piece| seen.lock().unwrap().extend(piece.0));
+            let mut seen = seen.into_inner().unwrap();
+            seen.sort_unstable();
+            let want: Vec<(usize, usize)> = lens
+                .iter()
+                .enumerate()
+                .flat_map(|(t, &len)| (0..len).map(move |i| (t, i)))
+                .collect();
+            assert!(
+                seen == want,
+                "{threads} threads: an element missed or repeated"
+            );
         }
         set_num_threads(1);
     }

@@ -7,6 +7,7 @@ pub mod conv;
 mod isa;
 pub mod layout;
 pub mod matmul;
+pub mod par_map;
 pub mod reduce;
 pub mod softmax;
 mod walk;
@@ -18,7 +19,7 @@ pub use layout::{concat, permute, slice, transpose};
 pub use matmul::{
     batched_matmul, matmul, matvec_rows, num_threads, outer_product, set_num_threads,
 };
-pub use reduce::{expand_reduced, max_axes, mean_axes, reduced_shape, sum_axes};
+pub use reduce::{column_sums, expand_reduced, max_axes, mean_axes, reduced_shape, sum_axes};
 pub use softmax::{log_softmax, softmax};
 pub(crate) use walk::strided_walk;
-pub use workers::for_each_chunk_mut;
+pub use workers::{for_each_band_mut, for_each_chunk_mut, for_each_part};

@@ -1,7 +1,12 @@
 //! Numerically stable softmax and log-softmax along one axis: the maximum is subtracted before
 //! exponentiating, so large logits neither overflow nor lose the small ones.
 
+use super::workers::for_each_band_mut;
 use crate::{Error, Result, Scalar, Tensor};
+
+/// Elements per thread below which softmax stays on one thread: an `exp` and a few flops each,
+/// a few nanoseconds, so 1024 elements are some microseconds, a few hand-offs' worth.
+const MIN_SOFTMAX_PER_THREAD: usize = 1024;
 
 /// Splits a shape around `axis` into (outer, len, inner) counts.
 pub fn split_at_axis(dims: &[usize], axis: usize) -> (usize, usize, usize) {
@@ -10,11 +15,14 @@ pub fn split_at_axis(dims: &[usize], axis: usize) -> (usize, usize, usize) {
     (outer, dims[axis], inner)
 }
 
+/// Applies `row(x, len, stride)` to every line of `t` along `axis` (in a copy of `t`). Lines are
+/// independent, so bands of whole outer blocks go to the GEMM threads when long: the same bits
+/// on every thread count.
 fn along_axis<S: Scalar>(
     op: &'static str,
     t: &Tensor<S>,
     axis: usize,
-    row: impl Fn(&mut [S], usize, usize),
+    row: impl Fn(&mut [S], usize, usize) + Sync,
 ) -> Result<Tensor<S>> {
     // `split_at_axis` would index out of bounds; a bad axis is the caller's error, not a panic.
     if axis >= t.rank() {
@@ -24,17 +32,22 @@ fn along_axis<S: Scalar>(
             rank: t.rank(),
         });
     }
-    let (outer, len, inner) = split_at_axis(t.dims(), axis);
+    let (_, len, inner) = split_at_axis(t.dims(), axis);
+    let block = len * inner;
+    let src = t.data();
     Ok(Tensor::from_writer(t.shape().clone(), |out| {
-        out.copy_from_slice(t.data());
-        if len > 0 {
-            for o in 0..outer {
-                for i in 0..inner {
-                    let start = o * len * inner + i;
-                    row(&mut out[start..], len, inner);
+        let band = |start: usize, out: &mut [S]| {
+            out.copy_from_slice(&src[start..start + out.len()]);
+            if block > 0 {
+                for o in out.chunks_exact_mut(block) {
+                    for i in 0..inner {
+                        row(&mut o[i..], len, inner);
+                    }
                 }
             }
-        }
+        };
+        let min_blocks = MIN_SOFTMAX_PER_THREAD.div_ceil(block.max(1));
+        for_each_band_mut(out, block, min_blocks, band);
     }))
 }
 

@@ -223,21 +223,65 @@ pub fn for_each_chunk_mut<T: Send>(
     min_per_thread: usize,
     f: impl Fn(usize, &mut [T]) + Sync,
 ) {
+    for_each_band_mut(data, 1, min_per_thread, f)
+}
+
+/// As [`for_each_chunk_mut`], with chunks cut only between whole units of `unit` elements (rows
+/// of a matrix, say) and `min_units_per_thread` counted in units: one band of units per GEMM
+/// thread when each gets that many, else one band, on this thread. `start` is an element offset
+/// (a multiple of `unit`). A `data` whose length is not a multiple of `unit` (or a `unit` of 0)
+/// is one band.
+pub fn for_each_band_mut<T: Send>(
+    data: &mut [T],
+    unit: usize,
+    min_units_per_thread: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    let units = if unit == 0 || data.len() % unit != 0 {
+        0
+    } else {
+        data.len() / unit
+    };
     let threads = super::num_threads()
-        .min(data.len() / min_per_thread.max(1))
+        .min(units / min_units_per_thread.max(1))
         .max(1);
     if threads == 1 {
         return f(0, data);
     }
-    // Whole cache lines per chunk, so two threads never write one line.
-    let per_chunk = data.len().div_ceil(threads).next_multiple_of(16);
+    // Whole cache lines (16 four-byte elements) per band where the unit allows it, so two
+    // threads write at most one shared line.
+    let align = 16 / gcd(unit, 16);
+    let per_band = units.div_ceil(threads).next_multiple_of(align) * unit;
     let f = &f;
     let jobs = data
-        .chunks_mut(per_chunk)
+        .chunks_mut(per_band)
         .enumerate()
-        .map(|(i, chunk)| Box::new(move || f(i * per_chunk, chunk)) as Box<dyn FnOnce() + Send>)
+        .map(|(i, chunk)| Box::new(move || f(i * per_band, chunk)) as Box<dyn FnOnce() + Send>)
         .collect();
     run_jobs_on(threads - 1, jobs);
+}
+
+fn gcd(mut a: usize, mut b: usize) -> usize {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// Calls `f` once on each of `parts` (independent pieces of work the caller has already cut,
+/// about equal in size), spread over up to one GEMM thread per part: the caller takes parts too,
+/// so with one thread they run in order on it.
+pub fn for_each_part<P: Send>(parts: Vec<P>, f: impl Fn(P) + Sync) {
+    let helpers = super::num_threads().min(parts.len()).saturating_sub(1);
+    if helpers == 0 {
+        return parts.into_iter().for_each(f);
+    }
+    let f = &f;
+    let jobs = parts
+        .into_iter()
+        .map(|part| Box::new(move || f(part)) as Box<dyn FnOnce() + Send>)
+        .collect();
+    run_jobs_on(helpers, jobs);
 }
 
 #[cfg(test)]
@@ -312,6 +356,46 @@ mod tests {
             let want: Vec<usize> = (1..=len).collect();
             assert_eq!(data, want, "len {len}");
         }
+        super::super::set_num_threads(1);
+    }
+
+    #[test]
+    fn bands_hold_whole_units_and_cover_the_slice_once() {
+        super::super::set_num_threads(3);
+        for (len, unit) in [
+            (0, 3),
+            (30, 10),
+            (2560, 10),
+            (4096, 1),
+            (999, 3),
+            (1000, 7),
+            (64, 0),
+        ] {
+            let mut data = vec![0usize; len];
+            let starts = Mutex::new(Vec::new());
+            for_each_band_mut(&mut data, unit, 2, |start, band| {
+                lock(&starts).push((start, band.len()));
+                for (i, x) in band.iter_mut().enumerate() {
+                    *x += start + i + 1;
+                }
+            });
+            let want: Vec<usize> = (1..=len).collect();
+            assert_eq!(data, want, "len {len} unit {unit}");
+            let starts = lock(&starts).clone();
+            if unit > 0 && len % unit == 0 {
+                assert!(
+                    starts.iter().all(|&(s, l)| s % unit == 0 && l % unit == 0),
+                    "len {len} unit {unit}: {starts:?}"
+                );
+            }
+            if len == 2560 {
+                assert_eq!(starts.len(), 3, "256 rows of 10 on 3 threads: {starts:?}");
+            }
+        }
+        let parts: Vec<usize> = (0..5).collect();
+        let seen = Mutex::new(vec![0u32; 5]);
+        for_each_part(parts, |i| lock(&seen)[i] += 1);
+        assert_eq!(*lock(&seen), vec![1; 5]);
         super::super::set_num_threads(1);
     }
 }

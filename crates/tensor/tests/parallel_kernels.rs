@@ -1,0 +1,202 @@
+//! The kernels that spread element loops over the GEMM threads (elementwise maps, reductions over
+//! leading axes, column sums, softmax bands) give the same bits on 1 to 4 threads, on ragged sizes
+//! around their split thresholds, and equal plain serial loops. Maps split anywhere (each element
+//! on its own); reductions split by output column only, so each output keeps its one order of
+//! additions; softmax splits between whole rows.
+
+mod common;
+
+use common::*;
+use tapegrad_tensor::kernels::par_map::{map_in_place, zip_in_place, MIN_MAP_PER_THREAD};
+use tapegrad_tensor::kernels::{
+    column_sums, log_softmax, max_axes, set_num_threads, softmax, sum_axes,
+};
+use tapegrad_tensor::{Scalar, Tensor};
+
+/// Lengths on both sides of where a map starts to split, odd tails included.
+fn map_lengths() -> Vec<usize> {
+    let m = MIN_MAP_PER_THREAD;
+    vec![0, 1, 17, 2 * m - 1, 2 * m, 2 * m + 17, 3 * m + 5, 5 * m + 3]
+}
+
+fn bits<S: Scalar>(t: &[S]) -> Vec<u64> {
+    t.iter().map(|v| v.to_f64().to_bits()).collect()
+}
+
+/// `run()` on 1, 2, 3 and 4 threads; asserts every result has the bits of the first and returns it.
+fn same_on_every_thread_count<S: Scalar>(what: &str, run: impl Fn() -> Vec<S>) -> Vec<S> {
+    set_num_threads(1);
+    let one = run();
+    for threads in 2..=4 {
+        set_num_threads(threads);
+        let got = run();
+        assert!(
+            bits(&got) == bits(&one),
+            "{what}: {threads} threads differ from 1"
+        );
+    }
+    set_num_threads(1);
+    one
+}
+
+fn f32s(n: usize, seed: u64) -> Vec<f32> {
+    floats(n, seed, 3.0).into_iter().map(|v| v as f32).collect()
+}
+
+#[test]
+fn maps_and_zip_maps_equal_the_plain_loop_on_every_thread_count() {
+    for len in map_lengths() {
+        let a = Tensor::new(&[len], f32s(len, 1)).unwrap();
+        let b = Tensor::new(&[len], f32s(len, 2)).unwrap();
+        let relu = |v: f32| if v <= 0.0 { 0.0 } else { v };
+        let got =
+            same_on_every_thread_count(&format!("map relu, {len}"), || a.map(relu).into_vec());
+        let want: Vec<f32> = a.data().iter().map(|&v| relu(v)).collect();
+        assert_eq!(bits(&got), bits(&want), "map relu, {len}");
+
+        let got = same_on_every_thread_count(&format!("map exp, {len}"), || {
+            a.map(|v| v.exp()).into_vec()
+        });
+        let want: Vec<f32> = a.data().iter().map(|v| v.exp()).collect();
+        assert_eq!(bits(&got), bits(&want), "map exp, {len}");
+
+        let f = |x: f32, y: f32| x * y - 0.5 * x;
+        let got = same_on_every_thread_count(&format!("zip_map, {len}"), || {
+            a.zip_map(&b, "test", f).unwrap().into_vec()
+        });
+        let want: Vec<f32> = a
+            .data()
+            .iter()
+            .zip(b.data())
+            .map(|(&x, &y)| f(x, y))
+            .collect();
+        assert_eq!(bits(&got), bits(&want), "zip_map, {len}");
+
+        let got = same_on_every_thread_count(&format!("map_in_place, {len}"), || {
+            let mut v = a.data().to_vec();
+            map_in_place(&mut v, |x| x * 1.5 + 0.25);
+            v
+        });
+        let want: Vec<f32> = a.data().iter().map(|&x| x * 1.5 + 0.25).collect();
+        assert_eq!(bits(&got), bits(&want), "map_in_place, {len}");
+
+        let got = same_on_every_thread_count(&format!("zip_in_place, {len}"), || {
+            let mut v = a.data().to_vec();
+            zip_in_place(&mut v, b.data(), |g, y| if y <= 0.0 { 0.0 } else { g });
+            v
+        });
+        let want: Vec<f32> = a
+            .data()
+            .iter()
+            .zip(b.data())
+            .map(|(&g, &y)| if y <= 0.0 { 0.0 } else { g })
+            .collect();
+        assert_eq!(bits(&got), bits(&want), "zip_in_place, {len}");
+    }
+}
+
+/// Column sums added row after row from zero, as the strided walk orders them.
+fn column_sums_serial<S: Scalar>(data: &[S], cols: usize) -> Vec<S> {
+    let mut acc = vec![S::ZERO; cols];
+    for row in data.chunks_exact(cols.max(1)) {
+        for (a, &v) in acc.iter_mut().zip(row) {
+            *a += v;
+        }
+    }
+    acc
+}
+
+#[test]
+fn leading_axis_reductions_keep_one_order_per_column_on_every_thread_count() {
+    // (rows, cols): below and above the split, ragged column counts, more columns than rows.
+    let shapes = [
+        (1, 1),
+        (7, 5),
+        (256, 10),
+        (256, 128),
+        (300, 257),
+        (1000, 33),
+        (33, 4099),
+    ];
+    for (rows, cols) in shapes {
+        let data = f32s(rows * cols, (rows * 31 + cols) as u64);
+        let t = Tensor::new(&[rows, cols], data.clone()).unwrap();
+        let want = column_sums_serial(&data, cols);
+        let got = same_on_every_thread_count(&format!("sum_axes [0], {rows}x{cols}"), || {
+            sum_axes(&t, &[0], false).unwrap().into_vec()
+        });
+        assert_eq!(bits(&got), bits(&want), "sum_axes [0], {rows}x{cols}");
+        let got = same_on_every_thread_count(&format!("column_sums, {rows}x{cols}"), || {
+            column_sums(&t).unwrap().into_vec()
+        });
+        assert_eq!(bits(&got), bits(&want), "column_sums, {rows}x{cols}");
+
+        let max = same_on_every_thread_count(&format!("max_axes [0], {rows}x{cols}"), || {
+            max_axes(&t, &[0], true).unwrap().into_vec()
+        });
+        let want_max: Vec<f32> = (0..cols)
+            .map(|j| {
+                (0..rows)
+                    .map(|i| data[i * cols + j])
+                    .fold(f32::NEG_INFINITY, f32::max)
+            })
+            .collect();
+        assert_eq!(max, want_max, "max_axes [0], {rows}x{cols}");
+    }
+    // Two leading axes of a rank-3 tensor reduce like one axis of their product.
+    let data = f32s(6 * 70 * 129, 9);
+    let t = Tensor::new(&[6, 70, 129], data.clone()).unwrap();
+    let got = same_on_every_thread_count("sum_axes [0, 1], 6x70x129", || {
+        sum_axes(&t, &[0, 1], false).unwrap().into_vec()
+    });
+    assert_eq!(bits(&got), bits(&column_sums_serial(&data, 129)));
+    assert!(column_sums(&t).is_err(), "column_sums takes matrices only");
+}
+
+#[test]
+fn softmax_bands_are_whole_rows_on_every_thread_count() {
+    // (dims, axis): the MLP's logits, ragged rows, a middle axis (lines with a stride).
+    let cases: [(&[usize], usize); 5] = [
+        (&[256, 10], 1),
+        (&[513, 7], 1),
+        (&[3, 700, 5], 1),
+        (&[40, 3, 17], 0),
+        (&[0, 10], 1),
+    ];
+    for (dims, axis) in cases {
+        let n = numel(dims);
+        let t = Tensor::new(dims, f32s(n, n as u64)).unwrap();
+        let sm = same_on_every_thread_count(&format!("softmax {dims:?} axis {axis}"), || {
+            softmax(&t, axis).unwrap().into_vec()
+        });
+        let lsm = same_on_every_thread_count(&format!("log_softmax {dims:?} axis {axis}"), || {
+            log_softmax(&t, axis).unwrap().into_vec()
+        });
+        // Against an f64 softmax of each line.
+        let len = dims[axis];
+        let inner: usize = dims[axis + 1..].iter().product();
+        let outer: usize = dims[..axis].iter().product();
+        for o in 0..outer {
+            for i in 0..inner {
+                let at = |j: usize| o * len * inner + j * inner + i;
+                let m = (0..len)
+                    .map(|j| t.data()[at(j)] as f64)
+                    .fold(f64::MIN, f64::max);
+                let total: f64 = (0..len).map(|j| (t.data()[at(j)] as f64 - m).exp()).sum();
+                for j in 0..len {
+                    let p = (t.data()[at(j)] as f64 - m).exp() / total;
+                    assert!(
+                        (sm[at(j)] as f64 - p).abs() <= 1e-6,
+                        "softmax {dims:?} at {}",
+                        at(j)
+                    );
+                    assert!(
+                        (lsm[at(j)] as f64 - p.ln()).abs() <= 1e-5 * (1.0 + p.ln().abs()),
+                        "log_softmax {dims:?} at {}",
+                        at(j)
+                    );
+                }
+            }
+        }
+    }
+}
