@@ -106,24 +106,19 @@ impl<S: Scalar> Optimizer<S> {
                     };
                     (p.value.data_mut(), g.data(), state)
                 });
-        if let OptimizerConfig::Sgd { .. } = self.config {
-            // SGD's element loops are spread over the threads as one job for the whole step.
-            sgd::update_all(&self.config, lr, tensors.collect());
-            return Ok(());
-        }
-        for (value, grad, state) in tensors {
-            match self.config {
-                OptimizerConfig::Sgd { .. } => unreachable!("SGD updates every tensor above"),
-                OptimizerConfig::Adam { .. } | OptimizerConfig::AdamW { .. } => {
-                    adam::update(&self.config, lr, step, value, grad, state)
-                }
-                OptimizerConfig::RmsProp { .. } => {
-                    rmsprop::update(&self.config, lr, value, grad, state)
-                }
-                OptimizerConfig::Adagrad { .. } => {
-                    adagrad::update(&self.config, lr, step, value, grad, state)
-                }
+        // SGD's element loops are spread over the threads as one job for the whole step; the
+        // others update tensor by tensor.
+        let per_tensor: TensorUpdate<S> = match self.config {
+            OptimizerConfig::Sgd { .. } => {
+                sgd::update_all(&self.config, lr, tensors.collect());
+                return Ok(());
             }
+            OptimizerConfig::Adam { .. } | OptimizerConfig::AdamW { .. } => adam::update,
+            OptimizerConfig::RmsProp { .. } => |c, lr, _, v, g, s| rmsprop::update(c, lr, v, g, s),
+            OptimizerConfig::Adagrad { .. } => adagrad::update,
+        };
+        for (value, grad, state) in tensors {
+            per_tensor(&self.config, lr, step, value, grad, state);
         }
         Ok(())
     }
@@ -168,6 +163,10 @@ impl<S: Scalar> Optimizer<S> {
 fn s<S: Scalar>(v: f64) -> S {
     S::from_f64(v)
 }
+
+/// One tensor's update by an optimizer that goes tensor by tensor: config, learning rate, step
+/// number, value, gradient, state slots.
+type TensorUpdate<S> = fn(&OptimizerConfig, f64, u64, &mut [S], &[S], Slots<'_, S>);
 
 /// The state slots of one parameter, created lazily with the parameter's shape.
 struct Slots<'a, S> {
