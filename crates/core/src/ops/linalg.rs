@@ -192,6 +192,17 @@ fn linear_rows<S: Scalar>(
     w: &Tensor<S>,
     b: Option<&Tensor<S>>,
 ) -> Result<Tensor<S>> {
+    // The callers check shapes first; this keeps the indexing below an error, never a panic.
+    if x2.rank() != 2 || w.rank() != 2 {
+        return Err(Error::invalid(
+            "linear",
+            format!(
+                "expected a (rows, in) input and an (out, in) weight, found {} and {}",
+                x2.shape(),
+                w.shape()
+            ),
+        ));
+    }
     let (rows, inn) = (x2.dims()[0], x2.dims()[1]);
     let out = w.dims()[0];
     if rows == 1 && w.dims()[1] == inn && b.is_none_or(|b| b.dims() == [out]) {
@@ -596,5 +607,16 @@ mod tests {
         let w0 = Tensor::new(&[2, 0], vec![]).unwrap();
         let only_bias = linear_rows(&empty, &w0, Some(&b)).unwrap();
         assert_eq!(only_bias.data(), &[10.0, -20.0, 10.0, -20.0, 10.0, -20.0]);
+    }
+
+    #[test]
+    fn linear_rows_rejects_operands_that_are_not_matrices() {
+        let x = Tensor::new(&[1, 4], vec![1.0f32; 4]).unwrap();
+        let w = Tensor::new(&[2, 4], vec![1.0f32; 8]).unwrap();
+        let v = Tensor::new(&[4], vec![1.0f32; 4]).unwrap();
+        for (x, w) in [(&v, &w), (&x, &v)] {
+            let err = linear_rows(x, w, None).unwrap_err().to_string();
+            assert!(err.contains("linear") && err.contains("[4]"), "{err}");
+        }
     }
 }
