@@ -1,10 +1,11 @@
 //! Runs the `tapegrad` binary from root tests: raw output, success or failure with the other
-//! stream in the assertion message, and a fresh per-process temporary folder.
+//! stream in the assertion message, and a fresh temporary folder per call.
 // Each test binary uses a subset of these helpers.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Runs `tapegrad args` in `dir`.
 pub fn tapegrad(args: &[&str], dir: &Path) -> Output {
@@ -38,9 +39,13 @@ pub fn fails(args: &[&str], dir: &Path) -> String {
     String::from_utf8(out.stderr).unwrap()
 }
 
-/// An empty folder `tapegrad-TAG-PID` under the system temporary folder.
+/// An empty folder `tapegrad-TAG-PID-N` under the system temporary folder, fresh on every call:
+/// tests run in parallel threads of one process, and two of them asking for the same tag must not
+/// share (and remove) one folder.
 pub fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tapegrad-{tag}-{}", std::process::id()));
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, Ordering::Relaxed);
+    let d = std::env::temp_dir().join(format!("tapegrad-{tag}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
