@@ -128,7 +128,7 @@ fn ensure_helpers(board: &mut Board, wanted: usize) -> usize {
     while board.spawned < wanted {
         let index = board.spawned;
         let started = std::thread::Builder::new()
-            .name(format!("tapegrad-gemm-{index}"))
+            .name(format!("tapegrad-worker-{index}"))
             .spawn(move || helper_loop(index));
         if started.is_err() {
             break;
