@@ -46,6 +46,9 @@ pub struct SavedGraph<S> {
 /// A forward pass and the context it left (values freed after their last use are `None`).
 type PassWithContext<S> = (SavedGraph<S>, Vec<Option<Tensor<S>>>);
 
+/// The inputs' gradients (`None` where an input needs none) and the cotangents asked to be kept.
+type GradsAndKept<S> = (Vec<Option<Tensor<S>>>, Vec<Tensor<S>>);
+
 impl CompiledGraph {
     /// Prepares `graph` for compiled execution.
     pub fn new(graph: Graph) -> Self {
@@ -246,11 +249,7 @@ impl<S: Scalar> SavedGraph<S> {
     /// (the one its node's VJP is called on; zeros where nothing reached it, as that VJP sees),
     /// in `keep`'s order. A slot that does not require grad, or is an input, has no such
     /// cotangent: an error.
-    pub fn backward_keeping(
-        self,
-        seed: &Tensor<S>,
-        keep: &[usize],
-    ) -> Result<(Vec<Option<Tensor<S>>>, Vec<Tensor<S>>)> {
+    pub fn backward_keeping(self, seed: &Tensor<S>, keep: &[usize]) -> Result<GradsAndKept<S>> {
         let g = &self.plan.graph;
         let out = g.last_slot()?;
         let shape = g.shape(out)?;
