@@ -234,7 +234,9 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
         let dout = self.session.backward_all(loss, &seed)?.swap_remove(o.id());
         let keep: Vec<usize> = plan.outer.iter().map(|&(_, slot)| slot).collect();
         let (input_grads, mut kept) = saved.backward_keeping(&dout, &keep)?;
-        let mut grads = Vec::new();
+        // Sized up front: a grown list of a few gradients would already reach the pool's sizes.
+        let trainable = model.params.trainable().count();
+        let mut grads = Vec::with_capacity(trainable);
         for (k, p) in model.params.iter().enumerate() {
             if p.kind != ParamKind::Trainable {
                 continue;
