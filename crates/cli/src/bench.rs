@@ -199,13 +199,16 @@ impl Mlp {
             weight_decay: 0.0,
         };
         let optimizer = Optimizer::new(plain_sgd, &model.params)?;
+        // As the trainer does for plain SGD without clipping.
+        let mut backend = make_backend(kind)?;
+        backend.set_factored_grads(true);
         Ok(Mlp {
             model,
             batch: Batch {
                 x,
                 y: BatchTargets::Classes(labels),
             },
-            backend: make_backend(kind)?,
+            backend,
             optimizer,
         })
     }
@@ -216,8 +219,8 @@ impl Mlp {
             &self.batch,
             tapegrad_nn::rng::dropout_rng(0, 0),
         )?;
-        let grads = out.grads;
-        self.optimizer.step(&mut self.model.params, &grads, 0.01)?;
+        self.optimizer
+            .step_grads(&mut self.model.params, out.grads, 0.01)?;
         Ok(())
     }
 }

@@ -10,6 +10,7 @@ pub mod checkpoint;
 pub mod clip;
 pub mod data;
 mod error;
+mod grad;
 pub mod init;
 pub mod layers;
 pub mod metrics;
@@ -25,6 +26,7 @@ pub mod trainer;
 
 pub use backend::{make_backend, Backend, BackendKind};
 pub use error::{NnError, NnResult};
+pub use grad::Grad;
 pub use model::{Model, ModelSpec};
 pub use optim::{Optimizer, OptimizerConfig};
 pub use params::{Param, ParamId, ParamKind, ParamSet};

@@ -8,6 +8,7 @@ use crate::backend::Backend;
 use crate::clip::clip_grad_norm;
 use crate::data::{BatchOrder, DataSource, Prepared, Split, SplitTargets, Task};
 use crate::error::{NnError, NnResult};
+use crate::grad::Grad;
 use crate::metrics;
 use crate::model::{Model, ModelSpec};
 use crate::optim::{Optimizer, OptimizerConfig};
@@ -159,6 +160,10 @@ impl<S: Scalar> Trainer<S> {
         let rows = self.order.next_batch();
         let batch = self.data.train.batch(&rows)?;
         let rng = dropout_rng(self.config.seed, self.step);
+        // Factored gradients pay off only where the optimizer applies them without multiplying
+        // them out; clipping needs every gradient dense.
+        let factored = self.config.clip_norm.is_none() && self.config.optimizer.is_plain_sgd();
+        self.backend.set_factored_grads(factored);
         let out = self
             .backend
             .train_step(&self.model, &batch, rng)
@@ -170,13 +175,20 @@ impl<S: Scalar> Trainer<S> {
                 self.step + 1
             )));
         }
-        let mut grads = out.grads;
-        let grad_norm = match self.config.clip_norm {
-            Some(max) => Some(clip_grad_norm(&mut grads, max)?),
-            None => None,
-        };
         let lr = self.current_lr();
-        self.optimizer.step(&mut self.model.params, &grads, lr)?;
+        let grad_norm = match self.config.clip_norm {
+            Some(max) => {
+                let mut grads = Grad::all_dense(out.grads)?;
+                let norm = clip_grad_norm(&mut grads, max)?;
+                self.optimizer.step(&mut self.model.params, &grads, lr)?;
+                Some(norm)
+            }
+            None => {
+                self.optimizer
+                    .step_grads(&mut self.model.params, out.grads, lr)?;
+                None
+            }
+        };
         for (id, value) in out.updates {
             self.model.params.set(id, value)?;
         }

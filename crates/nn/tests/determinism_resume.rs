@@ -7,7 +7,8 @@ use tapegrad_nn::checkpoint::{self, Checkpoint};
 use tapegrad_nn::data::{DataSource, Prepared};
 use tapegrad_nn::layers::Activation;
 use tapegrad_nn::{
-    make_backend, BackendKind, Decay, ModelSpec, OptimizerConfig, Schedule, TrainConfig, Trainer,
+    make_backend, BackendKind, Decay, Model, ModelSpec, OptimizerConfig, Schedule, TrainConfig,
+    Trainer,
 };
 use tapegrad_tensor::Scalar;
 
@@ -239,4 +240,127 @@ fn tempdir() -> std::path::PathBuf {
     ));
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// Parameter bits after `steps` steps of one batch of `rows` rows, gradients factored (and
+/// applied by `step_grads`) or dense (and applied by `step`), with the number of factored
+/// gradients the backend handed over and the first step's gradients, multiplied out.
+fn sgd_run<S: Scalar>(
+    kind: BackendKind,
+    rows: usize,
+    optimizer: OptimizerConfig,
+    factored: bool,
+) -> (Vec<Vec<u64>>, usize, Vec<Vec<u64>>) {
+    use tapegrad_nn::data::{Batch, BatchTargets};
+    use tapegrad_nn::{Grad, Optimizer};
+    // The second weight is 8 x 20 too, so it looks like one the batch could be multiplied by;
+    // the eager backend must find out that it is not.
+    let spec = ModelSpec::Mlp {
+        inputs: 20,
+        hidden: vec![20, 8],
+        outputs: 5,
+        activation: Activation::Relu,
+        dropout: 0.0,
+    };
+    let mut model = Model::<S>::new(&spec, 11).unwrap();
+    // Zeros of both signs in the batch, so a product's sign of zero is checked too.
+    let x: Vec<f64> = (0..rows * 20)
+        .map(|i| match i % 9 {
+            0 => 0.0,
+            4 => -0.0,
+            k => (k as f64 - 4.5) / 1.7,
+        })
+        .collect();
+    let batch = Batch {
+        x: tapegrad_tensor::Tensor::from_f64(&[rows, 20], &x).unwrap(),
+        y: BatchTargets::Classes((0..rows).map(|i| (i * 3 + 1) % 5).collect()),
+    };
+    let mut backend = make_backend::<S>(kind).unwrap();
+    backend.set_factored_grads(factored);
+    let mut opt = Optimizer::new(optimizer, &model.params).unwrap();
+    let bits =
+        |t: &tapegrad_tensor::Tensor<S>| t.data().iter().map(|v| v.to_f64().to_bits()).collect();
+    let (mut outer, mut first) = (0, Vec::new());
+    for step in 0..6 {
+        let out = backend
+            .train_step(&model, &batch, tapegrad_nn::rng::dropout_rng(0, step))
+            .unwrap();
+        outer += out
+            .grads
+            .iter()
+            .filter(|g| matches!(g, Grad::Outer { .. }))
+            .count();
+        if step == 0 {
+            first = Grad::all_dense(out.grads.clone())
+                .unwrap()
+                .iter()
+                .map(bits)
+                .collect();
+        }
+        if factored {
+            opt.step_grads(&mut model.params, out.grads, 0.05).unwrap();
+        } else {
+            let dense = Grad::all_dense(out.grads).unwrap();
+            opt.step(&mut model.params, &dense, 0.05).unwrap();
+        }
+    }
+    let params = model.params.iter().map(|p| bits(&p.value)).collect();
+    (params, outer, first)
+}
+
+#[test]
+fn factored_gradients_give_the_dense_steps_bits() {
+    fn check<S: Scalar>() {
+        let plain = OptimizerConfig::Sgd {
+            lr: 0.05,
+            momentum: 0.0,
+            dampening: 0.0,
+            nesterov: false,
+            weight_decay: 0.0,
+        };
+        let momentum = OptimizerConfig::by_name("sgd", 0.05).unwrap();
+        for kind in [BackendKind::Eager, BackendKind::Compiled] {
+            for (rows, optimizer) in [(1, plain), (1, momentum), (3, plain)] {
+                let what = format!("{} {rows} rows {}", kind.name(), optimizer.name());
+                let (dense, none, dense_first) = sgd_run::<S>(kind, rows, optimizer, false);
+                let (fused, outer, fused_first) = sgd_run::<S>(kind, rows, optimizer, true);
+                assert_eq!(none, 0, "{what}: factored gradients though not asked for");
+                // One row: the first layer's weight (it reads the batch) every step, no other.
+                assert_eq!(outer, if rows == 1 { 6 } else { 0 }, "{what}");
+                assert_eq!(fused_first, dense_first, "{what}: first gradients differ");
+                assert_eq!(fused, dense, "{what}: parameters differ");
+                let (start, _, _) = sgd_run::<S>(kind, rows, optimizer, false);
+                assert_eq!(start, dense, "{what}: runs are not repeatable");
+            }
+        }
+        // The fused steps moved the first weight.
+        let untouched = Model::<S>::new(
+            &ModelSpec::Mlp {
+                inputs: 20,
+                hidden: vec![20, 8],
+                outputs: 5,
+                activation: Activation::Relu,
+                dropout: 0.0,
+            },
+            11,
+        )
+        .unwrap();
+        let (fused, _, _) = sgd_run::<S>(BackendKind::Eager, 1, plain, true);
+        assert_ne!(
+            fused[0],
+            untouched
+                .params
+                .iter()
+                .next()
+                .unwrap()
+                .value
+                .data()
+                .iter()
+                .map(|v| v.to_f64().to_bits())
+                .collect::<Vec<_>>(),
+            "the fused step left the first weight as it was"
+        );
+    }
+    check::<f32>();
+    check::<f64>();
 }

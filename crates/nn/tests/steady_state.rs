@@ -143,7 +143,7 @@ impl<S: Scalar> Run<S> {
             .train_step(&self.model, &self.batch, dropout_rng(0, 0))
             .unwrap();
         self.optimizer
-            .step(&mut self.model.params, &out.grads, 0.01)
+            .step_grads(&mut self.model.params, out.grads, 0.01)
             .unwrap();
         out.loss
     }

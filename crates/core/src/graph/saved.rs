@@ -46,6 +46,9 @@ pub struct SavedGraph<S> {
 /// A forward pass and the context it left (values freed after their last use are `None`).
 type PassWithContext<S> = (SavedGraph<S>, Vec<Option<Tensor<S>>>);
 
+/// The inputs' gradients (`None` where an input needs none) and the cotangents asked to be kept.
+type GradsAndKept<S> = (Vec<Option<Tensor<S>>>, Vec<Tensor<S>>);
+
 impl CompiledGraph {
     /// Prepares `graph` for compiled execution.
     pub fn new(graph: Graph) -> Self {
@@ -242,10 +245,58 @@ impl<S: Scalar> SavedGraph<S> {
         self.backward_seeded(seeds)
     }
 
+    /// As [`SavedGraph::backward`], also returning the final cotangent of each slot in `keep`
+    /// (the one its node's VJP is called on; zeros where nothing reached it, as that VJP sees),
+    /// in `keep`'s order. A slot that does not require grad, or is an input, has no such
+    /// cotangent: an error.
+    pub fn backward_keeping(self, seed: &Tensor<S>, keep: &[usize]) -> Result<GradsAndKept<S>> {
+        let g = &self.plan.graph;
+        let out = g.last_slot()?;
+        let shape = g.shape(out)?;
+        if seed.shape() != shape {
+            return Err(Error::invalid(
+                CONTEXT,
+                format!(
+                    "the seed has shape {}, but the output has shape {shape}",
+                    seed.shape()
+                ),
+            )
+            .at_node(format!("'{}'", g.name(out)?)));
+        }
+        let n_in = g.inputs().len();
+        for &slot in keep {
+            if slot < n_in || slot >= g.slots() || !self.plan.requires_grad[slot] {
+                return Err(Error::invalid(
+                    CONTEXT,
+                    format!("slot {slot} is not a node that requires grad, so it has no cotangent to keep"),
+                ));
+            }
+        }
+        let mut seeds: Vec<Option<Tensor<S>>> = vec![None; g.slots()];
+        seeds[out] = Some(seed.clone());
+        let mut kept = vec![None; keep.len()];
+        let grads = self.run_backward(seeds, keep, &mut kept)?;
+        let kept = kept
+            .into_iter()
+            .map(|t| t.ok_or_else(|| Error::invalid(CONTEXT, "a kept cotangent was never reached")))
+            .collect::<Result<_>>()?;
+        Ok((grads, kept))
+    }
+
     /// As [`SavedGraph::backward`] for a seed per slot, where `None` stands for zeros. Every node
     /// that requires grad runs its VJP, on a zero cotangent if nothing reached it, as the
     /// reference does.
     pub fn backward_seeded(self, seeds: Vec<Option<Tensor<S>>>) -> Result<Vec<Option<Tensor<S>>>> {
+        self.run_backward(seeds, &[], &mut [])
+    }
+
+    /// The inputs-only backward; node `keep[i]`'s final cotangent is also stored in `kept[i]`.
+    fn run_backward(
+        self,
+        seeds: Vec<Option<Tensor<S>>>,
+        keep: &[usize],
+        kept: &mut [Option<Tensor<S>>],
+    ) -> Result<Vec<Option<Tensor<S>>>> {
         let SavedGraph {
             plan, mut records, ..
         } = self;
@@ -299,6 +350,11 @@ impl<S: Scalar> SavedGraph<S> {
             })?;
             let node = &g.nodes()[k];
             let cot = cot.unwrap_or_else(|| Tensor::zeros(&node.shape));
+            for (&want, out) in keep.iter().zip(kept.iter_mut()) {
+                if want == slot {
+                    *out = Some(cot.clone());
+                }
+            }
             let cot = match relu_vjp_in_place(&node.op, &plan.needs[k], &record, cot) {
                 Ok(c) => {
                     drop(record);

@@ -11,9 +11,10 @@
 //! outputs, loss and gradients, and when one is not finite replays the step on an eager tape
 //! in anomaly mode (same inputs, same dropout stream, so the same bits) to name the node.
 
-use super::{record_loss, Backend, BackendKind, Eager, StepOutput};
+use super::{outer_product_user, record_loss, Backend, BackendKind, Eager, StepOutput};
 use crate::data::Batch;
 use crate::error::{NnError, NnResult};
+use crate::grad::Grad;
 use crate::layers::{dropout_mask, Ctx, Mode};
 use crate::model::Model;
 use crate::params::ParamKind;
@@ -38,8 +39,12 @@ enum Source {
 struct Plan {
     rows: usize,
     mode: Mode,
+    factored: bool,
     graph: CompiledGraph,
     sources: Vec<Source>,
+    /// `(param index, linear node slot)` for each weight whose gradient is handed over as the
+    /// outer product of that node's cotangent and the batch (its input requires no grad here).
+    outer: Vec<(usize, usize)>,
 }
 
 /// Runs a compiled (saved) graph each step.
@@ -47,6 +52,7 @@ pub struct Compiled<S> {
     session: Session<S>,
     plans: Vec<Plan>,
     detect_anomaly: bool,
+    factored: bool,
     kept_bytes: usize,
 }
 
@@ -57,20 +63,22 @@ impl<S: Scalar> Compiled<S> {
             session: Session::new(),
             plans: Vec::new(),
             detect_anomaly: false,
+            factored: false,
             kept_bytes: 0,
         })
     }
 
     fn plan(&mut self, model: &Model<S>, x: &Tensor<S>, mode: Mode) -> NnResult<usize> {
         let rows = x.dims().first().copied().unwrap_or(0);
+        let factored = self.factored && mode == Mode::Train;
         if let Some(i) = self
             .plans
             .iter()
-            .position(|p| p.rows == rows && p.mode == mode)
+            .position(|p| p.rows == rows && p.mode == mode && p.factored == factored)
         {
             return Ok(i);
         }
-        let plan = trace(&mut self.session, model, x, mode)?;
+        let plan = trace(&mut self.session, model, x, mode, factored)?;
         self.plans.push(plan);
         Ok(self.plans.len() - 1)
     }
@@ -101,6 +109,7 @@ fn trace<S: Scalar>(
     model: &Model<S>,
     x: &Tensor<S>,
     mode: Mode,
+    factored: bool,
 ) -> NnResult<Plan> {
     session.reset();
     let mut ctx = Ctx::tracing(session, &model.params, mode, dropout_rng(0, 0))?;
@@ -119,17 +128,38 @@ fn trace<S: Scalar>(
     let mut slot_of = vec![usize::MAX; out.id() + 1];
     let mut sources = Vec::new();
     let nodes = &tape.nodes()[..=out.id()];
+    let trainable = |i: usize| {
+        mode == Mode::Train
+            && model
+                .params
+                .iter()
+                .nth(i)
+                .is_some_and(|p| p.kind == ParamKind::Trainable)
+    };
+    // (param index, tape id of its linear node) for the weights handed over as outer products.
+    let outer_ids: Vec<(usize, usize)> = if factored {
+        (0..param_ids.len())
+            .filter(|&i| trainable(i))
+            .filter_map(|i| {
+                let node = outer_product_user(nodes, param_ids[i], xv.id(), x)?;
+                let bias = nodes[node].parents[2];
+                param_ids
+                    .iter()
+                    .position(|&p| p == bias)
+                    .is_some_and(trainable)
+                    .then_some((i, node))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     for (id, node) in nodes.iter().enumerate() {
         if !matches!(node.rule, Rule::Leaf) {
             continue;
         }
         let (source, requires_grad) = if let Some(i) = param_ids.iter().position(|&p| p == id) {
-            let trainable = model
-                .params
-                .iter()
-                .nth(i)
-                .is_some_and(|p| p.kind == ParamKind::Trainable);
-            (Source::Param(i), trainable && mode == Mode::Train)
+            let outer = outer_ids.iter().any(|&(k, _)| k == i);
+            (Source::Param(i), trainable(i) && !outer)
         } else if id == xv.id() {
             (Source::Batch, false)
         } else if let Some(&(_, p)) = masks.iter().find(|&&(m, _)| m == id) {
@@ -166,8 +196,13 @@ fn trace<S: Scalar>(
     Ok(Plan {
         rows: x.dims().first().copied().unwrap_or(0),
         mode,
+        factored,
         graph: CompiledGraph::new(graph),
         sources,
+        outer: outer_ids
+            .into_iter()
+            .map(|(i, node)| (i, slot_of[node]))
+            .collect(),
     })
 }
 
@@ -197,10 +232,22 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
         self.kept_bytes =
             saved.kept_bytes() + tape_kept_bytes(self.session.tape()) - outputs.nbytes();
         let dout = self.session.backward_all(loss, &seed)?.swap_remove(o.id());
-        let input_grads = saved.backward(&dout)?;
-        let mut grads = Vec::new();
+        let keep: Vec<usize> = plan.outer.iter().map(|&(_, slot)| slot).collect();
+        let (input_grads, mut kept) = saved.backward_keeping(&dout, &keep)?;
+        // Sized up front: a grown list of a few gradients would already reach the pool's sizes.
+        let trainable = model.params.trainable().count();
+        let mut grads = Vec::with_capacity(trainable);
         for (k, p) in model.params.iter().enumerate() {
             if p.kind != ParamKind::Trainable {
+                continue;
+            }
+            if let Some(j) = plan.outer.iter().position(|&(i, _)| i == k) {
+                // The linear's weight VJP would multiply exactly these two out.
+                let rows = std::mem::replace(&mut kept[j], Tensor::scalar(S::ZERO));
+                grads.push(Grad::Outer {
+                    rows,
+                    cols: batch.x.clone(),
+                });
                 continue;
             }
             let slot = plan
@@ -208,16 +255,20 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
                 .iter()
                 .position(|s| matches!(s, Source::Param(i) if *i == k));
             let g = slot.and_then(|s| input_grads[s].clone());
-            grads.push(g.unwrap_or_else(|| Tensor::zeros(p.value.shape())));
+            grads.push(Grad::Dense(
+                g.unwrap_or_else(|| Tensor::zeros(p.value.shape())),
+            ));
         }
         if let Some(rng) = replay_rng {
             let loss_tensor = Tensor::scalar(S::from_f64(loss_value));
+            // Factored gradients are multiplied out here: anomaly mode is not the fast path.
+            let dense = Grad::all_dense(grads.clone())?;
             let checked = [("the outputs", &outputs), ("the loss", &loss_tensor)];
             let named_grads = model
                 .params
                 .iter()
                 .filter(|p| p.kind == ParamKind::Trainable)
-                .zip(&grads)
+                .zip(&dense)
                 .map(|(p, g)| (p.name.as_str(), g));
             let found = checked
                 .into_iter()
@@ -260,6 +311,10 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
 
     fn set_detect_anomaly(&mut self, on: bool) {
         self.detect_anomaly = on;
+    }
+
+    fn set_factored_grads(&mut self, on: bool) {
+        self.factored = on;
     }
 }
 

@@ -1,22 +1,41 @@
 //! The eager backend: each step resets one session, records the forward pass and the loss on its
 //! tape, and runs the executed sweep (`backward_all`) for the parameters' gradients. In anomaly
-//! mode the session's tape checks every value it records and every backward contribution.
+//! mode the session's tape checks every value it records and every backward contribution. Asked
+//! for factored gradients, it records the weights of linears that read a one-row batch as
+//! constants and hands each one's gradient as its linear's cotangent and the batch.
 
-use super::{record_loss, Backend, BackendKind, StepOutput};
+use super::{outer_product_user, record_loss, Backend, BackendKind, StepOutput};
 use crate::data::Batch;
 use crate::error::NnResult;
+use crate::grad::Grad;
 use crate::layers::{Ctx, Mode};
 use crate::model::Model;
+use crate::params::ParamKind;
 use crate::rng::dropout_rng;
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::graph::tape_kept_bytes;
 use tapegrad_core::Session;
-use tapegrad_tensor::{Scalar, Tensor};
+use tapegrad_tensor::{Error, Scalar, Shape, Tensor};
 
 /// Records every step on a session tape.
 pub struct Eager<S> {
     session: Session<S>,
     kept_bytes: usize,
+    detect_anomaly: bool,
+    factored: bool,
+    /// The batch shape last stepped with factored gradients and the trainable tensors (indices in
+    /// the `ParamSet`) whose gradients were outer products for it.
+    outer: Option<(Shape, Vec<usize>)>,
+}
+
+/// How a step with some weights recorded as constants ended.
+enum Attempt<S> {
+    Done(StepOutput<S>),
+    /// The recorded pass did not use these weights as expected: the step must be retaken
+    /// with only `Retry`'s weights as constants (the dense step when empty).
+    Retry(Vec<usize>),
+    /// This step's gradients must be dense; the weights stay constants for later steps.
+    Dense,
 }
 
 impl<S: Scalar> Eager<S> {
@@ -25,6 +44,9 @@ impl<S: Scalar> Eager<S> {
         Eager {
             session: Session::new(),
             kept_bytes: 0,
+            detect_anomaly: false,
+            factored: false,
+            outer: None,
         }
     }
 }
@@ -46,25 +68,36 @@ impl<S: Scalar> Backend<S> for Eager<S> {
         batch: &Batch<S>,
         rng: ChaCha8Rng,
     ) -> NnResult<StepOutput<S>> {
-        self.session.reset();
-        let mut ctx = Ctx::new(&mut self.session, &model.params, Mode::Train, rng)?;
-        let x = ctx.session().input(batch.x.clone());
-        let out = model.forward(&mut ctx, x)?;
-        let loss = record_loss(ctx.session(), out, &batch.y)?;
-        let outputs = ctx.session().value(out)?.clone();
-        let loss_value = ctx.session().value(loss)?.item()?.to_f64();
-        let kept_bytes = tape_kept_bytes(ctx.session().tape());
-        let grads = ctx.session().backward(loss)?;
-        let updates = ctx.into_updates();
-        self.kept_bytes = kept_bytes;
-        // Drop the tape's references to the parameters, so the optimizer updates them in place.
-        self.session.reset();
-        Ok(StepOutput {
-            loss: loss_value,
-            outputs,
-            grads: grads.into_vec().into_iter().map(|(_, g)| g).collect(),
-            updates,
-        })
+        let x = &batch.x;
+        let one_row = x.dims().last().is_some_and(|&n| n == x.numel());
+        // Anomaly mode checks every gradient the sweep makes, so it gets them all dense.
+        if !self.factored || self.detect_anomaly || !one_row {
+            return self.dense_step(model, batch, rng);
+        }
+        let mut constants = match &self.outer {
+            Some((shape, list)) if shape == x.shape() => list.clone(),
+            // First try: every trainable matrix the batch could be multiplied by.
+            _ => model
+                .params
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| {
+                    p.kind == ParamKind::Trainable && p.value.dims().get(1) == Some(&x.numel())
+                })
+                .map(|(i, _)| i)
+                .collect(),
+        };
+        loop {
+            self.outer = Some((x.shape().clone(), constants.clone()));
+            if constants.is_empty() {
+                return self.dense_step(model, batch, rng);
+            }
+            match self.outer_step(model, batch, rng.clone(), &constants)? {
+                Attempt::Done(out) => return Ok(out),
+                Attempt::Retry(fewer) => constants = fewer,
+                Attempt::Dense => return self.dense_step(model, batch, rng),
+            }
+        }
     }
 
     fn kept_bytes(&self) -> usize {
@@ -87,8 +120,134 @@ impl<S: Scalar> Backend<S> for Eager<S> {
         Ok(value)
     }
 
+    fn set_factored_grads(&mut self, on: bool) {
+        self.factored = on;
+    }
+
     fn set_detect_anomaly(&mut self, on: bool) {
+        self.detect_anomaly = on;
         // The flag lives on the session's tape and survives `reset`.
         self.session.set_detect_anomaly(on);
+    }
+}
+
+impl<S: Scalar> Eager<S> {
+    /// The step with every gradient dense: the executed sweep at the parameters.
+    fn dense_step(
+        &mut self,
+        model: &Model<S>,
+        batch: &Batch<S>,
+        rng: ChaCha8Rng,
+    ) -> NnResult<StepOutput<S>> {
+        self.session.reset();
+        let mut ctx = Ctx::new(&mut self.session, &model.params, Mode::Train, rng)?;
+        let x = ctx.session().input(batch.x.clone());
+        let out = model.forward(&mut ctx, x)?;
+        let loss = record_loss(ctx.session(), out, &batch.y)?;
+        let outputs = ctx.session().value(out)?.clone();
+        let loss_value = ctx.session().value(loss)?.item()?.to_f64();
+        let kept_bytes = tape_kept_bytes(ctx.session().tape());
+        let grads = ctx.session().backward(loss)?;
+        let updates = ctx.into_updates();
+        self.kept_bytes = kept_bytes;
+        // Drop the tape's references to the parameters, so the optimizer updates them in place.
+        self.session.reset();
+        Ok(StepOutput {
+            loss: loss_value,
+            outputs,
+            grads: grads
+                .into_vec()
+                .into_iter()
+                .map(|(_, g)| Grad::Dense(g))
+                .collect(),
+            updates,
+        })
+    }
+
+    /// The step with the trainable tensors at `constants` recorded as constants, each of which
+    /// must be the weight of a linear that reads the batch (one row): its gradient is then
+    /// `Grad::Outer` of that linear's final cotangent and the batch, the two factors its VJP
+    /// would have multiplied. Should a weight be used otherwise, or a linear's cotangent be all
+    /// zeros (the sweep may have skipped it, and then the dense gradient is zeros, not the
+    /// product), the step is retaken.
+    fn outer_step(
+        &mut self,
+        model: &Model<S>,
+        batch: &Batch<S>,
+        rng: ChaCha8Rng,
+        constants: &[usize],
+    ) -> NnResult<Attempt<S>> {
+        self.session.reset();
+        let mut ctx = Ctx::with_constants(&mut self.session, &model.params, rng, constants)?;
+        let x = ctx.session().input(batch.x.clone());
+        let out = model.forward(&mut ctx, x)?;
+        let loss = record_loss(ctx.session(), out, &batch.y)?;
+        let vars = ctx.param_vars().to_vec();
+        let updates = ctx.into_updates();
+        let tape = self.session.tape();
+        let linears: Vec<Option<usize>> = constants
+            .iter()
+            .map(|&i| {
+                outer_product_user(tape.nodes(), vars[i].id(), x.id(), &batch.x)
+                    .filter(|&id| tape.nodes()[id].requires_grad)
+            })
+            .collect();
+        if linears.iter().any(Option::is_none) {
+            let fewer = constants
+                .iter()
+                .zip(&linears)
+                .filter(|(_, l)| l.is_some())
+                .map(|(&i, _)| i)
+                .collect();
+            self.session.reset();
+            return Ok(Attempt::Retry(fewer));
+        }
+        let outputs = self.session.value(out)?.clone();
+        let loss_value = self.session.value(loss)?.item()?.to_f64();
+        let kept_bytes = tape_kept_bytes(self.session.tape());
+        let seed = Tensor::ones(self.session.value(loss)?.shape());
+        let trainable: Vec<usize> = model
+            .params
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.kind == ParamKind::Trainable)
+            .map(|(i, _)| i)
+            .collect();
+        let dense_ids = trainable
+            .iter()
+            .filter(|i| !constants.contains(i))
+            .map(|&i| vars[i].id());
+        let ids: Vec<usize> = dense_ids.chain(linears.iter().flatten().copied()).collect();
+        let mut dense = self.session.tape().backward_at(loss.id(), &seed, &ids)?;
+        let cotangents = dense.split_off(ids.len() - constants.len());
+        if cotangents
+            .iter()
+            .any(|c| c.data().iter().all(|&v| v == S::ZERO))
+        {
+            self.session.reset();
+            return Ok(Attempt::Dense);
+        }
+        self.kept_bytes = kept_bytes;
+        // Drop the tape's references to the parameters, so the optimizer updates them in place.
+        self.session.reset();
+        let mut dense = dense.into_iter();
+        let mut cotangents = cotangents.into_iter();
+        let grads = trainable
+            .iter()
+            .map(|i| match constants.contains(i) {
+                true => cotangents.next().map(|rows| Grad::Outer {
+                    rows,
+                    cols: batch.x.clone(),
+                }),
+                false => dense.next().map(Grad::Dense),
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| Error::invalid("eager", "the sweep returned too few gradients"))?;
+        Ok(Attempt::Done(StepOutput {
+            loss: loss_value,
+            outputs,
+            grads,
+            updates,
+        }))
     }
 }

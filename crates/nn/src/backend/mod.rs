@@ -11,10 +11,13 @@ pub use eager::Eager;
 
 use crate::data::{Batch, BatchTargets};
 use crate::error::NnResult;
+use crate::grad::Grad;
 use crate::model::Model;
 use crate::params::ParamId;
 use rand_chacha::ChaCha8Rng;
-use tapegrad_core::{Session, Var};
+use tapegrad_core::ops::LinalgOp;
+use tapegrad_core::tape::{Node, Rule};
+use tapegrad_core::{Op, Session, Var};
 use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
 /// Which backend runs the steps.
@@ -54,8 +57,9 @@ pub struct StepOutput<S> {
     pub loss: f64,
     /// The model's outputs on the batch.
     pub outputs: Tensor<S>,
-    /// One gradient per trainable tensor, in the model's order.
-    pub grads: Vec<Tensor<S>>,
+    /// One gradient per trainable tensor, in the model's order; dense unless the backend was
+    /// asked for factored gradients (`Backend::set_factored_grads`).
+    pub grads: Vec<Grad<S>>,
     /// New buffer values (running statistics) from the forward pass.
     pub updates: Vec<(ParamId, Tensor<S>)>,
 }
@@ -80,6 +84,10 @@ pub trait Backend<S: Scalar> {
     /// node that made it (see `tapegrad_core::tape` anomaly mode). Off by default; off, it costs
     /// one branch per step.
     fn set_detect_anomaly(&mut self, on: bool);
+    /// Whether a step may hand the weight gradient of a linear layer that reads the batch, one
+    /// row, as its outer-product factors (`Grad::Outer`) instead of multiplying it out, for
+    /// `Optimizer::step_grads` to apply in one pass. Off by default: every gradient dense.
+    fn set_factored_grads(&mut self, on: bool);
 }
 
 /// A backend of the chosen kind.
@@ -111,4 +119,33 @@ pub fn record_loss<S: Scalar>(
         }
         BatchTargets::Classes(labels) => session.cross_entropy(out, labels),
     }
+}
+
+/// The tape id of the node through which weight `w`'s whole gradient is an outer product of a
+/// cotangent and the batch: `w`'s only use is as the weight of a linear with a bias whose input is
+/// the batch `x` (leaf `x_id`), one row. `None` when the model uses `w` any other way.
+pub(crate) fn outer_product_user<S: Scalar>(
+    nodes: &[Node<S>],
+    w: usize,
+    x_id: usize,
+    x: &Tensor<S>,
+) -> Option<usize> {
+    let one_row = x.dims().last().is_some_and(|&n| n == x.numel());
+    let mut users = nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.parents.contains(&w));
+    let (id, node) = users.next()?;
+    let is_linear = matches!(
+        &node.rule,
+        Rule::Op {
+            op: Op::Linalg(LinalgOp::Linear { bias: true }),
+            ..
+        }
+    );
+    let wired = node.parents.len() == 3
+        && node.parents[0] == x_id
+        && node.parents[1] == w
+        && node.parents[2] != w;
+    (one_row && users.next().is_none() && is_linear && wired).then_some(id)
 }

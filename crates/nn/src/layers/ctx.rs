@@ -34,7 +34,19 @@ impl<'s, S: Scalar> Ctx<'s, S> {
         mode: Mode,
         rng: ChaCha8Rng,
     ) -> Result<Self> {
-        Self::with_recording(session, params, mode, rng, mode == Mode::Train)
+        Self::with_recording(session, params, mode, rng, mode == Mode::Train, &[])
+    }
+
+    /// As [`Ctx::new`] in training mode, recording the trainable tensors at `constants` (indices
+    /// in the `ParamSet`) as constants: they get no gradient from the session, for a caller that
+    /// computes theirs from other cotangents (the eager backend's outer-product gradients).
+    pub fn with_constants(
+        session: &'s mut Session<S>,
+        params: &ParamSet<S>,
+        rng: ChaCha8Rng,
+        constants: &[usize],
+    ) -> Result<Self> {
+        Self::with_recording(session, params, Mode::Train, rng, true, constants)
     }
 
     /// As [`Ctx::new`] but recording every op on the tape in either mode, so the pass can be
@@ -45,7 +57,7 @@ impl<'s, S: Scalar> Ctx<'s, S> {
         mode: Mode,
         rng: ChaCha8Rng,
     ) -> Result<Self> {
-        Self::with_recording(session, params, mode, rng, true)
+        Self::with_recording(session, params, mode, rng, true, &[])
     }
 
     fn with_recording(
@@ -54,13 +66,16 @@ impl<'s, S: Scalar> Ctx<'s, S> {
         mode: Mode,
         rng: ChaCha8Rng,
         record: bool,
+        constants: &[usize],
     ) -> Result<Self> {
         session.set_grad_enabled(record);
         let mut vars = Vec::with_capacity(params.len());
-        for p in params.iter() {
+        for (i, p) in params.iter().enumerate() {
             let v = match p.kind {
-                ParamKind::Trainable => session.parameter(p.name.clone(), p.value.clone())?,
-                ParamKind::Buffer => session.constant(p.value.clone()),
+                ParamKind::Trainable if !constants.contains(&i) => {
+                    session.parameter(p.name.clone(), p.value.clone())?
+                }
+                _ => session.constant(p.value.clone()),
             };
             vars.push(v);
         }

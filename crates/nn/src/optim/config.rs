@@ -111,6 +111,13 @@ impl OptimizerConfig {
         }
     }
 
+    /// Plain SGD: no momentum and no weight decay, so a step is `p + (-lr) * g` and nothing
+    /// else (what `Optimizer::step_grads` can apply to a factored gradient).
+    pub fn is_plain_sgd(&self) -> bool {
+        matches!(*self, OptimizerConfig::Sgd { momentum, weight_decay, .. }
+            if momentum == 0.0 && weight_decay == 0.0)
+    }
+
     /// The base learning rate.
     pub fn lr(&self) -> f64 {
         match *self {

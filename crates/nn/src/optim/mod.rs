@@ -15,6 +15,7 @@ mod simd;
 
 pub use config::OptimizerConfig;
 
+use crate::grad::{outer_mismatch, Grad};
 use crate::params::ParamSet;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
@@ -120,6 +121,69 @@ impl<S: Scalar> Optimizer<S> {
         for (value, grad, state) in tensors {
             per_tensor(&self.config, lr, step, value, grad, state);
         }
+        Ok(())
+    }
+
+    /// As [`Optimizer::step`] for gradients as a step hands them over. Plain SGD (no momentum,
+    /// no weight decay) applies an outer-product gradient in one pass over the parameter,
+    /// `p + (-lr) * (rows[i] * cols[j])`, the same roundings in the same order as multiplying it
+    /// out and stepping, so the same bits; every other rule gets the dense gradients.
+    pub fn step_grads(
+        &mut self,
+        params: &mut ParamSet<S>,
+        grads: Vec<Grad<S>>,
+        lr: f64,
+    ) -> Result<()> {
+        if !self.config.is_plain_sgd() || grads.iter().all(|g| matches!(g, Grad::Dense(_))) {
+            let dense = Grad::all_dense(grads)?;
+            return self.step(params, &dense, lr);
+        }
+        let count = params.trainable().count();
+        if grads.len() != count || self.state.len() != count {
+            return Err(Error::invalid(
+                "optimizer",
+                format!(
+                    "{} gradients and {} state entries for {count} trainable tensors",
+                    grads.len(),
+                    self.state.len()
+                ),
+            ));
+        }
+        for (p, g) in params.trainable().zip(&grads) {
+            match g {
+                Grad::Dense(g) if p.value.shape() != g.shape() => {
+                    return Err(Error::ShapeMismatch {
+                        op: "optimizer",
+                        expected: Box::new(p.value.shape().clone()),
+                        found: Box::new(g.shape().clone()),
+                    })
+                }
+                Grad::Outer { rows, cols } if p.value.dims() != [rows.numel(), cols.numel()] => {
+                    return Err(outer_mismatch(p.value.shape(), rows.numel(), cols.numel()))
+                }
+                _ => {}
+            }
+        }
+        self.steps = self.steps.saturating_add(1);
+        let mut dense = Vec::new();
+        for ((p, g), slots) in params.trainable_mut().zip(&grads).zip(&mut self.state) {
+            match g {
+                Grad::Dense(g) => {
+                    let state = Slots {
+                        slots,
+                        shape: p.value.shape().clone(),
+                    };
+                    dense.push((p.value.data_mut(), g.data(), state));
+                }
+                Grad::Outer { rows, cols } => simd::add_scaled_outer(
+                    p.value.data_mut(),
+                    s::<S>(-lr),
+                    rows.data(),
+                    cols.data(),
+                ),
+            }
+        }
+        sgd::update_all(&self.config, lr, dense);
         Ok(())
     }
 

@@ -73,6 +73,51 @@ pub(super) fn add_scaled<S: Scalar>(p: &mut [S], a: S, g: &[S]) {
     Arch::new().dispatch(AddScaled { p, a, g });
 }
 
+/// `p += a * (rows[i] * cols[j])` for the row-major `(rows.len(), cols.len())` matrix `p`: the
+/// plain SGD update by an outer-product gradient, with each product rounded as
+/// `kernels::outer_product` rounds it and then scaled and added as [`add_scaled`] does, so the
+/// bits equal those two passes while the gradient is never written. Long ones are cut into bands
+/// of whole rows, one per GEMM thread (each element is computed on its own).
+pub(super) fn add_scaled_outer<S: Scalar>(p: &mut [S], a: S, rows: &[S], cols: &[S]) {
+    let threads = num_threads().min(p.len() / MIN_PER_THREAD).max(1);
+    if threads == 1 || cols.is_empty() {
+        return add_scaled_outer_here(p, a, rows, cols);
+    }
+    let band = rows.len().div_ceil(threads);
+    let parts: Vec<(&mut [S], &[S])> = p
+        .chunks_mut(band * cols.len())
+        .zip(rows.chunks(band))
+        .collect();
+    for_each_part(parts, |(p, rows)| add_scaled_outer_here(p, a, rows, cols));
+}
+
+/// [`add_scaled_outer`] on this thread.
+fn add_scaled_outer_here<S: Scalar>(p: &mut [S], a: S, rows: &[S], cols: &[S]) {
+    struct AddScaledOuter<'a, S> {
+        p: &'a mut [S],
+        a: S,
+        rows: &'a [S],
+        cols: &'a [S],
+    }
+    impl<S: Scalar> WithSimd for AddScaledOuter<'_, S> {
+        type Output = ();
+        // Inlined into pulp's `#[target_feature]` function, which is what lets the loop use it.
+        #[inline(always)]
+        fn with_simd<V: Simd>(self, _simd: V) {
+            let AddScaledOuter { p, a, rows, cols } = self;
+            if cols.is_empty() {
+                return;
+            }
+            for (row, &gi) in p.chunks_exact_mut(cols.len()).zip(rows) {
+                for (p, &xj) in row.iter_mut().zip(cols) {
+                    *p += a * (gi * xj);
+                }
+            }
+        }
+    }
+    Arch::new().dispatch(AddScaledOuter { p, a, rows, cols });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
