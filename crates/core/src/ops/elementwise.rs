@@ -68,6 +68,18 @@ impl ElementwiseOp {
         !matches!(self, E::Where { .. } | E::Clamp { .. })
     }
 
+    /// Whether this op holds no heap data, so that forgetting it frees nothing that dropping it
+    /// would (`Tape::clear` skips the drop glue of such nodes). Every variant is named, so a
+    /// new one must be decided here.
+    pub(crate) fn holds_no_heap(&self) -> bool {
+        match self {
+            E::Add | E::Sub | E::Mul | E::Div | E::Neg | E::Scale { .. } | E::Abs | E::Sqrt => true,
+            E::Exp | E::Log | E::SafeLog { .. } | E::Sin | E::Cos | E::Pow { .. } => true,
+            E::Clamp { .. } | E::Maximum | E::Minimum => true,
+            E::Where { .. } => false,
+        }
+    }
+
     /// Whether [`ElementwiseOp::vjp_owned`] handles this op.
     pub(crate) fn has_owned_vjp(&self) -> bool {
         matches!(self, E::Add | E::Sub | E::Neg | E::Scale { .. })

@@ -53,6 +53,21 @@ pub struct Node<S> {
     pub rule: Rule<S>,
 }
 
+impl<S> Rule<S> {
+    /// Whether this rule holds no heap data (a plain elementwise op without auxiliary data, the
+    /// most common node of scalar code), so that forgetting it frees nothing dropping it would.
+    #[inline]
+    pub(crate) fn holds_no_heap(&self) -> bool {
+        match self {
+            Rule::Op {
+                op: Op::Elementwise(op),
+                saved: NodeSaved { aux: Aux::None },
+            } => op.holds_no_heap(),
+            _ => false,
+        }
+    }
+}
+
 impl<S: Scalar> Node<S> {
     /// The op's name, `leaf`, or the custom rule's label.
     pub fn op_name(&self) -> String {
