@@ -13,28 +13,29 @@ pub struct Tensor<S> {
     data: Buffer<S>,
 }
 
-/// The elements, and how to give a shared buffer back to the pool when its last holder drops
-/// it. (`Tensor<S>` has no `Scalar` bound, so a `Drop` impl could not reach the pool for `S`
-/// without this function pointer, set where `S: Scalar` is known.)
+/// The elements: one held in the tensor itself, or a shared allocation with how to give it back
+/// to the pool when its last holder drops it. (`Tensor<S>` has no `Scalar` bound, so a `Drop`
+/// impl could not reach the pool for `S` without this function pointer, set where `S: Scalar`
+/// is known.) The element of `One` sits beside the function pointer's niche, so the enum is no
+/// larger than `Shared` alone and a tensor stays 72 bytes.
 #[derive(Clone)]
-struct Buffer<S> {
-    /// The shared elements, or `None` for a buffer of one element, held in `one`: scalar code
-    /// then makes and drops its values without an allocation, a count or a pool round trip, and
-    /// a clone copies the element (a copy of one element is what copy-on-write would make on a
-    /// write anyway). Also `None` while the buffer is being dropped (the allocation has gone to
-    /// the pool or been freed; nothing reads it then): taking it out by value lets `Drop` hand
-    /// it over without a placeholder `Arc`.
-    shared: Option<Arc<[S]>>,
-    /// The element of a one-element buffer; unused beside a shared one.
-    one: S,
-    give_back: fn(Arc<[S]>),
+enum Buffer<S> {
+    /// A one-element buffer: scalar code then makes and drops its values without an
+    /// allocation, a count or a pool round trip, and a clone copies the element (the copy that
+    /// copy-on-write would make on a write anyway).
+    One(S),
+    Shared {
+        /// `None` only while the buffer is being dropped (it has gone to the pool or been
+        /// freed): taking it out by value lets `Drop` hand it over without a placeholder `Arc`.
+        elems: Option<Arc<[S]>>,
+        give_back: fn(Arc<[S]>),
+    },
 }
 
 impl<S: Scalar> Buffer<S> {
     fn new(elems: Arc<[S]>) -> Self {
-        Buffer {
-            shared: Some(elems),
-            one: S::ZERO,
+        Buffer::Shared {
+            elems: Some(elems),
             give_back: pool::give_back::<S>,
         }
     }
@@ -42,11 +43,7 @@ impl<S: Scalar> Buffer<S> {
     /// The one-element buffer holding `v`.
     #[inline(always)]
     fn one(v: S) -> Self {
-        Buffer {
-            shared: None,
-            one: v,
-            give_back: pool::give_back::<S>,
-        }
+        Buffer::One(v)
     }
 
     /// What a buffer for the caller to overwrite holds before it is written: NaN in debug
@@ -120,14 +117,15 @@ impl<S: Scalar> Buffer<S> {
     #[inline(always)]
     fn elems_mut(&mut self) -> &mut [S] {
         // No `Weak` is ever made of a tensor buffer, so one strong count means unshared.
-        if matches!(&self.shared, Some(e) if Arc::strong_count(e) != 1) {
+        if matches!(self, Buffer::Shared { elems: Some(e), .. } if Arc::strong_count(e) != 1) {
             self.unshare();
         }
         // Unshared now, so `get_mut` succeeds (`make_mut` would inline a clone path that never
         // runs, and the register saves it needs).
-        match &mut self.shared {
-            Some(e) => Arc::get_mut(e).unwrap_or_default(),
-            None => std::slice::from_mut(&mut self.one),
+        match self {
+            Buffer::One(v) => std::slice::from_mut(v),
+            Buffer::Shared { elems: Some(e), .. } => Arc::get_mut(e).unwrap_or_default(),
+            Buffer::Shared { elems: None, .. } => &mut [],
         }
     }
 
@@ -140,12 +138,12 @@ impl<S: Scalar> Buffer<S> {
 }
 
 impl<S> Buffer<S> {
-    /// The elements (mid-drop, where nothing reads them, the unused inline one).
+    /// The elements (none only mid-drop, where nothing reads them).
     #[inline]
     fn elems(&self) -> &[S] {
-        match &self.shared {
-            Some(e) => e,
-            None => std::slice::from_ref(&self.one),
+        match self {
+            Buffer::One(v) => std::slice::from_ref(v),
+            Buffer::Shared { elems, .. } => elems.as_deref().unwrap_or(&[]),
         }
     }
 }
@@ -153,8 +151,10 @@ impl<S> Buffer<S> {
 impl<S> Drop for Buffer<S> {
     #[inline]
     fn drop(&mut self) {
-        if let Some(elems) = self.shared.take() {
-            (self.give_back)(elems);
+        if let Buffer::Shared { elems, give_back } = self {
+            if let Some(elems) = elems.take() {
+                give_back(elems);
+            }
         }
     }
 }
@@ -408,8 +408,10 @@ impl<S: Scalar> Tensor<S> {
     /// True when the two tensors share one buffer (no copy was made). A one-element tensor holds
     /// its element itself, so it shares with no other.
     pub fn shares_buffer_with(&self, other: &Self) -> bool {
-        match (&self.data.shared, &other.data.shared) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        match (&self.data, &other.data) {
+            (Buffer::Shared { elems: Some(a), .. }, Buffer::Shared { elems: Some(b), .. }) => {
+                Arc::ptr_eq(a, b)
+            }
             _ => false,
         }
     }

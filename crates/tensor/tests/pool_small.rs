@@ -74,6 +74,8 @@ fn one_element_tensors_hold_their_element_and_never_touch_the_pool() {
     assert_eq!(values, [2.0, 3.0, 5.0, 5.0, 2.5]);
     assert_eq!(made[1].dims(), &[1, 1, 1]);
     drop((a, b, r, made));
+    // The inline element costs no room: a tensor is its shape and a shared buffer's handle.
+    assert_eq!(std::mem::size_of::<Tensor<f64>>(), 72);
     let after = pool::stats::<f32>();
     assert_eq!(
         (after.small_reused, after.small_returned),
