@@ -4,7 +4,8 @@
 //!
 //! Buffers of at least [`MIN_POOLED_BYTES`] are kept by exact length with least-recently-used
 //! eviction; smaller ones go to size classes indexed by length (a vector index, cheaper than
-//! malloc and free for the one-element tensors of scalar code). Each thread holds at most
+//! malloc and free for the few-element tensors of small code; a one-element tensor holds its
+//! element itself and never comes here). Each thread holds at most
 //! [`capacity`] bytes per scalar type. Reused buffers keep the values of the tensor that dropped
 //! them: constructors either overwrite every element or say so.
 

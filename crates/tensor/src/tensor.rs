@@ -1,7 +1,7 @@
 //! `Tensor<S>`: a shape plus a shared, row-major, contiguous buffer. Cloning shares the buffer
 //! (an `Arc<[S]>`: count and elements in one allocation), writing through `data_mut` copies it
 //! only when it is shared. The last holder of a buffer hands it to the thread's [`crate::pool`],
-//! and new tensors take their buffers from there.
+//! and new tensors take their buffers from there. A one-element tensor holds its element itself.
 
 use crate::{pool, Error, Result, Scalar, Shape};
 use std::sync::Arc;
@@ -13,31 +13,60 @@ pub struct Tensor<S> {
     data: Buffer<S>,
 }
 
-/// The shared elements, and how to give them back to the pool when the last holder drops them.
-/// (`Tensor<S>` has no `Scalar` bound, so a `Drop` impl could not reach the pool for `S`
-/// without this function pointer, set where `S: Scalar` is known.)
+/// The elements: one held in the tensor itself, or a shared allocation with how to give it back
+/// to the pool when its last holder drops it. (`Tensor<S>` has no `Scalar` bound, so a `Drop`
+/// impl could not reach the pool for `S` without this function pointer, set where `S: Scalar`
+/// is known.) The element of `One` sits beside the function pointer's niche, so the enum is no
+/// larger than `Shared` alone and a tensor stays 72 bytes.
 #[derive(Clone)]
-struct Buffer<S> {
-    /// `None` only while the buffer is being dropped (it has gone to the pool or been freed):
-    /// taking it out by value lets `Drop` hand it over without a placeholder `Arc`, whose clone
-    /// and drop cost two atomic operations per dropped tensor.
-    elems: Option<Arc<[S]>>,
-    give_back: fn(Arc<[S]>),
+enum Buffer<S> {
+    /// A one-element buffer: scalar code then makes and drops its values without an
+    /// allocation, a count or a pool round trip, and a clone copies the element (the copy that
+    /// copy-on-write would make on a write anyway).
+    One(S),
+    Shared {
+        /// `None` only while the buffer is being dropped (it has gone to the pool or been
+        /// freed): taking it out by value lets `Drop` hand it over without a placeholder `Arc`.
+        elems: Option<Arc<[S]>>,
+        give_back: fn(Arc<[S]>),
+    },
 }
 
 impl<S: Scalar> Buffer<S> {
     fn new(elems: Arc<[S]>) -> Self {
-        Buffer {
+        Buffer::Shared {
             elems: Some(elems),
             give_back: pool::give_back::<S>,
         }
     }
 
-    /// A recycled, unshared buffer of `len` elements for the caller to overwrite, if the pool has
-    /// one. Its stale values are replaced by NaN in debug builds, so a kernel that misses an
-    /// element fails its tests instead of leaking another tensor's values.
+    /// The one-element buffer holding `v`.
+    #[inline(always)]
+    fn one(v: S) -> Self {
+        Buffer::One(v)
+    }
+
+    /// What a buffer for the caller to overwrite holds before it is written: NaN in debug
+    /// builds, so a kernel that misses an element fails its tests instead of leaking another
+    /// tensor's values; zeros otherwise, as safe code must.
+    #[inline(always)]
+    fn unwritten() -> S {
+        if cfg!(debug_assertions) {
+            S::from_f64(f64::NAN)
+        } else {
+            S::ZERO
+        }
+    }
+
+    /// A recycled (or, for one element, inline) unshared buffer of `len` elements for the
+    /// caller to overwrite, if the pool has one. Its stale values are replaced by NaN in debug
+    /// builds, so a kernel that misses an element fails its tests instead of leaking another
+    /// tensor's values.
     #[inline(always)]
     fn recycled(len: usize) -> Option<Self> {
+        if len == 1 {
+            return Some(Buffer::one(Self::unwritten()));
+        }
         let mut buf = Buffer::new(pool::take::<S>(len)?);
         if cfg!(debug_assertions) {
             buf.elems_mut().fill(S::from_f64(f64::NAN));
@@ -45,22 +74,19 @@ impl<S: Scalar> Buffer<S> {
         Some(buf)
     }
 
-    /// An unshared buffer of `len` elements for the caller to overwrite: recycled, else fresh
-    /// (zeroed, as safe code must; NaN in debug builds, as a recycled one).
+    /// An unshared buffer of `len` elements for the caller to overwrite: inline, recycled, else
+    /// fresh (zeroed, as safe code must; NaN in debug builds, as a recycled one).
     #[inline]
     fn for_overwrite(len: usize) -> Self {
-        Buffer::recycled(len).unwrap_or_else(|| {
-            let fill = if cfg!(debug_assertions) {
-                S::from_f64(f64::NAN)
-            } else {
-                S::ZERO
-            };
-            Buffer::new(std::iter::repeat_n(fill, len).collect())
-        })
+        Buffer::recycled(len)
+            .unwrap_or_else(|| Buffer::new(std::iter::repeat_n(Self::unwritten(), len).collect()))
     }
 
     /// `len` copies of `v`.
     fn filled(len: usize, v: S) -> Self {
+        if len == 1 {
+            return Buffer::one(v);
+        }
         match pool::take::<S>(len) {
             Some(elems) => {
                 let mut buf = Buffer::new(elems);
@@ -73,6 +99,9 @@ impl<S: Scalar> Buffer<S> {
 
     /// A buffer holding `src` (one copy).
     fn copied(src: &[S]) -> Self {
+        if let [v] = *src {
+            return Buffer::one(v);
+        }
         match pool::take::<S>(src.len()) {
             Some(elems) => {
                 let mut buf = Buffer::new(elems);
@@ -88,14 +117,15 @@ impl<S: Scalar> Buffer<S> {
     #[inline(always)]
     fn elems_mut(&mut self) -> &mut [S] {
         // No `Weak` is ever made of a tensor buffer, so one strong count means unshared.
-        if !matches!(&self.elems, Some(e) if Arc::strong_count(e) == 1) {
+        if matches!(self, Buffer::Shared { elems: Some(e), .. } if Arc::strong_count(e) != 1) {
             self.unshare();
         }
         // Unshared now, so `get_mut` succeeds (`make_mut` would inline a clone path that never
         // runs, and the register saves it needs).
-        match &mut self.elems {
-            Some(e) => Arc::get_mut(e).unwrap_or_default(),
-            None => &mut [],
+        match self {
+            Buffer::One(v) => std::slice::from_mut(v),
+            Buffer::Shared { elems: Some(e), .. } => Arc::get_mut(e).unwrap_or_default(),
+            Buffer::Shared { elems: None, .. } => &mut [],
         }
     }
 
@@ -111,15 +141,20 @@ impl<S> Buffer<S> {
     /// The elements (none only mid-drop, where nothing reads them).
     #[inline]
     fn elems(&self) -> &[S] {
-        self.elems.as_deref().unwrap_or(&[])
+        match self {
+            Buffer::One(v) => std::slice::from_ref(v),
+            Buffer::Shared { elems, .. } => elems.as_deref().unwrap_or(&[]),
+        }
     }
 }
 
 impl<S> Drop for Buffer<S> {
     #[inline]
     fn drop(&mut self) {
-        if let Some(elems) = self.elems.take() {
-            (self.give_back)(elems);
+        if let Buffer::Shared { elems, give_back } = self {
+            if let Some(elems) = elems.take() {
+                give_back(elems);
+            }
         }
     }
 }
@@ -370,10 +405,13 @@ impl<S: Scalar> Tensor<S> {
             .map(|(i, &v)| (i, v))
     }
 
-    /// True when the two tensors share one buffer (no copy was made).
+    /// True when the two tensors share one buffer (no copy was made). A one-element tensor holds
+    /// its element itself, so it shares with no other.
     pub fn shares_buffer_with(&self, other: &Self) -> bool {
-        match (&self.data.elems, &other.data.elems) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        match (&self.data, &other.data) {
+            (Buffer::Shared { elems: Some(a), .. }, Buffer::Shared { elems: Some(b), .. }) => {
+                Arc::ptr_eq(a, b)
+            }
             _ => false,
         }
     }

@@ -6,19 +6,20 @@ use tapegrad_tensor::{pool, Shape, Tensor};
 
 #[test]
 fn small_buffers_respect_the_capacity() {
-    let one = Shape::new([1]).unwrap();
+    // Two elements: a one-element tensor holds its element itself and never reaches the pool.
+    let two = Shape::new([2]).unwrap();
     pool::clear::<f32>();
     pool::set_capacity(0);
-    drop(Tensor::<f32>::full(&one, 1.0));
+    drop(Tensor::<f32>::full(&two, 1.0));
     let off = pool::stats::<f32>();
     assert_eq!(off.small_returned, 0);
     assert_eq!(off.held_bytes, 0);
 
-    // Room for exactly two one-element buffers (element bytes plus the two `Arc` counts).
-    let each = std::mem::size_of::<f32>() + 2 * std::mem::size_of::<usize>();
+    // Room for exactly two two-element buffers (element bytes plus the two `Arc` counts).
+    let each = 2 * std::mem::size_of::<f32>() + 2 * std::mem::size_of::<usize>();
     pool::set_capacity(2 * each);
     let ts: Vec<_> = (0..3)
-        .map(|i| Tensor::<f32>::full(&one, i as f32))
+        .map(|i| Tensor::<f32>::full(&two, i as f32))
         .collect();
     drop(ts);
     let held = pool::stats::<f32>();

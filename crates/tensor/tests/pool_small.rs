@@ -32,21 +32,54 @@ fn a_dropped_small_buffer_is_reused_by_the_next_tensor_of_its_length() {
 
 #[test]
 fn a_shared_small_buffer_is_not_recycled_until_its_last_holder_drops_it() {
-    let a = Tensor::<f64>::scalar(4.0);
+    let a = Tensor::<f64>::full(&shape(&[2]), 4.0);
     let b = a.clone();
     assert!(a.shares_buffer_with(&b));
     let before = pool::stats::<f64>();
     drop(a);
     assert_eq!(pool::stats::<f64>().small_returned, before.small_returned);
-    // The surviving holder still reads its value, and a new scalar does not take the buffer.
-    let c = Tensor::<f64>::scalar(7.0);
+    // The surviving holder still reads its values, and a new tensor does not take the buffer.
+    let c = Tensor::<f64>::full(&shape(&[2]), 7.0);
     assert!(!c.shares_buffer_with(&b));
-    assert_eq!(b.item().unwrap(), 4.0);
-    assert_eq!(c.item().unwrap(), 7.0);
+    assert_eq!(b.data(), &[4.0, 4.0]);
+    assert_eq!(c.data(), &[7.0, 7.0]);
     drop(b);
     assert_eq!(
         pool::stats::<f64>().small_returned,
         before.small_returned + 1
+    );
+}
+
+#[test]
+fn one_element_tensors_hold_their_element_and_never_touch_the_pool() {
+    let before = pool::stats::<f32>();
+    let a = Tensor::<f32>::scalar(4.0);
+    let mut b = a.clone();
+    let r = a.reshape(&[1, 1]).unwrap();
+    // A clone or a reshape is a copy of the element, so writing one leaves the others as they were.
+    assert!(!a.shares_buffer_with(&b) && !a.shares_buffer_with(&r));
+    b.data_mut()[0] = -1.5;
+    assert_eq!(
+        (a.item().unwrap(), b.item().unwrap(), r.item().unwrap()),
+        (4.0, -1.5, 4.0)
+    );
+    let made = [
+        Tensor::<f32>::full(&shape(&[1]), 2.0),
+        Tensor::<f32>::new(&[1, 1, 1], vec![3.0]).unwrap(),
+        Tensor::<f32>::from_iter_exact(shape(&[1]), [5.0]).unwrap(),
+        a.map(|v| v + 1.0),
+        a.zip_map(&b, "add", |x, y| x + y).unwrap(),
+    ];
+    let values: Vec<f32> = made.iter().map(|t| t.item().unwrap()).collect();
+    assert_eq!(values, [2.0, 3.0, 5.0, 5.0, 2.5]);
+    assert_eq!(made[1].dims(), &[1, 1, 1]);
+    drop((a, b, r, made));
+    // The inline element costs no room: a tensor is its shape and a shared buffer's handle.
+    assert_eq!(std::mem::size_of::<Tensor<f64>>(), 72);
+    let after = pool::stats::<f32>();
+    assert_eq!(
+        (after.small_reused, after.small_returned),
+        (before.small_reused, before.small_returned)
     );
 }
 

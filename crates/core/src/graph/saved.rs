@@ -534,7 +534,12 @@ pub fn tape_kept_bytes<S: Scalar>(tape: &Tape<S>) -> usize {
 }
 
 fn count_tensor<S: Scalar>(seen: &mut HashSet<(usize, usize)>, t: &Tensor<S>) -> usize {
-    let key = (t.data().as_ptr() as usize, t.numel());
+    // A one-element tensor holds its element itself, so its clones share no buffer address:
+    // they are told apart by value instead (equal scalars then count once).
+    let key = match t.data() {
+        [v] => (v.to_f64().to_bits() as usize, 1),
+        data => (data.as_ptr() as usize, t.numel()),
+    };
     if t.numel() == 0 || !seen.insert(key) {
         0
     } else {

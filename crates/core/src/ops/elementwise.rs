@@ -68,6 +68,18 @@ impl ElementwiseOp {
         !matches!(self, E::Where { .. } | E::Clamp { .. })
     }
 
+    /// Whether this op holds no heap data, so that forgetting it frees nothing that dropping it
+    /// would (`Tape::clear` skips the drop glue of such nodes). Every variant is named, so a
+    /// new one must be decided here.
+    pub(crate) fn holds_no_heap(&self) -> bool {
+        match self {
+            E::Add | E::Sub | E::Mul | E::Div | E::Neg | E::Scale { .. } | E::Abs | E::Sqrt => true,
+            E::Exp | E::Log | E::SafeLog { .. } | E::Sin | E::Cos | E::Pow { .. } => true,
+            E::Clamp { .. } | E::Maximum | E::Minimum => true,
+            E::Where { .. } => false,
+        }
+    }
+
     /// Whether [`ElementwiseOp::vjp_owned`] handles this op.
     pub(crate) fn has_owned_vjp(&self) -> bool {
         matches!(self, E::Add | E::Sub | E::Neg | E::Scale { .. })
@@ -75,14 +87,15 @@ impl ElementwiseOp {
 
     /// The VJP of the linear ops (`has_owned_vjp`) with the cotangent given by value, for a
     /// sweep that no longer needs it: its buffer becomes a contribution (negated or scaled in
-    /// place when unshared) instead of being copied. Pushes the same values, in the same order,
-    /// as `vjp` returns; any other op falls back to `vjp`.
+    /// place when unshared) instead of being copied. Each contribution goes to `emit` with its
+    /// argument's index as soon as it is made (no list to fill and drain), the same values in
+    /// the same order as `vjp` returns; any other op falls back to `vjp`.
     #[inline]
-    pub(crate) fn vjp_owned_into<S: Scalar>(
+    pub(crate) fn vjp_owned<S: Scalar>(
         &self,
         ctx: &VjpContext<'_, S>,
         mut cot: Tensor<S>,
-        out: &mut Grads<S>,
+        emit: &mut impl FnMut(usize, Tensor<S>),
     ) -> Result<()> {
         match self {
             E::Add | E::Sub => {
@@ -93,32 +106,29 @@ impl ElementwiseOp {
                 match (ctx.needs(0), ctx.needs(1)) {
                     (true, true) => {
                         let second = cot.clone();
-                        out.push(Some(fit(cot, &shapes[0], false)?));
-                        out.push(Some(fit(second, &shapes[1], negate)?));
+                        emit(0, fit(cot, &shapes[0], false)?);
+                        emit(1, fit(second, &shapes[1], negate)?);
                     }
-                    (true, false) => {
-                        out.push(Some(fit(cot, &shapes[0], false)?));
-                        out.push(None);
-                    }
-                    (false, true) => {
-                        out.push(None);
-                        out.push(Some(fit(cot, &shapes[1], negate)?));
-                    }
-                    (false, false) => {
-                        out.push(None);
-                        out.push(None);
-                    }
+                    (true, false) => emit(0, fit(cot, &shapes[0], false)?),
+                    (false, true) => emit(1, fit(cot, &shapes[1], negate)?),
+                    (false, false) => {}
                 }
             }
-            E::Neg => out.push(Some(fit(cot, &ctx.input_shapes[0], true)?)),
+            E::Neg => emit(0, fit(cot, &ctx.input_shapes[0], true)?),
             E::Scale { factor } => {
                 let f: S = s(*factor);
                 for v in cot.data_mut() {
                     *v *= f;
                 }
-                out.push(Some(cot));
+                emit(0, cot);
             }
-            _ => *out = self.vjp(ctx, &cot)?,
+            _ => {
+                for (i, g) in self.vjp(ctx, &cot)?.into_iter().enumerate() {
+                    if let Some(g) = g {
+                        emit(i, g);
+                    }
+                }
+            }
         }
         Ok(())
     }

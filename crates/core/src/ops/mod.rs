@@ -180,37 +180,53 @@ impl Op {
         grads
     }
 
-    /// The VJP for a caller that no longer needs the cotangent, written into `out` (a list the
-    /// caller reuses from node to node, so the result is not moved): linear elementwise ops
-    /// turn the cotangent's buffer into their contribution instead of copying it. Same
-    /// contributions and checks as `vjp`; on an error `out` holds nothing to use.
+    /// The VJP for a caller that no longer needs the cotangent, each contribution handed to
+    /// `emit` with its argument's index, in argument order: linear elementwise ops turn the
+    /// cotangent's buffer into their contribution instead of copying it, and give it to `emit`
+    /// as soon as it is made (no list filled and drained per node). Same contributions and
+    /// checks as `vjp`; on an error the caller must discard what `emit` received.
     #[inline]
-    pub(crate) fn vjp_owned_into<S: Scalar>(
+    pub(crate) fn vjp_owned<S: Scalar>(
         &self,
         ctx: &VjpContext<'_, S>,
         cot: Tensor<S>,
-        out: &mut Grads<S>,
+        mut emit: impl FnMut(usize, Tensor<S>),
     ) -> Result<()> {
-        out.clear();
         let op = match self {
             Op::Elementwise(op) if op.has_owned_vjp() => op,
             _ => {
-                *out = self.vjp(ctx, &cot)?;
+                for (i, g) in self.vjp(ctx, &cot)?.into_iter().enumerate() {
+                    if let Some(g) = g {
+                        emit(i, g);
+                    }
+                }
                 return Ok(());
             }
         };
         self.check_cotangent(ctx, &cot)?;
-        op.vjp_owned_into(ctx, cot, out)?;
         // These VJPs give each argument the cotangent itself when the shapes agree and
         // `sum_to` of it (which makes exactly the argument's shape) otherwise, so the check
         // `vjp` runs cannot fail here; debug builds still run it.
         if cfg!(debug_assertions) {
-            self.check_grads(ctx, out)?;
+            let mut grads = Grads::new();
+            grads.resize(ctx.input_shapes.len(), None);
+            op.vjp_owned(ctx, cot, &mut |i, g| {
+                if let Some(slot) = grads.get_mut(i) {
+                    *slot = Some(g);
+                }
+            })?;
+            self.check_grads(ctx, &grads)?;
+            for (i, g) in grads.into_iter().enumerate() {
+                if let Some(g) = g {
+                    emit(i, g);
+                }
+            }
+            return Ok(());
         }
-        Ok(())
+        op.vjp_owned(ctx, cot, &mut emit)
     }
 
-    /// Whether `vjp_owned_into` reuses the cotangent (the linear elementwise ops). Their VJPs
+    /// Whether `vjp_owned` reuses the cotangent (the linear elementwise ops). Their VJPs
     /// read only the argument shapes and which arguments need a gradient, never a saved value.
     #[inline]
     pub(crate) fn has_owned_vjp(&self) -> bool {

@@ -53,6 +53,21 @@ pub struct Node<S> {
     pub rule: Rule<S>,
 }
 
+impl<S> Rule<S> {
+    /// Whether this rule holds no heap data (a plain elementwise op without auxiliary data, the
+    /// most common node of scalar code), so that forgetting it frees nothing dropping it would.
+    #[inline]
+    pub(crate) fn holds_no_heap(&self) -> bool {
+        match self {
+            Rule::Op {
+                op: Op::Elementwise(op),
+                saved: NodeSaved { aux: Aux::None },
+            } => op.holds_no_heap(),
+            _ => false,
+        }
+    }
+}
+
 impl<S: Scalar> Node<S> {
     /// The op's name, `leaf`, or the custom rule's label.
     pub fn op_name(&self) -> String {
@@ -98,16 +113,17 @@ impl<S: Scalar> Tape<S> {
         self.with_vjp_context(node, op.saves(), saved, |ctx| op.vjp(ctx, cot))
     }
 
-    /// As [`Tape::op_vjp`] for a sweep that drops the cotangent afterwards, written into `out`
-    /// (a list the sweep reuses): linear ops reuse the cotangent's buffer (`Op::vjp_owned_into`).
+    /// As [`Tape::op_vjp`] for a sweep that drops the cotangent afterwards: linear ops reuse the
+    /// cotangent's buffer, and each contribution goes to `emit` with its argument's index as
+    /// soon as it is made (`Op::vjp_owned`).
     #[inline]
-    pub(crate) fn op_vjp_owned_into(
+    pub(crate) fn op_vjp_owned(
         &self,
         node: &Node<S>,
         op: &Op,
         saved: &NodeSaved<S>,
         cot: Tensor<S>,
-        out: &mut Grads<S>,
+        emit: impl FnMut(usize, Tensor<S>),
     ) -> Result<()> {
         // The VJPs that take the cotangent by value read only shapes and flags, so their context
         // names no saved value (and skips the `saves` lookup).
@@ -116,7 +132,7 @@ impl<S: Scalar> Tape<S> {
         } else {
             op.saves()
         };
-        self.with_vjp_context(node, saves, saved, |ctx| op.vjp_owned_into(ctx, cot, out))
+        self.with_vjp_context(node, saves, saved, |ctx| op.vjp_owned(ctx, cot, emit))
     }
 
     /// Runs `vjp` on the context of op node `node`: its arguments and output read off the tape

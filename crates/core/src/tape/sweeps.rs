@@ -3,7 +3,6 @@
 //! `backward_from` (reference: every node's VJP runs, zero cotangent or not), plus `one_hot`.
 
 use super::{Rule, Tape};
-use crate::ops::Grads;
 use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
 /// Stores contribution `g` into an empty slot, or adds it onto the slot's value.
@@ -97,8 +96,6 @@ impl<S: Scalar> Tape<S> {
         out: usize,
         keep: impl Fn(usize) -> bool,
     ) -> Result<()> {
-        // The contributions of one op node, reused from node to node (not moved per node).
-        let mut list = Grads::new();
         for id in (0..=out).rev() {
             let node = &self.nodes[id];
             if !node.requires_grad {
@@ -111,23 +108,29 @@ impl<S: Scalar> Tape<S> {
                 // The hot path: the same pairs (`parents` zipped with the VJP's result), order and
                 // errors as the general one below. `op_vjp` checked every parent id and every
                 // contribution's shape against its parent's value, so neither is checked again.
-                let done = if keep(id) {
-                    let grads = self.op_vjp(node, op, saved, &cot);
-                    slots[id] = Some(cot);
-                    grads.map(|g| list = g)
-                } else {
-                    // Nothing reads this cotangent again: the VJP may reuse its buffer.
-                    self.op_vjp_owned_into(node, op, saved, cot, &mut list)
-                };
-                done?;
-                // Drained where they lie (moving the inline list into an iterator copied it),
-                // which leaves the list empty for the next node.
-                for (&pid, g) in node.parents.iter().zip(list.drain(..)) {
-                    if let Some(g) = g {
-                        if self.nodes[pid].requires_grad {
+                // Contribution `i` goes to `parents[i]`, dropped when that parent does not
+                // require grad; an error discards every slot, so what was stored before it is
+                // never read.
+                let nodes = &self.nodes;
+                let parents = &node.parents;
+                let mut give = |i: usize, g: Tensor<S>| {
+                    if let Some(&pid) = parents.get(i) {
+                        if nodes.get(pid).is_some_and(|p| p.requires_grad) {
                             store(slots, pid, g);
                         }
                     }
+                };
+                if keep(id) {
+                    let grads = self.op_vjp(node, op, saved, &cot)?;
+                    for (i, g) in grads.into_iter().enumerate() {
+                        if let Some(g) = g {
+                            give(i, g);
+                        }
+                    }
+                    slots[id] = Some(cot);
+                } else {
+                    // Nothing reads this cotangent again: the VJP may reuse its buffer.
+                    self.op_vjp_owned(node, op, saved, cot, give)?;
                 }
                 continue;
             }
