@@ -88,6 +88,38 @@ fn check<S: Scalar>(case: u64) {
         }
     }
 
+    // The same backward keeping node cotangents: each kept one is the final cotangent of its
+    // slot, which `backprop_all` returns for that slot; inputs and slots that need no gradient
+    // have none to keep (an error).
+    let every = g
+        .backprop_all(&x, g.single(last, &out_seed).unwrap())
+        .unwrap();
+    let needs = g.requires_grad();
+    let n_in = g.inputs().len();
+    let keep: Vec<usize> = (n_in..g.slots()).filter(|&k| needs[k]).collect();
+    let (kept_grads, kept) = compiled
+        .forward(&x)
+        .unwrap()
+        .backward_keeping(&out_seed, &keep)
+        .unwrap();
+    assert_eq!(kept_grads.len(), grads.len(), "{what}");
+    for (&slot, cot) in keep.iter().zip(&kept) {
+        assert!(
+            same_up_to_zero_sign(cot, &every[slot]),
+            "{what}: kept slot {slot}"
+        );
+    }
+    for slot in (0..g.slots()).filter(|&k| k < n_in || !needs[k]) {
+        let refused = compiled
+            .forward(&x)
+            .unwrap()
+            .backward_keeping(&out_seed, &[slot]);
+        assert!(
+            refused.is_err(),
+            "{what}: slot {slot} has no cotangent to keep"
+        );
+    }
+
     // The saved pass keeps no more than an eager tape that differentiates every slot, as its
     // dense backward does. (A tape of frozen inputs may keep less: an op with auxiliary
     // statistics, such as group_norm's mean and rstd, keeps none when no argument needs grad.)

@@ -227,6 +227,13 @@ impl<S: Scalar> SavedGraph<S> {
     /// in sign only, because the first contribution into a slot is stored rather than added to
     /// zero (`0 + (-0)` is `+0`), which saves a pass over every gradient.
     pub fn backward(self, seed: &Tensor<S>) -> Result<Vec<Option<Tensor<S>>>> {
+        let seeds = self.seeds_at_output(seed)?;
+        self.backward_seeded(seeds)
+    }
+
+    /// One seed per slot: `seed` at the last slot (its shape checked against the output's),
+    /// `None` (zeros) elsewhere.
+    fn seeds_at_output(&self, seed: &Tensor<S>) -> Result<Vec<Option<Tensor<S>>>> {
         let g = &self.plan.graph;
         let out = g.last_slot()?;
         let shape = g.shape(out)?;
@@ -242,7 +249,7 @@ impl<S: Scalar> SavedGraph<S> {
         }
         let mut seeds: Vec<Option<Tensor<S>>> = vec![None; g.slots()];
         seeds[out] = Some(seed.clone());
-        self.backward_seeded(seeds)
+        Ok(seeds)
     }
 
     /// As [`SavedGraph::backward`], also returning the final cotangent of each slot in `keep`
@@ -250,19 +257,8 @@ impl<S: Scalar> SavedGraph<S> {
     /// in `keep`'s order. A slot that does not require grad, or is an input, has no such
     /// cotangent: an error.
     pub fn backward_keeping(self, seed: &Tensor<S>, keep: &[usize]) -> Result<GradsAndKept<S>> {
+        let seeds = self.seeds_at_output(seed)?;
         let g = &self.plan.graph;
-        let out = g.last_slot()?;
-        let shape = g.shape(out)?;
-        if seed.shape() != shape {
-            return Err(Error::invalid(
-                CONTEXT,
-                format!(
-                    "the seed has shape {}, but the output has shape {shape}",
-                    seed.shape()
-                ),
-            )
-            .at_node(format!("'{}'", g.name(out)?)));
-        }
         let n_in = g.inputs().len();
         for &slot in keep {
             if slot < n_in || slot >= g.slots() || !self.plan.requires_grad[slot] {
@@ -272,8 +268,6 @@ impl<S: Scalar> SavedGraph<S> {
                 ));
             }
         }
-        let mut seeds: Vec<Option<Tensor<S>>> = vec![None; g.slots()];
-        seeds[out] = Some(seed.clone());
         let mut kept = vec![None; keep.len()];
         let grads = self.run_backward(seeds, keep, &mut kept)?;
         let kept = kept

@@ -72,17 +72,7 @@ impl<S: Scalar> Optimizer<S> {
     /// One update of every trainable tensor of `params` with `grads` (one per trainable tensor,
     /// in order) at learning rate `lr`.
     pub fn step(&mut self, params: &mut ParamSet<S>, grads: &[Tensor<S>], lr: f64) -> Result<()> {
-        let count = params.trainable().count();
-        if grads.len() != count || self.state.len() != count {
-            return Err(Error::invalid(
-                "optimizer",
-                format!(
-                    "{} gradients and {} state entries for {count} trainable tensors",
-                    grads.len(),
-                    self.state.len()
-                ),
-            ));
-        }
+        self.check_count(params, grads.len())?;
         // Every shape is checked before any tensor changes, so an error leaves the step undone.
         for (p, g) in params.trainable().zip(grads) {
             if p.value.shape() != g.shape() {
@@ -124,6 +114,22 @@ impl<S: Scalar> Optimizer<S> {
         Ok(())
     }
 
+    /// An error unless there are as many gradients (`grads`) and state entries as trainable
+    /// tensors.
+    fn check_count(&self, params: &ParamSet<S>, grads: usize) -> Result<()> {
+        let count = params.trainable().count();
+        if grads != count || self.state.len() != count {
+            return Err(Error::invalid(
+                "optimizer",
+                format!(
+                    "{grads} gradients and {} state entries for {count} trainable tensors",
+                    self.state.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// As [`Optimizer::step`] for gradients as a step hands them over. Plain SGD (no momentum,
     /// no weight decay) applies an outer-product gradient in one pass over the parameter,
     /// `p + (-lr) * (rows[i] * cols[j])`, the same roundings in the same order as multiplying it
@@ -138,17 +144,7 @@ impl<S: Scalar> Optimizer<S> {
             let dense = Grad::all_dense(grads)?;
             return self.step(params, &dense, lr);
         }
-        let count = params.trainable().count();
-        if grads.len() != count || self.state.len() != count {
-            return Err(Error::invalid(
-                "optimizer",
-                format!(
-                    "{} gradients and {} state entries for {count} trainable tensors",
-                    grads.len(),
-                    self.state.len()
-                ),
-            ));
-        }
+        self.check_count(params, grads.len())?;
         for (p, g) in params.trainable().zip(&grads) {
             match g {
                 Grad::Dense(g) if p.value.shape() != g.shape() => {
