@@ -69,7 +69,7 @@ impl<S: Scalar> Buffer<S> {
         }
         let mut buf = Buffer::new(pool::take::<S>(len)?);
         if cfg!(debug_assertions) {
-            buf.elems_mut().fill(S::from_f64(f64::NAN));
+            buf.elems_mut().fill(Self::unwritten());
         }
         Some(buf)
     }

@@ -153,6 +153,15 @@ impl<S> Forward<S> {
 /// backward step allocates nothing for the list itself.
 pub type Grads<S> = SmallVec<[Option<Tensor<S>>; 3]>;
 
+/// Hands each present contribution of `grads` to `emit` with its argument's index, in order.
+pub(crate) fn emit_each<S>(grads: Grads<S>, mut emit: impl FnMut(usize, Tensor<S>)) {
+    for (i, g) in grads.into_iter().enumerate() {
+        if let Some(g) = g {
+            emit(i, g);
+        }
+    }
+}
+
 /// What a node of the saved graph (or a standalone VJP call) keeps for its VJP: only what the op's
 /// `saves` asked for, plus shapes. A tape node keeps less: see `tape::NodeSaved`.
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 //! maximum/minimum (ties split the gradient half/half) and `where` with a fixed mask.
 //! Each op's forward, VJP and JVP sit side by side; VJPs sum broadcast axes back with `sum_to`.
 
-use super::{Arity, Forward, Grads, Mask, OpRules, Saves, VjpContext};
+use super::{emit_each, Arity, Forward, Grads, Mask, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::{binary_map, broadcast_shape, broadcast_to, sum_to};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
@@ -122,13 +122,7 @@ impl ElementwiseOp {
                 }
                 emit(0, cot);
             }
-            _ => {
-                for (i, g) in self.vjp(ctx, &cot)?.into_iter().enumerate() {
-                    if let Some(g) = g {
-                        emit(i, g);
-                    }
-                }
-            }
+            _ => emit_each(self.vjp(ctx, &cot)?, emit),
         }
         Ok(())
     }

@@ -12,6 +12,7 @@ pub mod reduce;
 pub mod structure;
 
 pub use activation::{ActivationOp, GeluApproximate};
+pub(crate) use context::emit_each;
 pub use context::{
     ArgShapes, ArgValues, Arity, Aux, Forward, Grads, Mask, Saved, Saves, VjpContext,
 };
@@ -195,11 +196,7 @@ impl Op {
         let op = match self {
             Op::Elementwise(op) if op.has_owned_vjp() => op,
             _ => {
-                for (i, g) in self.vjp(ctx, &cot)?.into_iter().enumerate() {
-                    if let Some(g) = g {
-                        emit(i, g);
-                    }
-                }
+                emit_each(self.vjp(ctx, &cot)?, emit);
                 return Ok(());
             }
         };
@@ -216,11 +213,7 @@ impl Op {
                 }
             })?;
             self.check_grads(ctx, &grads)?;
-            for (i, g) in grads.into_iter().enumerate() {
-                if let Some(g) = g {
-                    emit(i, g);
-                }
-            }
+            emit_each(grads, emit);
             return Ok(());
         }
         op.vjp_owned(ctx, cot, &mut emit)

@@ -3,6 +3,7 @@
 //! `backward_from` (reference: every node's VJP runs, zero cotangent or not), plus `one_hot`.
 
 use super::{Rule, Tape};
+use crate::ops::emit_each;
 use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
 /// Stores contribution `g` into an empty slot, or adds it onto the slot's value.
@@ -113,7 +114,7 @@ impl<S: Scalar> Tape<S> {
                 // never read.
                 let nodes = &self.nodes;
                 let parents = &node.parents;
-                let mut give = |i: usize, g: Tensor<S>| {
+                let give = |i: usize, g: Tensor<S>| {
                     if let Some(&pid) = parents.get(i) {
                         if nodes.get(pid).is_some_and(|p| p.requires_grad) {
                             store(slots, pid, g);
@@ -121,12 +122,7 @@ impl<S: Scalar> Tape<S> {
                     }
                 };
                 if keep(id) {
-                    let grads = self.op_vjp(node, op, saved, &cot)?;
-                    for (i, g) in grads.into_iter().enumerate() {
-                        if let Some(g) = g {
-                            give(i, g);
-                        }
-                    }
+                    emit_each(self.op_vjp(node, op, saved, &cot)?, give);
                     slots[id] = Some(cot);
                 } else {
                     // Nothing reads this cotangent again: the VJP may reuse its buffer.
