@@ -111,8 +111,15 @@ pub trait Scalar:
         }
     }
 
-    /// `dst := (accumulate ? dst : 0) + lhs * rhs` for an m x k by k x n product, each operand given
-    /// by its row stride and column stride in elements.
+    /// `dst := (accumulate ? dst : 0) + scale * (lhs * rhs)` for an m x k by k x n product, each
+    /// operand given by its row stride and column stride in elements.
+    ///
+    /// With `scale` one the bits are those of the plain product (added to `dst`). Otherwise gemm
+    /// folds the scale into its own roundings (on its blocked path each depth block's sum is
+    /// scaled and added in one fused multiply-add, `dst + scale * block`; its small-depth and
+    /// vector paths scale the rhs elements first), so `scale` costs no pass of its own, but the
+    /// result is not `dst + fl(scale * fl(lhs * rhs))` bit for bit. Plain SGD uses it to add
+    /// `-lr` times a linear layer's weight gradient straight into the weight.
     ///
     /// Callers guarantee every index `r * rs + c * cs` addressed by the shapes lies inside its slice;
     /// [`crate::kernels::matmul`] checks this before calling. `threads` caps the threads the
@@ -132,6 +139,7 @@ pub trait Scalar:
         rhs_rs: usize,
         rhs_cs: usize,
         accumulate: bool,
+        scale: Self,
         threads: usize,
     );
 }
@@ -144,7 +152,7 @@ struct BandPtr<T>(*mut T);
 // `&mut` slice it came from stays borrowed (see its use); `T` itself is `Send`.
 unsafe impl<T: Send> Sync for BandPtr<T> {}
 
-/// `dst := (accumulate ? dst : 0) + lhs * rhs` through the `gemm` crate, for an m x n x k product
+/// `dst := (accumulate ? dst : 0) + scale * (lhs * rhs)` through the `gemm` crate, for an m x n x k product
 /// whose operands are given as (pointer, row stride, column stride) and whose `dst` rows are
 /// contiguous (column stride 1). The one place tapegrad calls into `gemm`.
 ///
@@ -155,7 +163,7 @@ unsafe impl<T: Send> Sync for BandPtr<T> {}
 unsafe fn row_major_gemm<S: Scalar>(
     (m, n, k): (usize, usize, usize),
     (dst, dst_rs): (*mut S, usize),
-    accumulate: bool,
+    (accumulate, scale): (bool, S),
     (lhs, lhs_rs, lhs_cs): (*const S, usize, usize),
     (rhs, rhs_rs, rhs_cs): (*const S, usize, usize),
     parallelism: gemm::Parallelism,
@@ -177,8 +185,9 @@ unsafe fn row_major_gemm<S: Scalar>(
             rhs,
             rhs_cs as isize,
             rhs_rs as isize,
+            // gemm's `alpha` scales `dst` (read only when accumulating), `beta` the product.
             S::ONE,
-            S::ONE,
+            scale,
             false,
             false,
             false,
@@ -266,6 +275,7 @@ macro_rules! impl_scalar {
                 rhs_rs: usize,
                 rhs_cs: usize,
                 accumulate: bool,
+                scale: Self,
                 threads: usize,
             ) {
                 if m == 0 || n == 0 {
@@ -323,7 +333,7 @@ macro_rules! impl_scalar {
                                 Box::new(move || {
                                     Self::gemm(
                                         rows, n, k, dst_band, dst_rs, lhs_band, lhs_rs, lhs_cs,
-                                        rhs, rhs_rs, rhs_cs, accumulate, 1,
+                                        rhs, rhs_rs, rhs_cs, accumulate, scale, 1,
                                     )
                                 }) as Box<dyn FnOnce() + Send + '_>
                             })
@@ -362,7 +372,7 @@ macro_rules! impl_scalar {
                                         row_major_gemm(
                                             (m, width, k),
                                             (dst_ptr.0.add(c0), dst_rs),
-                                            accumulate,
+                                            (accumulate, scale),
                                             (lhs.as_ptr(), lhs_rs, lhs_cs),
                                             (rhs_band.as_ptr(), rhs_rs, rhs_cs),
                                             gemm::Parallelism::None,
@@ -384,7 +394,7 @@ macro_rules! impl_scalar {
                     row_major_gemm(
                         (m, n, k),
                         (dst.as_mut_ptr(), dst_rs),
-                        accumulate,
+                        (accumulate, scale),
                         (lhs.as_ptr(), lhs_rs, lhs_cs),
                         (rhs.as_ptr(), rhs_rs, rhs_cs),
                         parallelism,

@@ -1,6 +1,6 @@
 //! The `Scalar::gemm` hook on random shapes (m, n, k from 0 up, odd sizes, strided and transposed
-//! operands, accumulate or not): against a naive triple loop, and bit-identical for every thread
-//! count, including the products large enough that the output is cut into bands of rows or of
+//! operands, accumulate or not, the product scaled by one or by another factor): against a naive
+//! triple loop, and bit-identical for every thread count, including the products large enough that the output is cut into bands of rows or of
 //! columns (written in place between the padding of each row), more bands than threads included.
 
 mod common;
@@ -15,6 +15,8 @@ struct Case {
     trans_lhs: bool,
     trans_rhs: bool,
     accumulate: bool,
+    /// The product's factor (`Scalar::gemm`'s `scale`), rounded to the element type.
+    scale: f64,
 }
 
 /// `dst` (m x n, row stride n + 3, so the padding between rows must stay untouched) after the
@@ -48,6 +50,7 @@ fn run<S: Scalar>(c: &Case, seed: u64, threads: usize) -> (Vec<S>, Vec<f64>) {
         rhs_rs,
         rhs_cs,
         c.accumulate,
+        S::from_f64(c.scale),
         threads,
     );
     let mut want: Vec<f64> = start.iter().map(|v| v.to_f64()).collect();
@@ -59,7 +62,8 @@ fn run<S: Scalar>(c: &Case, seed: u64, threads: usize) -> (Vec<S>, Vec<f64>) {
                 })
                 .sum();
             let slot = &mut want[i * dst_rs + j];
-            *slot = if c.accumulate { *slot + total } else { total };
+            let scaled = S::from_f64(c.scale).to_f64() * total;
+            *slot = if c.accumulate { *slot + scaled } else { scaled };
         }
     }
     (dst, want)
@@ -69,9 +73,10 @@ fn check<S: Scalar>(c: &Case, seed: u64) {
     let tol = if S::DTYPE == DType::F32 { 1e-4 } else { 1e-12 };
     let (one, want) = run::<S>(c, seed, 1);
     for (i, (g, w)) in one.iter().zip(&want).enumerate() {
-        let scale = 1.0 + (c.k as f64).sqrt();
+        // The product's rounding grows with its depth and with the factor it is scaled by.
+        let size = 1.0 + c.scale.abs() * (c.k as f64).sqrt();
         assert!(
-            (g.to_f64() - w).abs() <= tol * scale,
+            (g.to_f64() - w).abs() <= tol * size,
             "element {i}: {g} vs {w}, m {} n {} k {}",
             c.m,
             c.n,
@@ -82,13 +87,14 @@ fn check<S: Scalar>(c: &Case, seed: u64) {
         let (many, _) = run::<S>(c, seed, threads);
         assert!(
             same_bits(&one, &many),
-            "{threads} threads differ from 1: m {} n {} k {} trans {} {} acc {}",
+            "{threads} threads differ from 1: m {} n {} k {} trans {} {} acc {} scale {}",
             c.m,
             c.n,
             c.k,
             c.trans_lhs,
             c.trans_rhs,
-            c.accumulate
+            c.accumulate,
+            c.scale
         );
     }
 }
@@ -137,6 +143,8 @@ fn random_shapes_match_the_naive_product_on_every_thread_count() {
             trans_lhs: next(2) == 1,
             trans_rhs: next(2) == 1,
             accumulate: next(2) == 1,
+            // A negative learning rate's worth, as plain SGD's fused update passes, or one.
+            scale: [1.0, -0.037, 2.5][next(3)],
         };
         check::<f32>(&c, i as u64 * 10);
         check::<f64>(&c, i as u64 * 10 + 5);
@@ -164,6 +172,7 @@ fn long_sides_cut_into_more_bands_than_threads_keep_the_bits() {
                 trans_lhs,
                 trans_rhs: i % 2 == 1,
                 accumulate: i >= 2,
+                scale: if trans_lhs { -0.01 } else { 1.0 },
             };
             let seed = 1000 + i as u64 * 10 + trans_lhs as u64;
             check::<f32>(&c, seed);

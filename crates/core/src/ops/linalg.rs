@@ -252,6 +252,7 @@ fn linear_rows<S: Scalar>(
             1,
             inn,
             true,
+            S::ONE,
             tapegrad_tensor::kernels::num_threads(),
         );
     }))
@@ -300,6 +301,7 @@ fn linear_rows_transposed<S: Scalar>(
             1,
             inn,
             true,
+            S::ONE,
             tapegrad_tensor::kernels::num_threads(),
         );
     });
@@ -309,10 +311,21 @@ fn linear_rows_transposed<S: Scalar>(
 /// The weight gradient `g^T x` of linear, `(out, in)` from `g` `(rows, out)` and `x` `(rows,
 /// in)`. One row (a batch of one) is an outer product, a vectorised loop instead of a GEMM
 /// with k = 1 (packing, edge kernels); each element is the single rounded product the GEMM
-/// stores, sign of zero included (a test checks the bits).
-fn linear_weight_grad<S: Scalar>(g2: &Tensor<S>, x2: &Tensor<S>) -> Result<Tensor<S>> {
+/// stores, sign of zero included (a test checks the bits). Public so that a gradient handed over
+/// as these two factors (`tapegrad_nn::Grad::Outer`) is multiplied out with these very bits.
+pub fn linear_weight_grad<S: Scalar>(g2: &Tensor<S>, x2: &Tensor<S>) -> Result<Tensor<S>> {
+    if g2.rank() != 2 || x2.rank() != 2 || g2.dims()[0] != x2.dims()[0] {
+        return Err(Error::invalid(
+            "linear",
+            format!(
+                "a weight gradient needs (rows, out) and (rows, in) factors, found {} and {}",
+                g2.shape(),
+                x2.shape()
+            ),
+        ));
+    }
     let (rows, out, inn) = (g2.dims()[0], g2.dims()[1], x2.dims()[1]);
-    if rows != 1 || x2.dims()[0] != 1 {
+    if rows != 1 {
         return batched_matmul(g2, true, x2, false);
     }
     // Every (row, column) product is written, so a recycled buffer needs no zeroing.

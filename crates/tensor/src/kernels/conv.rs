@@ -427,6 +427,7 @@ fn conv2d_forward_on<S: Scalar>(
                         l,
                         1,
                         false,
+                        S::ONE,
                         gemm_threads,
                     );
                 }
@@ -504,6 +505,7 @@ fn conv2d_grad_input_on<S: Scalar>(
                             l,
                             1,
                             false,
+                            S::ONE,
                             gemm_threads,
                         );
                     } else {
@@ -520,6 +522,7 @@ fn conv2d_grad_input_on<S: Scalar>(
                             l,
                             1,
                             false,
+                            S::ONE,
                             gemm_threads,
                         );
                         geo.col2im(&col, dxs);
@@ -637,6 +640,7 @@ fn conv2d_grad_weight_on<S: Scalar>(
                     1,
                     l,
                     n > 0,
+                    S::ONE,
                     gemm_threads,
                 );
             }

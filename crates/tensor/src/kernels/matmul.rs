@@ -336,6 +336,7 @@ pub fn batched_matmul<S: Scalar>(
                 b_rs,
                 b_cs,
                 false,
+                S::ONE,
                 threads,
             );
         })
