@@ -80,6 +80,12 @@ fn same_seed_gives_identical_bits_and_other_seeds_differ() {
     for cfg in [
         config(DataSource::Digits, "adam", 1e-3, 0.2, 5),
         config(DataSource::AutoMpg, "sgd", 0.05, 0.0, 5),
+        // Plain SGD without clipping: the trainer's factored gradients and fused GEMM update.
+        TrainConfig {
+            optimizer: plain_sgd(0.05),
+            clip_norm: None,
+            ..config(DataSource::Digits, "sgd", 0.05, 0.1, 5)
+        },
     ] {
         let mut a = trainer::<f32>(&cfg);
         let mut b = trainer::<f32>(&cfg);
@@ -171,6 +177,24 @@ fn eager_and_compiled_backends_give_identical_bits() {
                 ..config(DataSource::Digits, "sgd", 0.05, 0.0, 24)
             },
             false,
+        ),
+        // Plain SGD without clipping: factored first-layer gradients, applied by the fused GEMM
+        // update (batches of 50 and the short last one), in both element types.
+        (
+            TrainConfig {
+                optimizer: plain_sgd(0.05),
+                clip_norm: None,
+                ..config(DataSource::Digits, "sgd", 0.05, 0.1, 26)
+            },
+            false,
+        ),
+        (
+            TrainConfig {
+                optimizer: plain_sgd(0.05),
+                clip_norm: None,
+                ..config(DataSource::AutoMpg, "sgd", 0.05, 0.0, 27)
+            },
+            true,
         ),
         // Fewer rows than outputs: linear runs as the transposed product (W x^T)^T.
         (
@@ -308,30 +332,67 @@ fn sgd_run<S: Scalar>(
     (params, outer, first)
 }
 
+fn plain_sgd(lr: f64) -> OptimizerConfig {
+    OptimizerConfig::Sgd {
+        lr,
+        momentum: 0.0,
+        dampening: 0.0,
+        nesterov: false,
+        weight_decay: 0.0,
+    }
+}
+
 #[test]
-fn factored_gradients_give_the_dense_steps_bits() {
+fn factored_gradients_multiply_out_to_the_dense_ones_and_step_alike_on_both_backends() {
     fn check<S: Scalar>() {
-        let plain = OptimizerConfig::Sgd {
-            lr: 0.05,
-            momentum: 0.0,
-            dampening: 0.0,
-            nesterov: false,
-            weight_decay: 0.0,
-        };
+        let plain = plain_sgd(0.05);
         let momentum = OptimizerConfig::by_name("sgd", 0.05).unwrap();
+        let mut fused_by_backend = Vec::new();
         for kind in [BackendKind::Eager, BackendKind::Compiled] {
-            for (rows, optimizer) in [(1, plain), (1, momentum), (3, plain)] {
-                let what = format!("{} {rows} rows {}", kind.name(), optimizer.name());
+            // More than one row: plain SGD applies the factors as one GEMM into the weight.
+            for (rows, optimizer) in [
+                (1, plain),
+                (1, momentum),
+                (3, plain),
+                (3, momentum),
+                (40, plain),
+            ] {
+                let what = format!(
+                    "{} {} {rows} rows {}",
+                    S::DTYPE,
+                    kind.name(),
+                    optimizer.name()
+                );
                 let (dense, none, dense_first) = sgd_run::<S>(kind, rows, optimizer, false);
                 let (fused, outer, fused_first) = sgd_run::<S>(kind, rows, optimizer, true);
                 assert_eq!(none, 0, "{what}: factored gradients though not asked for");
-                // One row: the first layer's weight (it reads the batch) every step, no other.
-                assert_eq!(outer, if rows == 1 { 6 } else { 0 }, "{what}");
+                // The first layer's weight (it reads the batch) every step, no other.
+                assert_eq!(outer, 6, "{what}");
+                // Multiplied out with linear's own kernel: the dense gradient's bits.
                 assert_eq!(fused_first, dense_first, "{what}: first gradients differ");
-                assert_eq!(fused, dense, "{what}: parameters differ");
+                // One row, or a rule that multiplies the factors out: the dense step's bits.
+                // (More rows under plain SGD: the fused GEMM update, checked against the dense
+                // step within its rounding bound in `fused_sgd_update_is_the_dense_step_within_rounding`.)
+                if rows == 1 || optimizer != plain {
+                    assert_eq!(fused, dense, "{what}: parameters differ");
+                } else {
+                    fused_by_backend.push((rows, fused.clone()));
+                }
                 let (start, _, _) = sgd_run::<S>(kind, rows, optimizer, false);
-                assert_eq!(start, dense, "{what}: runs are not repeatable");
+                assert_eq!(start, dense, "{what}: dense runs are not repeatable");
+                let (again, _, _) = sgd_run::<S>(kind, rows, optimizer, true);
+                assert_eq!(again, fused, "{what}: factored runs are not repeatable");
             }
+        }
+        // The fused GEMM update takes the same path on both backends: the same bits.
+        let (eager, compiled) = fused_by_backend.split_at(fused_by_backend.len() / 2);
+        assert_eq!(eager.len(), 2);
+        for ((rows, e), (_, c)) in eager.iter().zip(compiled) {
+            assert!(
+                e == c,
+                "{} {rows} rows: eager and compiled fused steps differ",
+                S::DTYPE
+            );
         }
         // The fused steps moved the first weight.
         let untouched = Model::<S>::new(
@@ -345,22 +406,150 @@ fn factored_gradients_give_the_dense_steps_bits() {
             11,
         )
         .unwrap();
-        let (fused, _, _) = sgd_run::<S>(BackendKind::Eager, 1, plain, true);
-        assert_ne!(
-            fused[0],
-            untouched
-                .params
-                .iter()
-                .next()
-                .unwrap()
-                .value
-                .data()
-                .iter()
-                .map(|v| v.to_f64().to_bits())
-                .collect::<Vec<_>>(),
-            "the fused step left the first weight as it was"
-        );
+        let first_weight: Vec<u64> = untouched
+            .params
+            .iter()
+            .next()
+            .unwrap()
+            .value
+            .data()
+            .iter()
+            .map(|v| v.to_f64().to_bits())
+            .collect();
+        for rows in [1, 3] {
+            let (fused, _, _) = sgd_run::<S>(BackendKind::Eager, rows, plain, true);
+            assert_ne!(
+                fused[0], first_weight,
+                "{rows} rows: the fused step left the first weight as it was"
+            );
+        }
     }
     check::<f32>();
     check::<f64>();
+}
+
+/// `gamma(n) = n u / (1 - n u)`, u the unit roundoff (half the machine epsilon): the relative
+/// error bound of a sum whose terms each went through at most `n` roundings (Higham, Accuracy
+/// and Stability of Numerical Algorithms, 3.1 and 3.5).
+fn gamma<S: Scalar>(n: usize) -> f64 {
+    let u = match S::DTYPE {
+        tapegrad_tensor::DType::F32 => f32::EPSILON as f64 / 2.0,
+        tapegrad_tensor::DType::F64 => f64::EPSILON / 2.0,
+    };
+    let nu = n as f64 * u;
+    nu / (1.0 - nu)
+}
+
+/// Plain SGD applies a factored gradient of `B > 1` rows as one GEMM into the weight, which
+/// rounds differently from the dense step `fl(p + fl(fl(-lr) * g))`; this checks the difference
+/// against the bound below, on random shapes (around gemm's kernel paths: depth 2, one output
+/// row or column, small and blocked products) and values, so a wrong transposition, sign or
+/// scale fails by far.
+///
+/// The bound. Write `a = fl(-lr)` (both steps use it) and `t_b = rows[b, i] * cols[b, j]`. The
+/// dense step computes `g = sum_b t_b` with every term rounded at most `B` times (its product and
+/// up to `B - 1` additions, or fused multiply-adds), then rounds `a * g` and `p + a g`: each term
+/// `a t_b` of `p + sum_b a t_b` reaches the result through at most `B + 2` roundings, `p` through
+/// one. The fused step rounds each term at most `B + 2` times on every gemm 0.19 path too: the
+/// blocked and small-product kernels sum a depth block of `k_1` terms (`k_1` roundings), store
+/// `fma(a, acc, p)` (one; two where the store is not fused) and add the later blocks on top
+/// (one each, with `k_1 + blocks - 1 <= B`); the depth-2 and vector kernels scale the rhs element
+/// first (one) and fold each term in with a fused multiply-add (at most `B`); `p` itself goes
+/// through at most `B` roundings. So both results are within `gamma(B + 2) * (|p| + |a| *
+/// sum_b |t_b|)` of the exact `p + a sum_b t_b`, and within twice that of each other. The same
+/// bound holds between the fused step and the exact value computed in f64 (exact for f32 factors;
+/// for f64 the reference's own rounding is within the same `gamma(B + 2)` bound).
+#[test]
+fn fused_sgd_update_is_the_dense_step_within_rounding() {
+    use rand::{Rng, SeedableRng};
+    use tapegrad_nn::{Grad, Optimizer, ParamKind, ParamSet};
+    use tapegrad_tensor::Tensor;
+    fn check<S: Scalar>(rng: &mut rand_chacha::ChaCha8Rng) {
+        // (B, out, in): depth 2 (gemm's gevv), one output row or column (its gemv), both sides
+        // <= 64 with m * n <= 256 or not (small-product kernels), and the blocked kernel.
+        let mut shapes = vec![
+            (2, 7, 9),
+            (5, 1, 33),
+            (6, 40, 1),
+            (9, 12, 20),
+            (33, 64, 70),
+            (70, 130, 90),
+        ];
+        for _ in 0..10 {
+            shapes.push((
+                rng.random_range(2..=80),
+                rng.random_range(1..=150),
+                rng.random_range(1..=150),
+            ));
+        }
+        for (batch, out, inn) in shapes {
+            let mut uniform = |n: usize| -> Vec<S> {
+                (0..n)
+                    .map(|_| S::from_f64(rng.random_range(-1.0..1.0)))
+                    .collect()
+            };
+            let (p0, rows, cols) = (
+                uniform(out * inn),
+                uniform(batch * out),
+                uniform(batch * inn),
+            );
+            let lr = rng.random_range(0.05..2.0);
+            let what = format!("{} B {batch} out {out} in {inn} lr {lr}", S::DTYPE);
+            let tensor = |dims: &[usize], v: &[S]| Tensor::new(dims, v.to_vec()).unwrap();
+            let grad = Grad::Outer {
+                rows: tensor(&[batch, out], &rows),
+                cols: tensor(&[batch, inn], &cols),
+            };
+            let stepped = |grad: Option<Grad<S>>| -> Vec<S> {
+                let mut params = ParamSet::new();
+                params
+                    .add("w", tensor(&[out, inn], &p0), ParamKind::Trainable)
+                    .unwrap();
+                let mut opt = Optimizer::new(plain_sgd(lr), &params).unwrap();
+                match grad {
+                    Some(g) => opt.step_grads(&mut params, vec![g], lr).unwrap(),
+                    None => {
+                        let dense = Grad::Outer {
+                            rows: tensor(&[batch, out], &rows),
+                            cols: tensor(&[batch, inn], &cols),
+                        };
+                        opt.step(&mut params, &[dense.into_dense().unwrap()], lr)
+                            .unwrap()
+                    }
+                }
+                let stepped = params.trainable().next().unwrap().value.data().to_vec();
+                stepped
+            };
+            let fused = stepped(Some(grad));
+            let dense = stepped(None);
+            let a = S::from_f64(-lr).to_f64();
+            let bound = 2.0 * gamma::<S>(batch + 2);
+            let mut moved = 0;
+            for i in 0..out {
+                for j in 0..inn {
+                    let e = i * inn + j;
+                    let terms =
+                        (0..batch).map(|b| rows[b * out + i].to_f64() * cols[b * inn + j].to_f64());
+                    let magnitude: f64 = terms.clone().map(f64::abs).sum();
+                    let exact = p0[e].to_f64() + a * terms.sum::<f64>();
+                    let size = p0[e].to_f64().abs() + a.abs() * magnitude;
+                    let (f, d) = (fused[e].to_f64(), dense[e].to_f64());
+                    assert!(
+                        (f - d).abs() <= bound * size,
+                        "{what}: ({i}, {j}) fused {f} dense {d}"
+                    );
+                    assert!(
+                        (f - exact).abs() <= bound * size,
+                        "{what}: ({i}, {j}) fused {f} exact {exact}"
+                    );
+                    moved += usize::from(d != p0[e].to_f64());
+                }
+            }
+            // The steps did something for the bound to be about.
+            assert!(moved * 2 > out * inn, "{what}: {moved} elements moved");
+        }
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    check::<f32>(&mut rng);
+    check::<f64>(&mut rng);
 }

@@ -2,10 +2,11 @@
 //! thread's run ends: on tensors of ragged sizes (one past the split threshold, some tiny, one
 //! empty, a buffer in between that is not trained), every configuration (plain, weight decay,
 //! momentum with and without Nesterov and dampening) gives the bits of the scalar formula, applied
-//! tensor by tensor, on 1 to 4 threads, over steps that create and then reuse the momentum buffer.
+//! tensor by tensor, on 1 to 4 threads, over steps that create and then reuse the momentum buffer;
+//! plain SGD's fused update by factored gradients gives the same bits on every thread count.
 
 use tapegrad_nn::params::ParamKind;
-use tapegrad_nn::{Optimizer, OptimizerConfig, ParamSet};
+use tapegrad_nn::{Grad, Optimizer, OptimizerConfig, ParamSet};
 use tapegrad_tensor::kernels::set_num_threads;
 use tapegrad_tensor::Tensor;
 
@@ -150,4 +151,100 @@ fn a_wrong_gradient_shape_changes_no_tensor() {
     let after: Vec<Vec<f32>> = set.trainable().map(|p| p.value.data().to_vec()).collect();
     assert!(after == before, "no tensor changed");
     assert_eq!(opt.steps(), 0, "the failed step is not counted");
+}
+
+/// A factored gradient `rows^T cols` of `(batch, out)` and `(batch, in)` factors for an
+/// `(out, in)` parameter.
+fn factored(batch: usize, out: usize, inn: usize, salt: usize) -> Grad<f32> {
+    let t = |rows: usize, cols: usize, salt: usize| {
+        let v = (0..rows * cols).map(|i| value(i, salt)).collect();
+        Tensor::new(&[rows, cols], v).unwrap()
+    };
+    Grad::Outer {
+        rows: t(batch, out, salt),
+        cols: t(batch, inn, salt + 1),
+    }
+}
+
+#[test]
+fn fused_factored_update_gives_the_same_bits_on_every_thread_count() {
+    // The MLP's first layer at batch 32 (a product large enough to be cut into bands on 2 or
+    // more threads), next to a dense gradient and a one-row factored one.
+    let config = OptimizerConfig::Sgd {
+        lr: 0.05,
+        momentum: 0.0,
+        dampening: 0.0,
+        nesterov: false,
+        weight_decay: 0.0,
+    };
+    let run = |threads: usize| -> Vec<Vec<u32>> {
+        set_num_threads(threads);
+        let mut set = ParamSet::new();
+        for (name, dims) in [("w1", [256, 784]), ("w2", [10, 40]), ("w3", [16, 9])] {
+            let v = (0..dims[0] * dims[1]).map(|i| value(i, 3)).collect();
+            set.add(name, Tensor::new(&dims, v).unwrap(), ParamKind::Trainable)
+                .unwrap();
+        }
+        let mut opt = Optimizer::new(config, &set).unwrap();
+        for step in 0..2 {
+            let dense = Tensor::new(&[10, 40], (0..400).map(|i| value(i, step)).collect());
+            let grads = vec![
+                factored(32, 256, 784, step),
+                Grad::Dense(dense.unwrap()),
+                factored(1, 16, 9, step),
+            ];
+            opt.step_grads(&mut set, grads, 0.05).unwrap();
+        }
+        set.trainable()
+            .map(|p| p.value.data().iter().map(|v| v.to_bits()).collect())
+            .collect()
+    };
+    let one = run(1);
+    for threads in 2..=4 {
+        assert!(run(threads) == one, "{threads} threads differ from one");
+    }
+    set_num_threads(1);
+}
+
+#[test]
+fn a_factored_gradient_of_the_wrong_shape_changes_no_tensor() {
+    let plain = OptimizerConfig::Sgd {
+        lr: 0.1,
+        momentum: 0.0,
+        dampening: 0.0,
+        nesterov: false,
+        weight_decay: 0.0,
+    };
+    for config in [plain, OptimizerConfig::by_name("adam", 0.1).unwrap()] {
+        for (bad, says) in [
+            // Its product is 5 x 9, the parameter 16 x 9.
+            (factored(4, 5, 9, 0), "[16, 9]"),
+            // Factors with 4 and 3 rows have no product.
+            (
+                Grad::Outer {
+                    rows: Tensor::new(&[4, 16], vec![1.0; 64]).unwrap(),
+                    cols: Tensor::new(&[3, 9], vec![1.0; 27]).unwrap(),
+                },
+                "[3, 9]",
+            ),
+        ] {
+            let mut set = ParamSet::new();
+            for (name, dims) in [("a", [8, 8]), ("w", [16, 9])] {
+                let v = (0..dims[0] * dims[1]).map(|i| value(i, 5)).collect();
+                set.add(name, Tensor::new(&dims, v).unwrap(), ParamKind::Trainable)
+                    .unwrap();
+            }
+            let before: Vec<Vec<f32>> = set.trainable().map(|p| p.value.data().to_vec()).collect();
+            let mut opt = Optimizer::new(config, &set).unwrap();
+            let grads = vec![factored(3, 8, 8, 1), bad];
+            let err = opt
+                .step_grads(&mut set, grads, 0.1)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("optimizer") && err.contains(says), "{err}");
+            let after: Vec<Vec<f32>> = set.trainable().map(|p| p.value.data().to_vec()).collect();
+            assert!(after == before, "{}: no tensor changed", config.name());
+            assert_eq!(opt.steps(), 0, "the failed step is not counted");
+        }
+    }
 }

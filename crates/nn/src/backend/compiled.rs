@@ -43,7 +43,8 @@ struct Plan {
     graph: CompiledGraph,
     sources: Vec<Source>,
     /// `(param index, linear node slot)` for each weight whose gradient is handed over as the
-    /// outer product of that node's cotangent and the batch (its input requires no grad here).
+    /// factors of `rows^T cols`: that node's cotangent and the batch (the weight input requires
+    /// no grad here).
     outer: Vec<(usize, usize)>,
 }
 
@@ -70,7 +71,9 @@ impl<S: Scalar> Compiled<S> {
 
     fn plan(&mut self, model: &Model<S>, x: &Tensor<S>, mode: Mode) -> NnResult<usize> {
         let rows = x.dims().first().copied().unwrap_or(0);
-        let factored = self.factored && mode == Mode::Train;
+        // Anomaly mode gets every gradient dense, as the eager backend hands them then (for more
+        // than one row plain SGD's fused update has other bits than the dense step).
+        let factored = self.factored && !self.detect_anomaly && mode == Mode::Train;
         if let Some(i) = self
             .plans
             .iter()
@@ -136,12 +139,12 @@ fn trace<S: Scalar>(
                 .nth(i)
                 .is_some_and(|p| p.kind == ParamKind::Trainable)
     };
-    // (param index, tape id of its linear node) for the weights handed over as outer products.
+    // (param index, tape id of its linear node) for the weights handed over factored.
     let outer_ids: Vec<(usize, usize)> = if factored {
         (0..param_ids.len())
             .filter(|&i| trainable(i))
             .filter_map(|i| {
-                let node = outer_product_user(nodes, param_ids[i], xv.id(), x)?;
+                let node = outer_product_user(nodes, param_ids[i], xv.id())?;
                 let bias = nodes[node].parents[2];
                 param_ids
                     .iter()
@@ -234,6 +237,10 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
         let dout = self.session.backward_all(loss, &seed)?.swap_remove(o.id());
         let keep: Vec<usize> = plan.outer.iter().map(|&(_, slot)| slot).collect();
         let (input_grads, mut kept) = saved.backward_keeping(&dout, &keep)?;
+        // An all-zero cotangent makes the eager backend take the dense step (its sweep may have
+        // skipped the linear), so here too every factored gradient is multiplied out then, with
+        // linear's own kernel: the dense gradients' bits, and the same step as eager's.
+        let dense_step = kept.iter().any(|c| c.data().iter().all(|&v| v == S::ZERO));
         // Sized up front: a grown list of a few gradients would already reach the pool's sizes.
         let trainable = model.params.trainable().count();
         let mut grads = Vec::with_capacity(trainable);
@@ -244,9 +251,13 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
             if let Some(j) = plan.outer.iter().position(|&(i, _)| i == k) {
                 // The linear's weight VJP would multiply exactly these two out.
                 let rows = std::mem::replace(&mut kept[j], Tensor::scalar(S::ZERO));
-                grads.push(Grad::Outer {
+                let outer = Grad::Outer {
                     rows,
                     cols: batch.x.clone(),
+                };
+                grads.push(match dense_step {
+                    true => Grad::Dense(outer.into_dense()?),
+                    false => outer,
                 });
                 continue;
             }
@@ -261,7 +272,7 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
         }
         if let Some(rng) = replay_rng {
             let loss_tensor = Tensor::scalar(S::from_f64(loss_value));
-            // Factored gradients are multiplied out here: anomaly mode is not the fast path.
+            // Anomaly mode traces its plan without factored gradients.
             let dense = Grad::all_dense(grads.clone())?;
             let checked = [("the outputs", &outputs), ("the loss", &loss_tensor)];
             let named_grads = model

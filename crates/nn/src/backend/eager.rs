@@ -1,8 +1,8 @@
 //! The eager backend: each step resets one session, records the forward pass and the loss on its
 //! tape, and runs the executed sweep (`backward_all`) for the parameters' gradients. In anomaly
 //! mode the session's tape checks every value it records and every backward contribution. Asked
-//! for factored gradients, it records the weights of linears that read a one-row batch as
-//! constants and hands each one's gradient as its linear's cotangent and the batch.
+//! for factored gradients, it records the weights of linears that read the batch as constants
+//! and hands each one's gradient as its linear's cotangent and the batch (`Grad::Outer`).
 
 use super::{outer_product_user, record_loss, Backend, BackendKind, StepOutput};
 use crate::data::Batch;
@@ -24,7 +24,7 @@ pub struct Eager<S> {
     detect_anomaly: bool,
     factored: bool,
     /// The batch shape last stepped with factored gradients and the trainable tensors (indices in
-    /// the `ParamSet`) whose gradients were outer products for it.
+    /// the `ParamSet`) whose gradients were factored for it.
     outer: Option<(Shape, Vec<usize>)>,
 }
 
@@ -69,20 +69,21 @@ impl<S: Scalar> Backend<S> for Eager<S> {
         rng: ChaCha8Rng,
     ) -> NnResult<StepOutput<S>> {
         let x = &batch.x;
-        let one_row = x.dims().last().is_some_and(|&n| n == x.numel());
         // Anomaly mode checks every gradient the sweep makes, so it gets them all dense.
-        if !self.factored || self.detect_anomaly || !one_row {
+        if !self.factored || self.detect_anomaly {
             return self.dense_step(model, batch, rng);
         }
         let mut constants = match &self.outer {
             Some((shape, list)) if shape == x.shape() => list.clone(),
-            // First try: every trainable matrix the batch could be multiplied by.
+            // First try: every trainable matrix the batch's rows could be multiplied by.
             _ => model
                 .params
                 .iter()
                 .enumerate()
                 .filter(|(_, p)| {
-                    p.kind == ParamKind::Trainable && p.value.dims().get(1) == Some(&x.numel())
+                    p.kind == ParamKind::Trainable
+                        && p.value.rank() == 2
+                        && p.value.dims().get(1) == x.dims().last()
                 })
                 .map(|(i, _)| i)
                 .collect(),
@@ -165,9 +166,9 @@ impl<S: Scalar> Eager<S> {
     }
 
     /// The step with the trainable tensors at `constants` recorded as constants, each of which
-    /// must be the weight of a linear that reads the batch (one row): its gradient is then
-    /// `Grad::Outer` of that linear's final cotangent and the batch, the two factors its VJP
-    /// would have multiplied. Should a weight be used otherwise, or a linear's cotangent be all
+    /// must be the weight of a linear that reads the batch: its gradient is then `Grad::Outer`
+    /// of that linear's final cotangent and the batch, the two factors its VJP would have
+    /// multiplied. Should a weight be used otherwise, or a linear's cotangent be all
     /// zeros (the sweep may have skipped it, and then the dense gradient is zeros, not the
     /// product), the step is retaken.
     fn outer_step(
@@ -188,7 +189,7 @@ impl<S: Scalar> Eager<S> {
         let linears: Vec<Option<usize>> = constants
             .iter()
             .map(|&i| {
-                outer_product_user(tape.nodes(), vars[i].id(), x.id(), &batch.x)
+                outer_product_user(tape.nodes(), vars[i].id(), x.id())
                     .filter(|&id| tape.nodes()[id].requires_grad)
             })
             .collect();

@@ -84,9 +84,15 @@ pub trait Backend<S: Scalar> {
     /// node that made it (see `tapegrad_core::tape` anomaly mode). Off by default; off, it costs
     /// one branch per step.
     fn set_detect_anomaly(&mut self, on: bool);
-    /// Whether a step may hand the weight gradient of a linear layer that reads the batch, one
-    /// row, as its outer-product factors (`Grad::Outer`) instead of multiplying it out, for
-    /// `Optimizer::step_grads` to apply in one pass. Off by default: every gradient dense.
+    /// Whether a step may hand the weight gradient of a linear layer that reads the batch as its
+    /// two factors (`Grad::Outer`: the layer's output cotangent and the batch) instead of
+    /// multiplying it out, for `Optimizer::step_grads` to apply without writing it. Off by
+    /// default: every gradient dense. Only worth it for plain SGD (any other rule multiplies the
+    /// factors out again). For a one-row batch the parameters keep the dense step's bits; for
+    /// more rows plain SGD's fused GEMM update rounds differently from the dense step (within a
+    /// few roundings, see `Optimizer::step_grads`), the same way on both backends, which still
+    /// agree bit for bit. A step that cannot hand the factors over (the weight is used another
+    /// way, anomaly mode, an all-zero cotangent) hands the dense gradient.
     fn set_factored_grads(&mut self, on: bool);
 }
 
@@ -121,16 +127,15 @@ pub fn record_loss<S: Scalar>(
     }
 }
 
-/// The tape id of the node through which weight `w`'s whole gradient is an outer product of a
-/// cotangent and the batch: `w`'s only use is as the weight of a linear with a bias whose input is
-/// the batch `x` (leaf `x_id`), one row. `None` when the model uses `w` any other way.
+/// The tape id of the node through which weight `w`'s whole gradient is `rows^T cols` of that
+/// node's cotangent and the batch: `w`'s only use is as the weight of a linear with a bias whose
+/// input is the batch (leaf `x_id`), of any number of rows. `None` when the model uses `w` any
+/// other way.
 pub(crate) fn outer_product_user<S: Scalar>(
     nodes: &[Node<S>],
     w: usize,
     x_id: usize,
-    x: &Tensor<S>,
 ) -> Option<usize> {
-    let one_row = x.dims().last().is_some_and(|&n| n == x.numel());
     let mut users = nodes
         .iter()
         .enumerate()
@@ -147,5 +152,5 @@ pub(crate) fn outer_product_user<S: Scalar>(
         && node.parents[0] == x_id
         && node.parents[1] == w
         && node.parents[2] != w;
-    (one_row && users.next().is_none() && is_linear && wired).then_some(id)
+    (users.next().is_none() && is_linear && wired).then_some(id)
 }

@@ -15,7 +15,7 @@ mod simd;
 
 pub use config::OptimizerConfig;
 
-use crate::grad::{outer_mismatch, Grad};
+use crate::grad::{outer_mismatch, Grad, OuterDims};
 use crate::params::ParamSet;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
@@ -130,10 +130,21 @@ impl<S: Scalar> Optimizer<S> {
         Ok(())
     }
 
-    /// As [`Optimizer::step`] for gradients as a step hands them over. Plain SGD (no momentum,
-    /// no weight decay) applies an outer-product gradient in one pass over the parameter,
-    /// `p + (-lr) * (rows[i] * cols[j])`, the same roundings in the same order as multiplying it
-    /// out and stepping, so the same bits; every other rule gets the dense gradients.
+    /// As [`Optimizer::step`] for gradients as a step hands them over. Every rule but plain SGD
+    /// (no momentum, no weight decay) gets the dense gradients (`Grad::into_dense`). Plain SGD
+    /// applies a factored gradient `Grad::Outer` without writing it:
+    ///
+    /// - one row: in one pass over the parameter, `p + (-lr) * (rows[i] * cols[j])`, the same
+    ///   roundings in the same order as multiplying it out and stepping, so the same bits;
+    /// - `B > 1` rows: as one GEMM that accumulates straight into the parameter,
+    ///   `p := p + (-lr) * (rows^T cols)`, with the depth, thread split and kernel path of
+    ///   linear's weight-gradient GEMM. gemm adds each depth block's sum `acc` as one fused
+    ///   multiply-add `p + (-lr) * acc` where the dense step rounds the gradient, then `(-lr) * g`,
+    ///   then the sum, so the bits differ from the dense step's by a few roundings: per element at
+    ///   most `2 * gamma(B + 3) * (|p| + lr * sum_b |rows[b, i] * cols[b, j]|)`, `gamma(n) = n u /
+    ///   (1 - n u)` (a test checks this bound on random shapes). Both backends hand over the same
+    ///   factors, so they still agree bit for bit, and a run stays deterministic for a fixed
+    ///   thread count (the GEMM's bits do not depend on it).
     pub fn step_grads(
         &mut self,
         params: &mut ParamSet<S>,
@@ -145,8 +156,10 @@ impl<S: Scalar> Optimizer<S> {
             return self.step(params, &dense, lr);
         }
         self.check_count(params, grads.len())?;
+        // Every shape is checked before any tensor changes, so an error leaves the step undone.
+        let mut checked = Vec::with_capacity(grads.len());
         for (p, g) in params.trainable().zip(&grads) {
-            match g {
+            checked.push(match g {
                 Grad::Dense(g) if p.value.shape() != g.shape() => {
                     return Err(Error::ShapeMismatch {
                         op: "optimizer",
@@ -154,29 +167,32 @@ impl<S: Scalar> Optimizer<S> {
                         found: Box::new(g.shape().clone()),
                     })
                 }
-                Grad::Outer { rows, cols } if p.value.dims() != [rows.numel(), cols.numel()] => {
-                    return Err(outer_mismatch(p.value.shape(), rows.numel(), cols.numel()))
+                Grad::Dense(g) => Checked::Dense(g.data()),
+                Grad::Outer { rows, cols } => {
+                    let d = OuterDims::of(rows, cols)?;
+                    if p.value.dims() != [d.out, d.inn] {
+                        return Err(outer_mismatch(p.value.shape(), d));
+                    }
+                    Checked::Factored(d, rows.data(), cols.data())
                 }
-                _ => {}
-            }
+            });
         }
         self.steps = self.steps.saturating_add(1);
+        let neg_lr = s::<S>(-lr);
         let mut dense = Vec::new();
-        for ((p, g), slots) in params.trainable_mut().zip(&grads).zip(&mut self.state) {
+        let each = params.trainable_mut().zip(checked).zip(&mut self.state);
+        for ((p, g), slots) in each {
             match g {
-                Grad::Dense(g) => {
+                Checked::Dense(g) => {
                     let state = Slots {
                         slots,
                         shape: p.value.shape().clone(),
                     };
-                    dense.push((p.value.data_mut(), g.data(), state));
+                    dense.push((p.value.data_mut(), g, state));
                 }
-                Grad::Outer { rows, cols } => simd::add_scaled_outer(
-                    p.value.data_mut(),
-                    s::<S>(-lr),
-                    rows.data(),
-                    cols.data(),
-                ),
+                Checked::Factored(d, rows, cols) => {
+                    sgd::step_factored(p.value.data_mut(), neg_lr, d, rows, cols)
+                }
             }
         }
         sgd::update_all(&self.config, lr, dense);
@@ -217,6 +233,13 @@ impl<S: Scalar> Optimizer<S> {
     pub fn required_slots(&self, steps: u64) -> Vec<&'static str> {
         self.config.required_slots(steps)
     }
+}
+
+/// A gradient whose shape `step_grads` has checked against its parameter.
+enum Checked<'a, S> {
+    Dense(&'a [S]),
+    /// The sizes and data of `Grad::Outer`'s `rows` and `cols`.
+    Factored(OuterDims, &'a [S], &'a [S]),
 }
 
 /// Rounds an f64 hyper-parameter to the element type (as PyTorch does with a Python float).

@@ -11,7 +11,9 @@
 
 use super::simd::{self, Piece};
 use super::{s, OptimizerConfig, Slots};
+use crate::grad::OuterDims;
 use pulp::{Arch, Simd, WithSimd};
+use tapegrad_tensor::kernels::num_threads;
 use tapegrad_tensor::Scalar;
 
 const MOMENTUM_BUFFER: usize = 0;
@@ -103,6 +105,41 @@ pub(super) fn update_all<S: Scalar>(
         nesterov,
     };
     simd::spread(pieces, |piece| step.apply(piece));
+}
+
+/// Plain SGD's step `p + (-lr) * (rows^T cols)` by a factored gradient of sizes `d` (checked
+/// against `p` and the factors by the caller), without writing the gradient. One row: one pass
+/// with the dense step's bits (`simd::add_scaled_outer`). More rows: one GEMM accumulating into
+/// `p` with the product scaled by `-lr` (gemm's `dst := dst + beta * (lhs * rhs)`), operands and
+/// thread count exactly those of linear's weight-gradient GEMM (`rows` read transposed in place),
+/// so it takes that product's depth blocking, kernel path and thread split; only the final
+/// roundings differ from the dense step (see `Optimizer::step_grads`).
+pub(super) fn step_factored<S: Scalar>(
+    p: &mut [S],
+    neg_lr: S,
+    d: OuterDims,
+    rows: &[S],
+    cols: &[S],
+) {
+    if d.batch == 1 {
+        return simd::add_scaled_outer(p, neg_lr, rows, cols);
+    }
+    S::gemm(
+        d.out,
+        d.inn,
+        d.batch,
+        p,
+        d.inn,
+        rows,
+        1,
+        d.out,
+        cols,
+        d.inn,
+        1,
+        true,
+        neg_lr,
+        num_threads(),
+    );
 }
 
 /// The per-step constants, rounded to the element type.
