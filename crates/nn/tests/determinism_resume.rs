@@ -275,6 +275,17 @@ fn sgd_run<S: Scalar>(
     optimizer: OptimizerConfig,
     factored: bool,
 ) -> (Vec<Vec<u64>>, usize, Vec<Vec<u64>>) {
+    sgd_run_checked::<S>(kind, rows, optimizer, factored, false)
+}
+
+/// [`sgd_run`], in anomaly mode when `anomaly`.
+fn sgd_run_checked<S: Scalar>(
+    kind: BackendKind,
+    rows: usize,
+    optimizer: OptimizerConfig,
+    factored: bool,
+    anomaly: bool,
+) -> (Vec<Vec<u64>>, usize, Vec<Vec<u64>>) {
     use tapegrad_nn::data::{Batch, BatchTargets};
     use tapegrad_nn::{Grad, Optimizer};
     // The second weight is 8 x 20 too, so it looks like one the batch could be multiplied by;
@@ -301,6 +312,7 @@ fn sgd_run<S: Scalar>(
     };
     let mut backend = make_backend::<S>(kind).unwrap();
     backend.set_factored_grads(factored);
+    backend.set_detect_anomaly(anomaly);
     let mut opt = Optimizer::new(optimizer, &model.params).unwrap();
     let bits =
         |t: &tapegrad_tensor::Tensor<S>| t.data().iter().map(|v| v.to_f64().to_bits()).collect();
@@ -382,6 +394,13 @@ fn factored_gradients_multiply_out_to_the_dense_ones_and_step_alike_on_both_back
                 assert_eq!(start, dense, "{what}: dense runs are not repeatable");
                 let (again, _, _) = sgd_run::<S>(kind, rows, optimizer, true);
                 assert_eq!(again, fused, "{what}: factored runs are not repeatable");
+                // Anomaly mode checks the factored gradients but steps as without it.
+                let (checked, outer, _) = sgd_run_checked::<S>(kind, rows, optimizer, true, true);
+                assert_eq!(
+                    (checked, outer),
+                    (fused, 6),
+                    "{what}: anomaly mode changed the run"
+                );
             }
         }
         // The fused GEMM update takes the same path on both backends: the same bits.
@@ -552,4 +571,65 @@ fn fused_sgd_update_is_the_dense_step_within_rounding() {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
     check::<f32>(&mut rng);
     check::<f64>(&mut rng);
+}
+
+/// Anomaly mode with factored gradients still finds a weight gradient that overflows, though the
+/// tape never makes it: a zero first weight keeps the forward pass finite on a batch of huge
+/// values, but the weight's gradient sums 40 rows of (large) cotangent times 3e38.
+#[test]
+fn anomaly_mode_finds_an_overflowing_factored_gradient() {
+    use tapegrad_nn::data::{Batch, BatchTargets};
+    use tapegrad_tensor::Tensor;
+    let spec = ModelSpec::Mlp {
+        inputs: 20,
+        hidden: vec![20, 8],
+        outputs: 5,
+        activation: Activation::Relu,
+        dropout: 0.0,
+    };
+    let mut model = Model::<f32>::new(&spec, 11).unwrap();
+    let weights: Vec<(String, Vec<usize>)> = model
+        .params
+        .iter()
+        .filter(|p| p.value.rank() == 2)
+        .map(|p| (p.name.clone(), p.value.dims().to_vec()))
+        .collect();
+    assert_eq!(weights[0].1, [20, 20]);
+    let first_bias = model.params.iter().find(|p| p.value.rank() == 1).unwrap();
+    let first_bias = (first_bias.name.clone(), vec![20]);
+    // A zero first weight, a small positive first bias (the relu passes it) and a large second
+    // weight: every value finite, the first layer's cotangents large.
+    let fills = [(&weights[0], 0.0), (&first_bias, 1e-3), (&weights[1], 50.0)];
+    for ((name, dims), fill) in fills {
+        let id = model.params.find(name).unwrap();
+        let shape = tapegrad_tensor::Shape::new(dims.clone()).unwrap();
+        model.params.set(id, Tensor::full(&shape, fill)).unwrap();
+    }
+    let batch = Batch {
+        x: Tensor::full(&tapegrad_tensor::Shape::new([40, 20]).unwrap(), 3e38),
+        y: BatchTargets::Classes(vec![0; 40]),
+    };
+    for kind in [BackendKind::Eager, BackendKind::Compiled] {
+        let mut backend = make_backend::<f32>(kind).unwrap();
+        backend.set_factored_grads(true);
+        let step = |backend: &mut Box<dyn tapegrad_nn::Backend<f32>>| {
+            backend.train_step(&model, &batch, tapegrad_nn::rng::dropout_rng(0, 0))
+        };
+        // Without the flag the step goes through; its first weight's gradient is infinite.
+        let out = step(&mut backend).unwrap();
+        let dense = tapegrad_nn::Grad::all_dense(out.grads).unwrap();
+        assert!(
+            dense[0].first_non_finite().is_some(),
+            "{}: no overflow to find",
+            kind.name()
+        );
+        assert!(dense[1..].iter().all(|g| g.first_non_finite().is_none()));
+        backend.set_detect_anomaly(true);
+        let err = step(&mut backend).unwrap_err().to_string();
+        assert!(
+            err.contains("anomaly") && err.contains("linear"),
+            "{}: {err}",
+            kind.name()
+        );
+    }
 }

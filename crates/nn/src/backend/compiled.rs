@@ -71,9 +71,7 @@ impl<S: Scalar> Compiled<S> {
 
     fn plan(&mut self, model: &Model<S>, x: &Tensor<S>, mode: Mode) -> NnResult<usize> {
         let rows = x.dims().first().copied().unwrap_or(0);
-        // Anomaly mode gets every gradient dense, as the eager backend hands them then (for more
-        // than one row plain SGD's fused update has other bits than the dense step).
-        let factored = self.factored && !self.detect_anomaly && mode == Mode::Train;
+        let factored = self.factored && mode == Mode::Train;
         if let Some(i) = self
             .plans
             .iter()
@@ -272,7 +270,8 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
         }
         if let Some(rng) = replay_rng {
             let loss_tensor = Tensor::scalar(S::from_f64(loss_value));
-            // Anomaly mode traces its plan without factored gradients.
+            // Factored gradients are multiplied out (linear's kernel: the dense gradients' bits)
+            // to be checked, and handed on factored, so the step is the one without the flag.
             let dense = Grad::all_dense(grads.clone())?;
             let checked = [("the outputs", &outputs), ("the loss", &loss_tensor)];
             let named_grads = model

@@ -2,7 +2,8 @@
 //! tape, and runs the executed sweep (`backward_all`) for the parameters' gradients. In anomaly
 //! mode the session's tape checks every value it records and every backward contribution. Asked
 //! for factored gradients, it records the weights of linears that read the batch as constants
-//! and hands each one's gradient as its linear's cotangent and the batch (`Grad::Outer`).
+//! and hands each one's gradient as its linear's cotangent and the batch (`Grad::Outer`); in
+//! anomaly mode it also multiplies those out to check them.
 
 use super::{outer_product_user, record_loss, Backend, BackendKind, StepOutput};
 use crate::data::Batch;
@@ -69,8 +70,7 @@ impl<S: Scalar> Backend<S> for Eager<S> {
         rng: ChaCha8Rng,
     ) -> NnResult<StepOutput<S>> {
         let x = &batch.x;
-        // Anomaly mode checks every gradient the sweep makes, so it gets them all dense.
-        if !self.factored || self.detect_anomaly {
+        if !self.factored {
             return self.dense_step(model, batch, rng);
         }
         let mut constants = match &self.outer {
@@ -94,6 +94,11 @@ impl<S: Scalar> Backend<S> for Eager<S> {
                 return self.dense_step(model, batch, rng);
             }
             match self.outer_step(model, batch, rng.clone(), &constants)? {
+                Attempt::Done(out) if self.detect_anomaly && !products_finite(&out.grads)? => {
+                    // The one gradient the tape did not check went non-finite: the dense step
+                    // makes the same product on the tape, which names the node.
+                    return self.dense_step(model, batch, rng);
+                }
                 Attempt::Done(out) => return Ok(out),
                 Attempt::Retry(fewer) => constants = fewer,
                 Attempt::Dense => return self.dense_step(model, batch, rng),
@@ -130,6 +135,20 @@ impl<S: Scalar> Backend<S> for Eager<S> {
         // The flag lives on the session's tape and survives `reset`.
         self.session.set_detect_anomaly(on);
     }
+}
+
+/// Whether every factored gradient of `grads` multiplies out to finite values. Anomaly mode
+/// checks these products (made by linear's kernel, as the dense step's are) because the tape never
+/// makes them, and hands the factors on, so a healthy run steps as it does without the flag.
+fn products_finite<S: Scalar>(grads: &[Grad<S>]) -> NnResult<bool> {
+    for g in grads {
+        if let Grad::Outer { .. } = g {
+            if g.clone().into_dense()?.first_non_finite().is_some() {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
 }
 
 impl<S: Scalar> Eager<S> {

@@ -92,7 +92,8 @@ pub trait Backend<S: Scalar> {
     /// more rows plain SGD's fused GEMM update rounds differently from the dense step (within a
     /// few roundings, see `Optimizer::step_grads`), the same way on both backends, which still
     /// agree bit for bit. A step that cannot hand the factors over (the weight is used another
-    /// way, anomaly mode, an all-zero cotangent) hands the dense gradient.
+    /// way, an all-zero cotangent) hands the dense gradient. Anomaly mode multiplies the factors
+    /// out to check them but hands them on, so the flag does not change a healthy run.
     fn set_factored_grads(&mut self, on: bool);
 }
 
