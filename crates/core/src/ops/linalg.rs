@@ -632,4 +632,16 @@ mod tests {
             assert!(err.contains("linear") && err.contains("[4]"), "{err}");
         }
     }
+
+    #[test]
+    fn weight_grad_rejects_factors_that_do_not_pair_up() {
+        let g = Tensor::new(&[3, 2], vec![1.0f32; 6]).unwrap();
+        let x = Tensor::new(&[2, 4], vec![1.0f32; 8]).unwrap();
+        let v = Tensor::new(&[6], vec![1.0f32; 6]).unwrap();
+        // Three rows against two, and a factor that is not a matrix.
+        for (g, x, says) in [(&g, &x, "[2, 4]"), (&v, &x, "[6]")] {
+            let err = linear_weight_grad(g, x).unwrap_err().to_string();
+            assert!(err.contains("linear") && err.contains(says), "{err}");
+        }
+    }
 }
