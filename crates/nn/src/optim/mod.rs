@@ -141,7 +141,7 @@ impl<S: Scalar> Optimizer<S> {
     ///   linear's weight-gradient GEMM. gemm adds each depth block's sum `acc` as one fused
     ///   multiply-add `p + (-lr) * acc` where the dense step rounds the gradient, then `(-lr) * g`,
     ///   then the sum, so the bits differ from the dense step's by a few roundings: per element at
-    ///   most `2 * gamma(B + 3) * (|p| + lr * sum_b |rows[b, i] * cols[b, j]|)`, `gamma(n) = n u /
+    ///   most `2 * gamma(B + 2) * (|p| + lr * sum_b |rows[b, i] * cols[b, j]|)`, `gamma(n) = n u /
     ///   (1 - n u)` (a test checks this bound on random shapes). Both backends hand over the same
     ///   factors, so they still agree bit for bit, and a run stays deterministic for a fixed
     ///   thread count (the GEMM's bits do not depend on it).
