@@ -185,7 +185,10 @@ impl Op {
     /// `emit` with its argument's index, in argument order: linear elementwise ops turn the
     /// cotangent's buffer into their contribution instead of copying it, and give it to `emit`
     /// as soon as it is made (no list filled and drained per node). Same contributions and
-    /// checks as `vjp`; on an error the caller must discard what `emit` received.
+    /// checks as `vjp`, but for the cotangent's shape, which the caller guarantees is the
+    /// output's (the executed sweep's slots always hold their node's shape: the seed is checked
+    /// and every contribution has its parent's shape); debug builds check it anyway. On an
+    /// error the caller must discard what `emit` received.
     #[inline]
     pub(crate) fn vjp_owned<S: Scalar>(
         &self,
@@ -200,11 +203,11 @@ impl Op {
                 return Ok(());
             }
         };
-        self.check_cotangent(ctx, &cot)?;
         // These VJPs give each argument the cotangent itself when the shapes agree and
         // `sum_to` of it (which makes exactly the argument's shape) otherwise, so the check
         // `vjp` runs cannot fail here; debug builds still run it.
         if cfg!(debug_assertions) {
+            self.check_cotangent(ctx, &cot)?;
             let mut grads = Grads::new();
             grads.resize(ctx.input_shapes.len(), None);
             op.vjp_owned(ctx, cot, &mut |i, g| {

@@ -1,7 +1,8 @@
-//! A tape node: optional name, forward value, `requires_grad`, parent ids (for display only) and
-//! the backward rule that maps a cotangent to ordered `(parent id, contribution)` pairs.
+//! A tape node: forward value, `requires_grad`, parent ids (for display only) and the backward
+//! rule that maps a cotangent to ordered `(parent id, contribution)` pairs; its optional name is
+//! kept by the tape beside it (`Tape::name`), out of the way of the sweeps.
 
-use super::Tape;
+use super::{Parents, Tape};
 use crate::ops::{ArgShapes, ArgValues, Aux, Grads, Op, Saves, VjpContext};
 use smallvec::SmallVec;
 use std::sync::Arc;
@@ -17,17 +18,46 @@ pub type Contributions<S> = SmallVec<[(usize, Tensor<S>); 3]>;
 /// arguments and the output the VJP reads (as its op's `saves` says) are the values already on
 /// the append-only tape, each parent's and the node's own, and which arguments need a gradient
 /// is their `requires_grad`, also on the tape and never changed after the append; so recording
-/// an op copies no tensor handle, shape or flag list, and the node stays small.
+/// an op copies no tensor handle, shape or flag list, and the node stays small. Most ops have
+/// no auxiliary data, so the rare one that has is boxed (8 bytes in every node, not 24).
 #[derive(Debug, Clone)]
 pub struct NodeSaved<S> {
-    pub aux: Aux<S>,
+    aux: Option<Box<Aux<S>>>,
+}
+
+impl<S> NodeSaved<S> {
+    /// The record of a forward whose auxiliary data is `aux`.
+    #[inline]
+    pub fn new(aux: Aux<S>) -> Self {
+        NodeSaved {
+            aux: match aux {
+                Aux::None => None,
+                aux => Some(Box::new(aux)),
+            },
+        }
+    }
+
+    /// The record of a forward without auxiliary data.
+    #[inline]
+    pub const fn nothing() -> Self {
+        NodeSaved { aux: None }
+    }
+
+    /// The forward's auxiliary data (`Aux::None` for most ops).
+    #[inline]
+    pub fn aux(&self) -> &Aux<S> {
+        match &self.aux {
+            Some(aux) => aux,
+            None => &const { Aux::None },
+        }
+    }
 }
 
 impl<S: Scalar> NodeSaved<S> {
     /// Bytes this record holds itself (its auxiliary data); `Tape::saved_bytes` adds the argument
     /// values the VJP reads.
     pub fn nbytes(&self) -> usize {
-        self.aux.nbytes()
+        self.aux().nbytes()
     }
 }
 
@@ -42,14 +72,14 @@ pub enum Rule<S> {
     Custom { label: String, vjp: CustomVjp<S> },
 }
 
-/// One recorded value on the tape.
+/// One recorded value on the tape: what the sweeps read, densely packed (its optional name,
+/// read only for display and reports, is kept by the tape: `Tape::name`).
 #[derive(Clone)]
 pub struct Node<S> {
-    pub name: Option<String>,
     pub value: Tensor<S>,
     pub requires_grad: bool,
     /// Parent ids, for display; the sweeps only use what `rule` emits.
-    pub parents: SmallVec<[usize; 4]>,
+    pub parents: Parents,
     pub rule: Rule<S>,
 }
 
@@ -61,7 +91,7 @@ impl<S> Rule<S> {
         match self {
             Rule::Op {
                 op: Op::Elementwise(op),
-                saved: NodeSaved { aux: Aux::None },
+                saved: NodeSaved { aux: None },
             } => op.holds_no_heap(),
             _ => false,
         }
@@ -262,7 +292,7 @@ fn run_vjp<S: Scalar, R>(
         input_shapes: ArgShapes::Values(values),
         output: saves.output.then_some(&node.value),
         output_shape: node.value.shape(),
-        aux: &saved.aux,
+        aux: saved.aux(),
         needs,
     };
     vjp(&ctx)
@@ -271,7 +301,6 @@ fn run_vjp<S: Scalar, R>(
 impl<S: Scalar> std::fmt::Debug for Node<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
-            .field("name", &self.name)
             .field("op", &self.op_name())
             .field("shape", self.value.shape())
             .field("requires_grad", &self.requires_grad)

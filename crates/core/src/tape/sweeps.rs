@@ -19,6 +19,9 @@ fn store<S: Scalar>(slots: &mut [Option<Tensor<S>>], pid: usize, g: Tensor<S>) {
 const CONTEXT: &str = "backward";
 
 /// Adds `new` into `slot` as `existing + new` (existing on the left), in place when unshared.
+/// Out of line, so that `store` stays small enough to inline into each emit site: the common
+/// case, a first contribution, is then one move into the slot.
+#[inline(never)]
 fn add_into<S: Scalar>(existing: &mut Tensor<S>, new: &Tensor<S>) {
     for (e, &n) in existing.data_mut().iter_mut().zip(new.data()) {
         *e += n; // existing + new, existing on the left
