@@ -140,7 +140,7 @@ impl<S: Scalar> Tape<S> {
         saved: &NodeSaved<S>,
         cot: &Tensor<S>,
     ) -> Result<Grads<S>> {
-        self.with_vjp_context(node, op.saves(), saved, |ctx| op.vjp(ctx, cot))
+        self.with_vjp_context(node, op.saves(), saved, cot, |ctx, cot| op.vjp(ctx, cot))
     }
 
     /// As [`Tape::op_vjp`] for a sweep that drops the cotangent afterwards: linear ops reuse the
@@ -162,18 +162,24 @@ impl<S: Scalar> Tape<S> {
         } else {
             op.saves()
         };
-        self.with_vjp_context(node, saves, saved, |ctx| op.vjp_owned(ctx, cot, emit))
+        // The cotangent travels as an argument, not captured: a closure holding it was copied
+        // (72 bytes) into the closure and again with the closure.
+        self.with_vjp_context(node, saves, saved, cot, |ctx, cot| {
+            op.vjp_owned(ctx, cot, emit)
+        })
     }
 
-    /// Runs `vjp` on the context of op node `node`: its arguments and output read off the tape
-    /// (those `saves` names), and which arguments need a gradient (the parents' `requires_grad`).
+    /// Runs `vjp` on the context of op node `node` (its arguments and output read off the tape,
+    /// those `saves` names, and which arguments need a gradient: the parents' `requires_grad`)
+    /// and on `arg`.
     #[inline]
-    fn with_vjp_context<R>(
+    fn with_vjp_context<T, R>(
         &self,
         node: &Node<S>,
         saves: Saves,
         saved: &NodeSaved<S>,
-        vjp: impl FnOnce(&VjpContext<'_, S>) -> Result<R>,
+        arg: T,
+        vjp: impl FnOnce(&VjpContext<'_, S>, T) -> Result<R>,
     ) -> Result<R> {
         // One and two parents (most ops) pass their values and flags in arrays, not lists; one
         // call of `vjp` for all three cases, so that it is inlined.
@@ -195,7 +201,7 @@ impl<S: Scalar> Tape<S> {
                 (&list.0, &list.1)
             }
         };
-        run_vjp(node, saves, saved, values, needs, vjp)
+        run_vjp(node, saves, saved, values, needs, arg, vjp)
     }
 
     /// Parent `id`, or an error for an id not on the tape.
@@ -276,13 +282,14 @@ impl<S: Scalar> Tape<S> {
 /// Builds the VJP context of op node `node` from its arguments' values and flags and runs `vjp`
 /// on it (a function, not a closure, so that it is inlined into each caller).
 #[inline(always)]
-fn run_vjp<S: Scalar, R>(
+fn run_vjp<S: Scalar, T, R>(
     node: &Node<S>,
     saves: Saves,
     saved: &NodeSaved<S>,
     values: &[&Tensor<S>],
     needs: &[bool],
-    vjp: impl FnOnce(&VjpContext<'_, S>) -> Result<R>,
+    arg: T,
+    vjp: impl FnOnce(&VjpContext<'_, S>, T) -> Result<R>,
 ) -> Result<R> {
     let ctx = VjpContext {
         inputs: ArgValues::Values {
@@ -295,7 +302,7 @@ fn run_vjp<S: Scalar, R>(
         aux: saved.aux(),
         needs,
     };
-    vjp(&ctx)
+    vjp(&ctx, arg)
 }
 
 impl<S: Scalar> std::fmt::Debug for Node<S> {
