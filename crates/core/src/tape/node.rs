@@ -143,32 +143,6 @@ impl<S: Scalar> Tape<S> {
         self.with_vjp_context(node, op.saves(), saved, cot, |ctx, cot| op.vjp(ctx, cot))
     }
 
-    /// As [`Tape::op_vjp`] for a sweep that drops the cotangent afterwards: linear ops reuse the
-    /// cotangent's buffer, and each contribution goes to `emit` with its argument's index as
-    /// soon as it is made (`Op::vjp_owned`).
-    #[inline]
-    pub(crate) fn op_vjp_owned(
-        &self,
-        node: &Node<S>,
-        op: &Op,
-        saved: &NodeSaved<S>,
-        cot: Tensor<S>,
-        emit: impl FnMut(usize, Tensor<S>),
-    ) -> Result<()> {
-        // The VJPs that take the cotangent by value read only shapes and flags, so their context
-        // names no saved value (and skips the `saves` lookup).
-        let saves = if op.has_owned_vjp() {
-            Saves::NOTHING
-        } else {
-            op.saves()
-        };
-        // The cotangent travels as an argument, not captured: a closure holding it was copied
-        // (72 bytes) into the closure and again with the closure.
-        self.with_vjp_context(node, saves, saved, cot, |ctx, cot| {
-            op.vjp_owned(ctx, cot, emit)
-        })
-    }
-
     /// Runs `vjp` on the context of op node `node` (its arguments and output read off the tape,
     /// those `saves` names, and which arguments need a gradient: the parents' `requires_grad`)
     /// and on `arg`.
@@ -206,7 +180,7 @@ impl<S: Scalar> Tape<S> {
 
     /// Parent `id`, or an error for an id not on the tape.
     #[inline]
-    fn parent(&self, id: usize) -> Result<&Node<S>> {
+    pub(super) fn parent(&self, id: usize) -> Result<&Node<S>> {
         match self.nodes.get(id) {
             Some(parent) => Ok(parent),
             None => Err(Error::BadId {
