@@ -3,7 +3,9 @@
 //! `backward_from` (reference: every node's VJP runs, zero cotangent or not), plus `one_hot`.
 
 use super::{Node, NodeSaved, Rule, Tape};
-use crate::ops::{emit_each, Grads, LinearVjp, Op};
+#[cfg(debug_assertions)]
+use crate::ops::Grads;
+use crate::ops::{emit_each, LinearVjp, Op};
 use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
 /// Stores contribution `g` into an empty slot, or adds it onto the slot's value.
@@ -19,6 +21,7 @@ fn store<S: Scalar>(slots: &mut [Option<Tensor<S>>], pid: usize, g: Tensor<S>) {
 
 /// Panics unless a linear step's contribution to argument `i` equals the op's VJP
 /// (`reference`) bit for bit: a debug-build check of an invariant, never of user input.
+#[cfg(debug_assertions)]
 fn check_linear_step<S: Scalar>(reference: &Result<Grads<S>>, i: usize, g: &Tensor<S>) {
     let bits =
         |t: &Tensor<S>| -> Vec<u64> { t.data().iter().map(|v| v.to_f64().to_bits()).collect() };
@@ -198,19 +201,16 @@ impl<S: Scalar> Tape<S> {
         &self,
         slots: &mut [Option<Tensor<S>>],
         node: &Node<S>,
-        (op, saved): (&Op, &NodeSaved<S>),
+        #[allow(unused_variables)] (op, saved): (&Op, &NodeSaved<S>),
         linear: LinearVjp,
         cot: Tensor<S>,
     ) -> Result<Option<Tensor<S>>> {
         // Debug builds (the tests) check every step against the op's own VJP, bit for bit.
-        let reference = match cfg!(debug_assertions) {
-            true => Some(self.op_vjp(node, op, saved, &cot)),
-            false => None,
-        };
-        let check = |i: usize, g: &Tensor<S>| {
-            if let Some(reference) = &reference {
-                check_linear_step(reference, i, g);
-            }
+        #[cfg(debug_assertions)]
+        let reference = self.op_vjp(node, op, saved, &cot);
+        let check = |_i: usize, _g: &Tensor<S>| {
+            #[cfg(debug_assertions)]
+            check_linear_step(&reference, _i, _g);
         };
         match (linear, &node.parents[..]) {
             (LinearVjp::Unary(part), &[a]) => {

@@ -1,6 +1,5 @@
 //! `Tape`: the append-only list of nodes. A node's id is its index; appending returns the length
 //! before the append. A leaf's `requires_grad` is the caller's; an op node's is the OR of its parents'.
-//! Node names are kept beside the nodes, so the sweeps walk only what they read.
 
 use super::node::{CustomVjp, Node, NodeSaved, Rule};
 use super::Parents;
@@ -12,9 +11,6 @@ use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 #[derive(Clone)]
 pub struct Tape<S> {
     pub(crate) nodes: Vec<Node<S>>,
-    /// The names of named nodes, sorted by id (a node's optional name, DESIGN section 3): few
-    /// nodes have one (parameters, mostly), and only displays and reports read them.
-    names: Vec<(usize, String)>,
     pub(crate) detect_anomaly: bool,
 }
 
@@ -34,7 +30,6 @@ impl<S: Scalar> Tape<S> {
     pub fn with_capacity(n: usize) -> Self {
         Tape {
             nodes: Vec::with_capacity(n),
-            names: Vec::new(),
             detect_anomaly: false,
         }
     }
@@ -73,18 +68,19 @@ impl<S: Scalar> Tape<S> {
         // nothing to free).
         for node in self.nodes.drain(..) {
             let Node {
+                name,
                 value,
                 parents,
                 rule,
                 ..
             } = node;
+            drop(name);
             drop(value);
             drop(parents);
             if rule.holds_no_heap() {
                 std::mem::forget(rule);
             }
         }
-        self.names.clear();
     }
 
     /// Node `id`, or an error naming the id and the tape length.
@@ -102,8 +98,7 @@ impl<S: Scalar> Tape<S> {
 
     /// The name of node `id`, if it has one.
     pub fn name(&self, id: usize) -> Option<&str> {
-        let at = self.names.binary_search_by_key(&id, |(i, _)| *i).ok()?;
-        Some(&self.names[at].1)
+        self.nodes.get(id)?.name.as_deref()
     }
 
     /// The forward value of node `id`.
@@ -121,6 +116,7 @@ impl<S: Scalar> Tape<S> {
     /// Appends a leaf.
     pub fn leaf(&mut self, value: Tensor<S>, requires_grad: bool) -> usize {
         self.push(Node {
+            name: None,
             value,
             requires_grad,
             parents: Parents::none(),
@@ -136,29 +132,22 @@ impl<S: Scalar> Tape<S> {
         requires_grad: bool,
     ) -> usize {
         let id = self.leaf(value, requires_grad);
-        self.name_node(id, name.into());
+        self.nodes[id].name = Some(name.into().into_boxed_str());
         id
     }
 
     /// Sets the display name of node `id`.
     pub fn set_name(&mut self, id: usize, name: impl Into<String>) -> Result<()> {
-        if id >= self.nodes.len() {
+        let len = self.nodes.len();
+        let Some(node) = self.nodes.get_mut(id) else {
             return Err(Error::BadId {
                 context: "set_name",
                 id,
-                len: self.nodes.len(),
+                len,
             });
-        }
-        self.name_node(id, name.into());
+        };
+        node.name = Some(name.into().into_boxed_str());
         Ok(())
-    }
-
-    /// Names node `id` (a valid id), replacing any earlier name; the list stays sorted by id.
-    fn name_node(&mut self, id: usize, name: String) {
-        match self.names.binary_search_by_key(&id, |(i, _)| *i) {
-            Ok(at) => self.names[at].1 = name,
-            Err(at) => self.names.insert(at, (id, name)),
-        }
     }
 
     /// Pushes the values of `args` onto `inputs` (filled through a reference: returning the
@@ -255,6 +244,7 @@ impl<S: Scalar> Tape<S> {
             NodeSaved::nothing()
         };
         Ok(self.push(Node {
+            name: None,
             value: forward.value,
             requires_grad,
             parents,
@@ -275,6 +265,7 @@ impl<S: Scalar> Tape<S> {
         }
         let requires_grad = parents.iter().any(|&p| self.nodes[p].requires_grad);
         Ok(self.push(Node {
+            name: None,
             value,
             requires_grad,
             parents: Parents::from_slice(parents),
