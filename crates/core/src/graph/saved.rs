@@ -521,7 +521,7 @@ pub fn tape_kept_bytes<S: Scalar>(tape: &Tape<S>) -> usize {
         bytes += count_tensor(&mut seen, &node.value);
         // What a node's VJP reads besides its aux data are node values, counted here already.
         if let Rule::Op { saved, .. } = &node.rule {
-            bytes += aux_bytes(&mut seen, &saved.aux);
+            bytes += aux_bytes(&mut seen, saved.aux());
         }
     }
     bytes

@@ -2,7 +2,7 @@
 //! maximum/minimum (ties split the gradient half/half) and `where` with a fixed mask.
 //! Each op's forward, VJP and JVP sit side by side; VJPs sum broadcast axes back with `sum_to`.
 
-use super::{emit_each, Arity, Forward, Grads, Mask, OpRules, Saves, VjpContext};
+use super::{Arity, Forward, Grads, Mask, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::{binary_map, broadcast_shape, broadcast_to, sum_to};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
@@ -80,67 +80,65 @@ impl ElementwiseOp {
         }
     }
 
-    /// Whether [`ElementwiseOp::vjp_owned`] handles this op.
-    pub(crate) fn has_owned_vjp(&self) -> bool {
-        matches!(self, E::Add | E::Sub | E::Neg | E::Scale { .. })
-    }
-
-    /// The VJP of the linear ops (`has_owned_vjp`) with the cotangent given by value, for a
-    /// sweep that no longer needs it: its buffer becomes a contribution (negated or scaled in
-    /// place when unshared) instead of being copied. Each contribution goes to `emit` with its
-    /// argument's index as soon as it is made (no list to fill and drain), the same values in
-    /// the same order as `vjp` returns; any other op falls back to `vjp`.
+    /// The VJP of the linear ops (add, sub, neg, scale) as one part per argument, which the
+    /// executed sweep applies to the cotangent itself (in place, no copy of its buffer): the
+    /// same contributions, bit for bit, as `vjp`. `None` for every other op.
     #[inline]
-    pub(crate) fn vjp_owned<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        mut cot: Tensor<S>,
-        emit: &mut impl FnMut(usize, Tensor<S>),
-    ) -> Result<()> {
-        match self {
-            E::Add | E::Sub => {
-                let negate = matches!(self, E::Sub);
-                let shapes = ctx.input_shapes;
-                // The cotangent itself goes to the first argument that needs it, a clone
-                // (sharing its buffer) to the second when both do.
-                match (ctx.needs(0), ctx.needs(1)) {
-                    (true, true) => {
-                        let second = cot.clone();
-                        emit(0, fit(cot, &shapes[0], false)?);
-                        emit(1, fit(second, &shapes[1], negate)?);
-                    }
-                    (true, false) => emit(0, fit(cot, &shapes[0], false)?),
-                    (false, true) => emit(1, fit(cot, &shapes[1], negate)?),
-                    (false, false) => {}
-                }
-            }
-            E::Neg => emit(0, fit(cot, &ctx.input_shapes[0], true)?),
-            E::Scale { factor } => {
-                let f: S = s(*factor);
-                for v in cot.data_mut() {
-                    *v *= f;
-                }
-                emit(0, cot);
-            }
-            _ => emit_each(self.vjp(ctx, &cot)?, emit),
-        }
-        Ok(())
+    pub(crate) fn linear_vjp(&self) -> Option<LinearVjp> {
+        use LinearPart::{Negate, Pass};
+        Some(match self {
+            E::Add => LinearVjp::Binary(Pass, Pass),
+            E::Sub => LinearVjp::Binary(Pass, Negate),
+            E::Neg => LinearVjp::Unary(Negate),
+            E::Scale { factor } => LinearVjp::Unary(LinearPart::Scale(*factor)),
+            _ => return None,
+        })
     }
 }
 
-/// A cotangent as the contribution to an argument of shape `shape`: negated first when asked
-/// (in place when unshared), then summed down to `shape` if the argument was broadcast.
-#[inline(always)]
-fn fit<S: Scalar>(mut g: Tensor<S>, shape: &Shape, negate: bool) -> Result<Tensor<S>> {
-    if negate {
-        for v in g.data_mut() {
-            *v = -*v;
+/// A linear op's VJP, one part per argument (see [`ElementwiseOp::linear_vjp`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LinearVjp {
+    Unary(LinearPart),
+    Binary(LinearPart, LinearPart),
+}
+
+/// How a linear op's VJP makes one argument's contribution from the cotangent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LinearPart {
+    /// The cotangent itself.
+    Pass,
+    /// `-cot` (a negation, not a product with -1, which would keep a NaN's sign).
+    Negate,
+    /// `cot * factor`.
+    Scale(f64),
+}
+
+impl LinearPart {
+    /// The contribution to an argument of shape `shape` from cotangent `g` (given up by the
+    /// caller, so it is changed in place when unshared): the part applied, then summed down to
+    /// `shape` if the argument was broadcast.
+    #[inline(always)]
+    pub(crate) fn apply<S: Scalar>(self, mut g: Tensor<S>, shape: &Shape) -> Result<Tensor<S>> {
+        match self {
+            LinearPart::Pass => {}
+            LinearPart::Negate => {
+                for v in g.data_mut() {
+                    *v = -*v;
+                }
+            }
+            LinearPart::Scale(factor) => {
+                let f: S = s(factor);
+                for v in g.data_mut() {
+                    *v *= f;
+                }
+            }
         }
-    }
-    if g.shape() == shape {
-        Ok(g)
-    } else {
-        sum_to(&g, shape)
+        if g.shape() == shape {
+            Ok(g)
+        } else {
+            sum_to(&g, shape)
+        }
     }
 }
 

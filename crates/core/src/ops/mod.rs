@@ -17,6 +17,7 @@ pub use context::{
     ArgShapes, ArgValues, Arity, Aux, Forward, Grads, Mask, Saved, Saves, VjpContext,
 };
 pub use elementwise::ElementwiseOp;
+pub(crate) use elementwise::LinearVjp;
 pub use linalg::LinalgOp;
 pub use loss::{LossOp, Reduction};
 pub use nn::NnOp;
@@ -181,49 +182,15 @@ impl Op {
         grads
     }
 
-    /// The VJP for a caller that no longer needs the cotangent, each contribution handed to
-    /// `emit` with its argument's index, in argument order: linear elementwise ops turn the
-    /// cotangent's buffer into their contribution instead of copying it, and give it to `emit`
-    /// as soon as it is made (no list filled and drained per node). Same contributions and
-    /// checks as `vjp`; on an error the caller must discard what `emit` received.
+    /// The VJP of a linear op (add, sub, neg, scale) as one part per argument, for the executed
+    /// sweep to apply to the cotangent in place; `None` for every other op. Same contributions,
+    /// bit for bit, as `vjp`.
     #[inline]
-    pub(crate) fn vjp_owned<S: Scalar>(
-        &self,
-        ctx: &VjpContext<'_, S>,
-        cot: Tensor<S>,
-        mut emit: impl FnMut(usize, Tensor<S>),
-    ) -> Result<()> {
-        let op = match self {
-            Op::Elementwise(op) if op.has_owned_vjp() => op,
-            _ => {
-                emit_each(self.vjp(ctx, &cot)?, emit);
-                return Ok(());
-            }
-        };
-        self.check_cotangent(ctx, &cot)?;
-        // These VJPs give each argument the cotangent itself when the shapes agree and
-        // `sum_to` of it (which makes exactly the argument's shape) otherwise, so the check
-        // `vjp` runs cannot fail here; debug builds still run it.
-        if cfg!(debug_assertions) {
-            let mut grads = Grads::new();
-            grads.resize(ctx.input_shapes.len(), None);
-            op.vjp_owned(ctx, cot, &mut |i, g| {
-                if let Some(slot) = grads.get_mut(i) {
-                    *slot = Some(g);
-                }
-            })?;
-            self.check_grads(ctx, &grads)?;
-            emit_each(grads, emit);
-            return Ok(());
+    pub(crate) fn linear_vjp(&self) -> Option<LinearVjp> {
+        match self {
+            Op::Elementwise(op) => op.linear_vjp(),
+            _ => None,
         }
-        op.vjp_owned(ctx, cot, &mut emit)
-    }
-
-    /// Whether `vjp_owned` reuses the cotangent (the linear elementwise ops). Their VJPs
-    /// read only the argument shapes and which arguments need a gradient, never a saved value.
-    #[inline]
-    pub(crate) fn has_owned_vjp(&self) -> bool {
-        matches!(self, Op::Elementwise(op) if op.has_owned_vjp())
     }
 
     /// The cotangent has the output's shape.

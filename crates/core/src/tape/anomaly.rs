@@ -8,11 +8,7 @@ use tapegrad_tensor::{Error, Scalar, Tensor};
 fn describe<S: Scalar>(tape: &Tape<S>, id: usize) -> String {
     match tape.nodes.get(id) {
         Some(n) => {
-            let name = n
-                .name
-                .as_deref()
-                .map(|s| format!(" '{s}'"))
-                .unwrap_or_default();
+            let name = tape.name(id).map(|s| format!(" '{s}'")).unwrap_or_default();
             format!("node {id}{name} ({})", n.op_name())
         }
         None => format!("node {id}"),

@@ -105,7 +105,7 @@ pub fn audit<S: Scalar>(tape: &Tape<S>) -> AuditReport {
         let non_finite_saved = super::anomaly::non_finite_saved(tape, id);
         let finding = |kind| AuditFinding {
             node: id,
-            name: node.name.clone(),
+            name: tape.name(id).map(str::to_string),
             op: node.op_name(),
             kind,
             non_finite_saved,

@@ -4,6 +4,7 @@
 mod anomaly;
 mod audit;
 mod node;
+mod parents;
 mod session;
 mod session_nn;
 mod sweeps;
@@ -12,5 +13,6 @@ mod tape;
 
 pub use audit::{audit, AuditFinding, AuditReport, FindingKind};
 pub use node::{Contributions, CustomVjp, Node, NodeSaved, Rule};
+pub use parents::Parents;
 pub use session::{Gradients, Session, Var};
 pub use tape::Tape;

@@ -1,7 +1,7 @@
 //! A tape node: optional name, forward value, `requires_grad`, parent ids (for display only) and
 //! the backward rule that maps a cotangent to ordered `(parent id, contribution)` pairs.
 
-use super::Tape;
+use super::{Parents, Tape};
 use crate::ops::{ArgShapes, ArgValues, Aux, Grads, Op, Saves, VjpContext};
 use smallvec::SmallVec;
 use std::sync::Arc;
@@ -17,17 +17,46 @@ pub type Contributions<S> = SmallVec<[(usize, Tensor<S>); 3]>;
 /// arguments and the output the VJP reads (as its op's `saves` says) are the values already on
 /// the append-only tape, each parent's and the node's own, and which arguments need a gradient
 /// is their `requires_grad`, also on the tape and never changed after the append; so recording
-/// an op copies no tensor handle, shape or flag list, and the node stays small.
+/// an op copies no tensor handle, shape or flag list, and the node stays small. Most ops have
+/// no auxiliary data, so the rare one that has is boxed (8 bytes in every node, not 24).
 #[derive(Debug, Clone)]
 pub struct NodeSaved<S> {
-    pub aux: Aux<S>,
+    aux: Option<Box<Aux<S>>>,
+}
+
+impl<S> NodeSaved<S> {
+    /// The record of a forward whose auxiliary data is `aux`.
+    #[inline]
+    pub fn new(aux: Aux<S>) -> Self {
+        NodeSaved {
+            aux: match aux {
+                Aux::None => None,
+                aux => Some(Box::new(aux)),
+            },
+        }
+    }
+
+    /// The record of a forward without auxiliary data.
+    #[inline]
+    pub const fn nothing() -> Self {
+        NodeSaved { aux: None }
+    }
+
+    /// The forward's auxiliary data (`Aux::None` for most ops).
+    #[inline]
+    pub fn aux(&self) -> &Aux<S> {
+        match &self.aux {
+            Some(aux) => aux,
+            None => &const { Aux::None },
+        }
+    }
 }
 
 impl<S: Scalar> NodeSaved<S> {
     /// Bytes this record holds itself (its auxiliary data); `Tape::saved_bytes` adds the argument
     /// values the VJP reads.
     pub fn nbytes(&self) -> usize {
-        self.aux.nbytes()
+        self.aux().nbytes()
     }
 }
 
@@ -42,14 +71,16 @@ pub enum Rule<S> {
     Custom { label: String, vjp: CustomVjp<S> },
 }
 
-/// One recorded value on the tape.
+/// One recorded value on the tape, kept small (232 bytes with f32 or f64, from 272) since the
+/// sweeps walk every node: the name, read only by displays and reports, is a boxed `str`; the
+/// parent list holds three ids inline; auxiliary data is boxed.
 #[derive(Clone)]
 pub struct Node<S> {
-    pub name: Option<String>,
+    pub name: Option<Box<str>>,
     pub value: Tensor<S>,
     pub requires_grad: bool,
     /// Parent ids, for display; the sweeps only use what `rule` emits.
-    pub parents: SmallVec<[usize; 4]>,
+    pub parents: Parents,
     pub rule: Rule<S>,
 }
 
@@ -61,7 +92,7 @@ impl<S> Rule<S> {
         match self {
             Rule::Op {
                 op: Op::Elementwise(op),
-                saved: NodeSaved { aux: Aux::None },
+                saved: NodeSaved { aux: None },
             } => op.holds_no_heap(),
             _ => false,
         }
@@ -110,40 +141,20 @@ impl<S: Scalar> Tape<S> {
         saved: &NodeSaved<S>,
         cot: &Tensor<S>,
     ) -> Result<Grads<S>> {
-        self.with_vjp_context(node, op.saves(), saved, |ctx| op.vjp(ctx, cot))
+        self.with_vjp_context(node, op.saves(), saved, cot, |ctx, cot| op.vjp(ctx, cot))
     }
 
-    /// As [`Tape::op_vjp`] for a sweep that drops the cotangent afterwards: linear ops reuse the
-    /// cotangent's buffer, and each contribution goes to `emit` with its argument's index as
-    /// soon as it is made (`Op::vjp_owned`).
+    /// Runs `vjp` on the context of op node `node` (its arguments and output read off the tape,
+    /// those `saves` names, and which arguments need a gradient: the parents' `requires_grad`)
+    /// and on `arg`.
     #[inline]
-    pub(crate) fn op_vjp_owned(
-        &self,
-        node: &Node<S>,
-        op: &Op,
-        saved: &NodeSaved<S>,
-        cot: Tensor<S>,
-        emit: impl FnMut(usize, Tensor<S>),
-    ) -> Result<()> {
-        // The VJPs that take the cotangent by value read only shapes and flags, so their context
-        // names no saved value (and skips the `saves` lookup).
-        let saves = if op.has_owned_vjp() {
-            Saves::NOTHING
-        } else {
-            op.saves()
-        };
-        self.with_vjp_context(node, saves, saved, |ctx| op.vjp_owned(ctx, cot, emit))
-    }
-
-    /// Runs `vjp` on the context of op node `node`: its arguments and output read off the tape
-    /// (those `saves` names), and which arguments need a gradient (the parents' `requires_grad`).
-    #[inline]
-    fn with_vjp_context<R>(
+    fn with_vjp_context<T, R>(
         &self,
         node: &Node<S>,
         saves: Saves,
         saved: &NodeSaved<S>,
-        vjp: impl FnOnce(&VjpContext<'_, S>) -> Result<R>,
+        arg: T,
+        vjp: impl FnOnce(&VjpContext<'_, S>, T) -> Result<R>,
     ) -> Result<R> {
         // One and two parents (most ops) pass their values and flags in arrays, not lists; one
         // call of `vjp` for all three cases, so that it is inlined.
@@ -165,12 +176,12 @@ impl<S: Scalar> Tape<S> {
                 (&list.0, &list.1)
             }
         };
-        run_vjp(node, saves, saved, values, needs, vjp)
+        run_vjp(node, saves, saved, values, needs, arg, vjp)
     }
 
     /// Parent `id`, or an error for an id not on the tape.
     #[inline]
-    fn parent(&self, id: usize) -> Result<&Node<S>> {
+    pub(super) fn parent(&self, id: usize) -> Result<&Node<S>> {
         match self.nodes.get(id) {
             Some(parent) => Ok(parent),
             None => Err(Error::BadId {
@@ -246,13 +257,14 @@ impl<S: Scalar> Tape<S> {
 /// Builds the VJP context of op node `node` from its arguments' values and flags and runs `vjp`
 /// on it (a function, not a closure, so that it is inlined into each caller).
 #[inline(always)]
-fn run_vjp<S: Scalar, R>(
+fn run_vjp<S: Scalar, T, R>(
     node: &Node<S>,
     saves: Saves,
     saved: &NodeSaved<S>,
     values: &[&Tensor<S>],
     needs: &[bool],
-    vjp: impl FnOnce(&VjpContext<'_, S>) -> Result<R>,
+    arg: T,
+    vjp: impl FnOnce(&VjpContext<'_, S>, T) -> Result<R>,
 ) -> Result<R> {
     let ctx = VjpContext {
         inputs: ArgValues::Values {
@@ -262,10 +274,10 @@ fn run_vjp<S: Scalar, R>(
         input_shapes: ArgShapes::Values(values),
         output: saves.output.then_some(&node.value),
         output_shape: node.value.shape(),
-        aux: &saved.aux,
+        aux: saved.aux(),
         needs,
     };
-    vjp(&ctx)
+    vjp(&ctx, arg)
 }
 
 impl<S: Scalar> std::fmt::Debug for Node<S> {

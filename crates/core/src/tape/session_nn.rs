@@ -128,7 +128,7 @@ impl<S: Scalar> Session<S> {
         // A recorded node kept the statistics of its own forward pass; under no_grad the value is
         // a plain leaf, so they are recomputed the same way.
         let stats = match &self.tape().node(y.id())?.rule {
-            Rule::Op { saved, .. } => op.stats_from_aux(&saved.aux, &input)?,
+            Rule::Op { saved, .. } => op.stats_from_aux(saved.aux(), &input)?,
             _ => batch_stats(self.value(x)?)?,
         };
         Ok((y, stats))

@@ -2,8 +2,10 @@
 //! `backward` (executed: skips empty slots), `backward_all` (executed, then zero-filled) and
 //! `backward_from` (reference: every node's VJP runs, zero cotangent or not), plus `one_hot`.
 
-use super::{Rule, Tape};
-use crate::ops::emit_each;
+use super::{Node, NodeSaved, Rule, Tape};
+#[cfg(debug_assertions)]
+use crate::ops::Grads;
+use crate::ops::{emit_each, LinearVjp, Op};
 use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
 /// Stores contribution `g` into an empty slot, or adds it onto the slot's value.
@@ -11,7 +13,27 @@ use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 fn store<S: Scalar>(slots: &mut [Option<Tensor<S>>], pid: usize, g: Tensor<S>) {
     match &mut slots[pid] {
         Some(existing) => add_into(existing, &g),
-        empty => *empty = Some(g),
+        // Forgetting the empty slot's `None` (which holds nothing) spares a call of its drop
+        // glue on every first contribution.
+        empty => std::mem::forget(empty.replace(g)),
+    }
+}
+
+/// Panics unless a linear step's contribution to argument `i` equals the op's VJP
+/// (`reference`) bit for bit: a debug-build check of an invariant, never of user input.
+#[cfg(debug_assertions)]
+fn check_linear_step<S: Scalar>(reference: &Result<Grads<S>>, i: usize, g: &Tensor<S>) {
+    let bits =
+        |t: &Tensor<S>| -> Vec<u64> { t.data().iter().map(|v| v.to_f64().to_bits()).collect() };
+    match reference {
+        Ok(grads) => match grads.get(i) {
+            Some(Some(r)) => assert!(
+                g.shape() == r.shape() && bits(g) == bits(r),
+                "linear step of argument {i} differs from the op's vjp"
+            ),
+            _ => panic!("the op's vjp gave no contribution to argument {i}"),
+        },
+        Err(e) => panic!("the linear step succeeded where the op's vjp failed: {e}"),
     }
 }
 
@@ -19,6 +41,9 @@ fn store<S: Scalar>(slots: &mut [Option<Tensor<S>>], pid: usize, g: Tensor<S>) {
 const CONTEXT: &str = "backward";
 
 /// Adds `new` into `slot` as `existing + new` (existing on the left), in place when unshared.
+/// Out of line, so that `store` stays small enough to inline into each emit site: the common
+/// case, a first contribution, is then one move into the slot.
+#[inline(never)]
 fn add_into<S: Scalar>(existing: &mut Tensor<S>, new: &Tensor<S>) {
     for (e, &n) in existing.data_mut().iter_mut().zip(new.data()) {
         *e += n; // existing + new, existing on the left
@@ -112,22 +137,42 @@ impl<S: Scalar> Tape<S> {
                 // Contribution `i` goes to `parents[i]`, dropped when that parent does not
                 // require grad; an error discards every slot, so what was stored before it is
                 // never read.
+                if keep(id) {
+                    let nodes = &self.nodes;
+                    let parents = &node.parents;
+                    let grads = self.op_vjp(node, op, saved, &cot)?;
+                    emit_each(grads, |i: usize, g: Tensor<S>| {
+                        if let Some(&pid) = parents.get(i) {
+                            if nodes.get(pid).is_some_and(|p| p.requires_grad) {
+                                store(slots, pid, g);
+                            }
+                        }
+                    });
+                    slots[id] = Some(cot);
+                    continue;
+                }
+                // Nothing reads this cotangent again: a linear op turns it into its
+                // contributions in place.
+                let cot = match op.linear_vjp() {
+                    Some(linear) => {
+                        match self.linear_step(slots, node, (op, saved), linear, cot)? {
+                            None => continue,
+                            Some(cot) => cot,
+                        }
+                    }
+                    None => cot,
+                };
                 let nodes = &self.nodes;
                 let parents = &node.parents;
-                let give = |i: usize, g: Tensor<S>| {
+                let grads = self.op_vjp(node, op, saved, &cot)?;
+                drop(cot);
+                emit_each(grads, |i: usize, g: Tensor<S>| {
                     if let Some(&pid) = parents.get(i) {
                         if nodes.get(pid).is_some_and(|p| p.requires_grad) {
                             store(slots, pid, g);
                         }
                     }
-                };
-                if keep(id) {
-                    emit_each(self.op_vjp(node, op, saved, &cot)?, give);
-                    slots[id] = Some(cot);
-                } else {
-                    // Nothing reads this cotangent again: the VJP may reuse its buffer.
-                    self.op_vjp_owned(node, op, saved, cot, give)?;
-                }
+                });
                 continue;
             }
             let contributions = self.contributions(id, &cot);
@@ -143,6 +188,62 @@ impl<S: Scalar> Tape<S> {
             }
         }
         Ok(())
+    }
+
+    /// One step of the executed sweep for a linear op node (`Op::linear_vjp`) whose cotangent
+    /// nothing reads again: each argument that requires grad gets the cotangent itself (a clone,
+    /// sharing its buffer, for all but the last), negated or scaled in place and summed down to
+    /// its shape if broadcast, as `Op::vjp` makes it, and in the same order. Parent ids are
+    /// checked first, as `op_vjp` does. A node whose parent count is not its op's arity (only
+    /// `Tape::push` can make one) gets its cotangent back, for the general path.
+    #[inline(always)]
+    fn linear_step(
+        &self,
+        slots: &mut [Option<Tensor<S>>],
+        node: &Node<S>,
+        #[allow(unused_variables)] (op, saved): (&Op, &NodeSaved<S>),
+        linear: LinearVjp,
+        cot: Tensor<S>,
+    ) -> Result<Option<Tensor<S>>> {
+        // Debug builds (the tests) check every step against the op's own VJP, bit for bit.
+        #[cfg(debug_assertions)]
+        let reference = self.op_vjp(node, op, saved, &cot);
+        let check = |_i: usize, _g: &Tensor<S>| {
+            #[cfg(debug_assertions)]
+            check_linear_step(&reference, _i, _g);
+        };
+        match (linear, &node.parents[..]) {
+            (LinearVjp::Unary(part), &[a]) => {
+                let pa = self.parent(a)?;
+                if pa.requires_grad {
+                    let g = part.apply(cot, pa.value.shape())?;
+                    check(0, &g);
+                    store(slots, a, g);
+                }
+            }
+            (LinearVjp::Binary(part_a, part_b), &[a, b]) => {
+                let (pa, pb) = (self.parent(a)?, self.parent(b)?);
+                // The last argument that needs it gets the cotangent itself, the first a clone.
+                let (cot_a, cot_b) = match (pa.requires_grad, pb.requires_grad) {
+                    (true, true) => (Some(cot.clone()), Some(cot)),
+                    (true, false) => (Some(cot), None),
+                    (false, true) => (None, Some(cot)),
+                    (false, false) => (None, None),
+                };
+                if let Some(cot) = cot_a {
+                    let g = part_a.apply(cot, pa.value.shape())?;
+                    check(0, &g);
+                    store(slots, a, g);
+                }
+                if let Some(cot) = cot_b {
+                    let g = part_b.apply(cot, pb.value.shape())?;
+                    check(1, &g);
+                    store(slots, b, g);
+                }
+            }
+            _ => return Ok(Some(cot)),
+        }
+        Ok(None)
     }
 
     /// The totalised executed sweep (`backward_all`) read at `ids` only: equal, slot for slot, to

@@ -2,7 +2,8 @@
 //! before the append. A leaf's `requires_grad` is the caller's; an op node's is the OR of its parents'.
 
 use super::node::{CustomVjp, Node, NodeSaved, Rule};
-use crate::ops::{Aux, Forward, Op};
+use super::Parents;
+use crate::ops::{Forward, Op};
 use smallvec::SmallVec;
 use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
@@ -22,10 +23,7 @@ impl<S: Scalar> Default for Tape<S> {
 impl<S: Scalar> Tape<S> {
     /// An empty tape.
     pub fn new() -> Self {
-        Tape {
-            nodes: Vec::new(),
-            detect_anomaly: false,
-        }
+        Self::with_capacity(0)
     }
 
     /// An empty tape with room for `n` nodes.
@@ -64,15 +62,25 @@ impl<S: Scalar> Tape<S> {
 
     /// Removes every node (keeping the allocation).
     pub fn clear(&mut self) {
-        // A rule that holds no heap data is forgotten rather than dropped: its drop glue (calls
-        // through `Rule`, `Op` and `Aux`) cost as much per node as the rest of the node's drop,
-        // for nothing to free. Each node's value still goes back to the pool as usual.
-        for node in &mut self.nodes {
-            if node.rule.holds_no_heap() {
-                std::mem::forget(std::mem::replace(&mut node.rule, Rule::Leaf));
+        // Each node is taken apart: its value goes back to the pool as usual, and a rule that
+        // holds no heap data is forgotten rather than dropped (its drop glue, calls through
+        // `Rule`, `Op` and `Aux`, cost as much per node as the rest of the node's drop, for
+        // nothing to free).
+        for node in self.nodes.drain(..) {
+            let Node {
+                name,
+                value,
+                parents,
+                rule,
+                ..
+            } = node;
+            drop(name);
+            drop(value);
+            drop(parents);
+            if rule.holds_no_heap() {
+                std::mem::forget(rule);
             }
         }
-        self.nodes.clear();
     }
 
     /// Node `id`, or an error naming the id and the tape length.
@@ -86,6 +94,11 @@ impl<S: Scalar> Tape<S> {
                 len: self.nodes.len(),
             }),
         }
+    }
+
+    /// The name of node `id`, if it has one.
+    pub fn name(&self, id: usize) -> Option<&str> {
+        self.nodes.get(id)?.name.as_deref()
     }
 
     /// The forward value of node `id`.
@@ -106,7 +119,7 @@ impl<S: Scalar> Tape<S> {
             name: None,
             value,
             requires_grad,
-            parents: SmallVec::new(),
+            parents: Parents::none(),
             rule: Rule::Leaf,
         })
     }
@@ -119,19 +132,21 @@ impl<S: Scalar> Tape<S> {
         requires_grad: bool,
     ) -> usize {
         let id = self.leaf(value, requires_grad);
-        self.nodes[id].name = Some(name.into());
+        self.nodes[id].name = Some(name.into().into_boxed_str());
         id
     }
 
     /// Sets the display name of node `id`.
     pub fn set_name(&mut self, id: usize, name: impl Into<String>) -> Result<()> {
         let len = self.nodes.len();
-        let node = self.nodes.get_mut(id).ok_or(Error::BadId {
-            context: "set_name",
-            id,
-            len,
-        })?;
-        node.name = Some(name.into());
+        let Some(node) = self.nodes.get_mut(id) else {
+            return Err(Error::BadId {
+                context: "set_name",
+                id,
+                len,
+            });
+        };
+        node.name = Some(name.into().into_boxed_str());
         Ok(())
     }
 
@@ -158,11 +173,11 @@ impl<S: Scalar> Tape<S> {
         Ok(())
     }
 
-    /// The value of argument `id` of `op`, or an error naming the id.
+    /// Argument `id` of `op`, or an error naming the id.
     #[inline]
-    fn arg(&self, op: &Op, id: usize) -> Result<&Tensor<S>> {
+    fn arg(&self, op: &Op, id: usize) -> Result<&Node<S>> {
         match self.nodes.get(id) {
-            Some(n) => Ok(&n.value),
+            Some(n) => Ok(n),
             None => Err(Error::BadId {
                 context: op.name(),
                 id,
@@ -174,50 +189,66 @@ impl<S: Scalar> Tape<S> {
     /// Evaluates `op` on the values of `args` and appends the result.
     #[inline]
     pub fn apply(&mut self, op: Op, args: &[usize]) -> Result<usize> {
-        // One and two arguments (most ops) pass their values in an array, not a list.
-        let forward = match *args {
-            [a] => op.forward(&[self.arg(&op, a)?])?,
-            [a, b] => op.forward(&[self.arg(&op, a)?, self.arg(&op, b)?])?,
+        // One and two arguments (most ops) pass their values in an array, not a list, and
+        // read each argument's `requires_grad` from the node looked up for its value.
+        let (forward, requires_grad) = match *args {
+            [a] => {
+                let a = self.arg(&op, a)?;
+                (op.forward(&[&a.value])?, a.requires_grad)
+            }
+            [a, b] => {
+                let (a, b) = (self.arg(&op, a)?, self.arg(&op, b)?);
+                let requires_grad = a.requires_grad || b.requires_grad;
+                (op.forward(&[&a.value, &b.value])?, requires_grad)
+            }
             _ => {
                 let mut inputs = SmallVec::new();
                 self.args_into(&op, args, &mut inputs)?;
-                op.forward(&inputs)?
+                (op.forward(&inputs)?, self.any_requires_grad(args))
             }
         };
-        self.append_op(op, args, forward)
+        self.append_op(op, args, forward, requires_grad)
     }
 
     /// Appends an op node whose forward result was already computed (used by lowering).
     pub fn record(&mut self, op: Op, args: &[usize], forward: Forward<S>) -> Result<usize> {
         self.args_into(&op, args, &mut SmallVec::new())?;
-        self.append_op(op, args, forward)
+        let requires_grad = self.any_requires_grad(args);
+        self.append_op(op, args, forward, requires_grad)
     }
 
-    /// Appends the op node. Its VJP will read its arguments, their `requires_grad` and its output
-    /// off the tape, so the node keeps only the forward's auxiliary data. `args` are valid ids,
-    /// so all below the new id.
+    /// Whether any of `args` (valid ids) requires grad.
+    fn any_requires_grad(&self, args: &[usize]) -> bool {
+        args.iter().any(|&a| self.nodes[a].requires_grad)
+    }
+
+    /// Appends the op node; `requires_grad` is the OR of its arguments'. Its VJP will read its
+    /// arguments, their `requires_grad` and its output off the tape, so the node keeps only the
+    /// forward's auxiliary data. `args` are valid ids, so all below the new id.
     #[inline]
-    fn append_op(&mut self, op: Op, args: &[usize], forward: Forward<S>) -> Result<usize> {
+    fn append_op(
+        &mut self,
+        op: Op,
+        args: &[usize],
+        forward: Forward<S>,
+        requires_grad: bool,
+    ) -> Result<usize> {
         if self.detect_anomaly {
             super::anomaly::check_forward(self, op.name(), args, &forward.value)?;
         }
-        let requires_grad = args.iter().any(|&a| self.nodes[a].requires_grad);
-        let parents = parent_list(args);
+        let parents = Parents::from_slice(args);
         // A node nobody differentiates through keeps nothing for a VJP that will never run.
-        let aux = if requires_grad {
-            forward.aux
+        let saved = if requires_grad {
+            NodeSaved::new(forward.aux)
         } else {
-            Aux::None
+            NodeSaved::nothing()
         };
         Ok(self.push(Node {
             name: None,
             value: forward.value,
             requires_grad,
             parents,
-            rule: Rule::Op {
-                op,
-                saved: NodeSaved { aux },
-            },
+            rule: Rule::Op { op, saved },
         }))
     }
 
@@ -237,7 +268,7 @@ impl<S: Scalar> Tape<S> {
             name: None,
             value,
             requires_grad,
-            parents: SmallVec::from_slice(parents),
+            parents: Parents::from_slice(parents),
             rule: Rule::Custom {
                 label: label.into(),
                 vjp,
@@ -259,28 +290,10 @@ impl<S: Scalar> Tape<S> {
     }
 }
 
-/// The parent list of an op node, built from one match arm per length up to four: a copy loop
-/// or `SmallVec::from_slice` becomes a `memcpy` call for the few bytes of one or two ids.
-#[inline(always)]
-fn parent_list(args: &[usize]) -> SmallVec<[usize; 4]> {
-    let (ids, len) = match *args {
-        [a] => ([a, 0, 0, 0], 1),
-        [a, b] => ([a, b, 0, 0], 2),
-        [a, b, c] => ([a, b, c, 0], 3),
-        [a, b, c, d] => ([a, b, c, d], 4),
-        _ => return SmallVec::from_slice(args),
-    };
-    SmallVec::from_buf_and_len(ids, len)
-}
-
 impl<S: Scalar> std::fmt::Display for Tape<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for (id, n) in self.nodes.iter().enumerate() {
-            let name = n
-                .name
-                .as_deref()
-                .map(|s| format!(" '{s}'"))
-                .unwrap_or_default();
+            let name = self.name(id).map(|s| format!(" '{s}'")).unwrap_or_default();
             let op = match &n.rule {
                 Rule::Op { op, .. } => op.to_string(),
                 _ => n.op_name(),
