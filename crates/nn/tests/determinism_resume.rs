@@ -288,15 +288,7 @@ fn sgd_run_checked<S: Scalar>(
 ) -> (Vec<Vec<u64>>, usize, Vec<Vec<u64>>) {
     use tapegrad_nn::data::{Batch, BatchTargets};
     use tapegrad_nn::{Grad, Optimizer};
-    // The second weight is 8 x 20 too, so it looks like one the batch could be multiplied by;
-    // the eager backend must find out that it is not.
-    let spec = ModelSpec::Mlp {
-        inputs: 20,
-        hidden: vec![20, 8],
-        outputs: 5,
-        activation: Activation::Relu,
-        dropout: 0.0,
-    };
+    let spec = look_alike_mlp();
     let mut model = Model::<S>::new(&spec, 11).unwrap();
     // Zeros of both signs in the batch, so a product's sign of zero is checked too.
     let x: Vec<f64> = (0..rows * 20)
@@ -580,13 +572,7 @@ fn fused_sgd_update_is_the_dense_step_within_rounding() {
 fn anomaly_mode_finds_an_overflowing_factored_gradient() {
     use tapegrad_nn::data::{Batch, BatchTargets};
     use tapegrad_tensor::Tensor;
-    let spec = ModelSpec::Mlp {
-        inputs: 20,
-        hidden: vec![20, 8],
-        outputs: 5,
-        activation: Activation::Relu,
-        dropout: 0.0,
-    };
+    let spec = look_alike_mlp();
     let mut model = Model::<f32>::new(&spec, 11).unwrap();
     let weights: Vec<(String, Vec<usize>)> = model
         .params
@@ -631,5 +617,18 @@ fn anomaly_mode_finds_an_overflowing_factored_gradient() {
             "{}: {err}",
             kind.name()
         );
+    }
+}
+
+/// A 20-20-8-5 MLP: the batch (20 wide) feeds the first weight, and the second weight (8 x 20)
+/// has 20 columns too, so it looks like one the batch could be multiplied by; the eager backend
+/// must find out that it is not.
+fn look_alike_mlp() -> ModelSpec {
+    ModelSpec::Mlp {
+        inputs: 20,
+        hidden: vec![20, 8],
+        outputs: 5,
+        activation: Activation::Relu,
+        dropout: 0.0,
     }
 }
