@@ -100,8 +100,20 @@ impl<S: Scalar> Optimizer<S> {
         // SGD's element loops are spread over the threads as one job for the whole step; the
         // others update tensor by tensor.
         let per_tensor: TensorUpdate<S> = match self.config {
-            OptimizerConfig::Sgd { .. } => {
-                sgd::update_all(&self.config, lr, tensors.collect());
+            OptimizerConfig::Sgd {
+                momentum,
+                dampening,
+                nesterov,
+                weight_decay,
+                ..
+            } => {
+                let rule = sgd::SgdRule {
+                    momentum,
+                    dampening,
+                    nesterov,
+                    weight_decay,
+                };
+                sgd::update_all(rule, lr, tensors.collect());
                 return Ok(());
             }
             OptimizerConfig::Adam { .. } | OptimizerConfig::AdamW { .. } => adam::update,
@@ -195,7 +207,8 @@ impl<S: Scalar> Optimizer<S> {
                 }
             }
         }
-        sgd::update_all(&self.config, lr, dense);
+        // Only plain SGD gets here (checked on entry).
+        sgd::update_all(sgd::SgdRule::PLAIN, lr, dense);
         Ok(())
     }
 

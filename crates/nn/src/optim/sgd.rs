@@ -10,13 +10,33 @@
 //! ```
 
 use super::simd::{self, Piece};
-use super::{s, OptimizerConfig, Slots};
+use super::{s, Slots};
 use crate::grad::OuterDims;
 use pulp::{Arch, Simd, WithSimd};
 use tapegrad_tensor::kernels::num_threads;
 use tapegrad_tensor::Scalar;
 
 const MOMENTUM_BUFFER: usize = 0;
+
+/// SGD's hyper-parameters besides the learning rate, as `OptimizerConfig::Sgd` holds them.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SgdRule {
+    pub momentum: f64,
+    pub dampening: f64,
+    pub nesterov: bool,
+    pub weight_decay: f64,
+}
+
+impl SgdRule {
+    /// No momentum and no weight decay: `p + (-lr) * g` (dampening and Nesterov then change
+    /// nothing).
+    pub const PLAIN: SgdRule = SgdRule {
+        momentum: 0.0,
+        dampening: 0.0,
+        nesterov: false,
+        weight_decay: 0.0,
+    };
+}
 
 /// One tensor's elements (or a run of them) with its momentum buffer, if the step keeps one.
 pub(super) struct SgdPiece<'a, S> {
@@ -58,20 +78,16 @@ impl<S: Scalar> Piece for SgdPiece<'_, S> {
 /// One step of every tensor: `tensors` holds each tensor's values, gradient (same length) and
 /// state. The tensors' elements are updated together, spread over the GEMM threads when long.
 pub(super) fn update_all<S: Scalar>(
-    config: &OptimizerConfig,
+    rule: SgdRule,
     lr: f64,
     tensors: Vec<(&mut [S], &[S], Slots<'_, S>)>,
 ) {
-    let OptimizerConfig::Sgd {
+    let SgdRule {
         momentum,
         dampening,
         nesterov,
         weight_decay,
-        ..
-    } = *config
-    else {
-        unreachable!("sgd::update_all is only called for Sgd")
-    };
+    } = rule;
     let pieces = tensors
         .into_iter()
         .map(|(p, grad, state)| {
