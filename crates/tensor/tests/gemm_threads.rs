@@ -1,7 +1,8 @@
 //! The `Scalar::gemm` hook on random shapes (m, n, k from 0 up, odd sizes, strided and transposed
 //! operands, accumulate or not, the product scaled by one or by another factor): against a naive
-//! triple loop, and bit-identical for every thread count, including the products large enough that the output is cut into bands of rows or of
-//! columns (written in place between the padding of each row), more bands than threads included.
+//! triple loop, and bit-identical for every thread count, including the products large enough
+//! that the output is cut into bands of rows or of columns (written in place between the padding
+//! of each row), more bands than threads included.
 
 mod common;
 
