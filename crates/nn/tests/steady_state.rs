@@ -108,6 +108,14 @@ struct Run<S: Scalar> {
 
 impl<S: Scalar> Run<S> {
     fn new(kind: BackendKind, rows: usize, momentum: bool) -> Run<S> {
+        let mut config = OptimizerConfig::by_name("sgd", 0.01).unwrap();
+        if let OptimizerConfig::Sgd { momentum: m, .. } = &mut config {
+            *m = if momentum { 0.9 } else { 0.0 };
+        }
+        Run::with_optimizer(kind, rows, config)
+    }
+
+    fn with_optimizer(kind: BackendKind, rows: usize, config: OptimizerConfig) -> Run<S> {
         let spec = ModelSpec::Mlp {
             inputs: 100,
             hidden: vec![64, 32],
@@ -121,10 +129,6 @@ impl<S: Scalar> Run<S> {
             .collect();
         let x = Tensor::from_f64(&[rows, 100], &x).unwrap();
         let labels = (0..rows).map(|i| (i * 7) % 10).collect();
-        let mut config = OptimizerConfig::by_name("sgd", 0.01).unwrap();
-        if let OptimizerConfig::Sgd { momentum: m, .. } = &mut config {
-            *m = if momentum { 0.9 } else { 0.0 };
-        }
         let optimizer = Optimizer::new(config, &model.params).unwrap();
         Run {
             model,
@@ -151,7 +155,10 @@ impl<S: Scalar> Run<S> {
 
 /// After two warm-up steps, four more steps make no large allocation, and the pool served them.
 fn assert_steady<S: Scalar>(kind: BackendKind, rows: usize, momentum: bool) {
-    let mut run = Run::<S>::new(kind, rows, momentum);
+    assert_steady_run(Run::<S>::new(kind, rows, momentum), kind, rows);
+}
+
+fn assert_steady_run<S: Scalar>(mut run: Run<S>, kind: BackendKind, rows: usize) {
     let first = run.step();
     run.step();
     let before = pool::stats::<S>();
@@ -162,7 +169,13 @@ fn assert_steady<S: Scalar>(kind: BackendKind, rows: usize, momentum: bool) {
         }
     });
     let after = pool::stats::<S>();
-    let what = format!("{} backend, {} rows, {}", kind.name(), rows, S::DTYPE);
+    let what = format!(
+        "{} backend, {} rows, {}, {:?}",
+        kind.name(),
+        rows,
+        S::DTYPE,
+        run.optimizer.config()
+    );
     assert_eq!(counted.large, 0, "{what}: in 4 steady steps {counted:?}");
     // The step's own bookkeeping (shapes beyond rank 4, tape and context lists) stays small;
     // the GEMM library packs its operands once per product at most (9 products a step).
@@ -187,6 +200,38 @@ fn compiled_steps_reuse_every_large_buffer() {
     assert_steady::<f32>(BackendKind::Compiled, 16, false);
     assert_steady::<f64>(BackendKind::Compiled, 16, true);
     assert_steady::<f32>(BackendKind::Compiled, 1, false);
+}
+
+/// Every optimizer updates its parameters and state in place: with its state created in the
+/// warm-up, a step of any of them allocates nothing large either (RMSProp once made three
+/// parameter-sized vectors a tensor per step).
+#[test]
+fn every_optimizer_steps_in_place() {
+    let configs = [
+        OptimizerConfig::Sgd {
+            lr: 0.01,
+            momentum: 0.9,
+            dampening: 0.1,
+            nesterov: false,
+            weight_decay: 1e-3,
+        },
+        OptimizerConfig::by_name("adam", 0.01).unwrap(),
+        OptimizerConfig::by_name("adamw", 0.01).unwrap(),
+        OptimizerConfig::RmsProp {
+            lr: 0.01,
+            alpha: 0.9,
+            eps: 1e-8,
+            weight_decay: 1e-3,
+            momentum: 0.5,
+            centered: true,
+        },
+        OptimizerConfig::by_name("rmsprop", 0.01).unwrap(),
+        OptimizerConfig::by_name("adagrad", 0.01).unwrap(),
+    ];
+    for config in configs {
+        let run = Run::<f32>::with_optimizer(BackendKind::Eager, 16, config);
+        assert_steady_run(run, BackendKind::Eager, 16);
+    }
 }
 
 #[test]

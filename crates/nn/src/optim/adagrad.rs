@@ -9,28 +9,33 @@
 //!
 //! `sum` starts at `initial_accumulator_value` (set when the optimizer is created).
 
-use super::{s, OptimizerConfig, Slots};
+use super::{s, Slots};
 use tapegrad_tensor::Scalar;
 
 const SUM: usize = 0;
 
+/// Adagrad's hyper-parameters used by a step (the initial accumulator value is applied when the
+/// optimizer is created).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct AdagradRule {
+    pub lr_decay: f64,
+    pub weight_decay: f64,
+    pub eps: f64,
+}
+
 pub(super) fn update<S: Scalar>(
-    config: &OptimizerConfig,
+    rule: &AdagradRule,
     lr: f64,
     step: u64,
     p: &mut [S],
     grad: &[S],
     mut state: Slots<'_, S>,
 ) {
-    let OptimizerConfig::Adagrad {
+    let AdagradRule {
         lr_decay,
         weight_decay,
         eps,
-        ..
-    } = *config
-    else {
-        unreachable!("adagrad::update is only called for Adagrad")
-    };
+    } = *rule;
     let wd = s::<S>(weight_decay);
     let clr = lr / (1.0 + (step as f64 - 1.0) * lr_decay);
     let neg_clr = s::<S>(-clr);

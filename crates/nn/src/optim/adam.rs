@@ -14,7 +14,7 @@
 //! `m` and `v` start at zero. `lerp` is PyTorch's: `a + w * (b - a)` for `|w| < 0.5`, else
 //! `b - (b - a) * (1 - w)`.
 
-use super::{s, OptimizerConfig, Slots};
+use super::{s, Slots};
 use tapegrad_tensor::Scalar;
 
 const EXP_AVG: usize = 0;
@@ -29,31 +29,31 @@ pub(super) fn lerp<S: Scalar>(start: S, end: S, weight: S, weight_f64: f64) -> S
     }
 }
 
+/// Adam's hyper-parameters besides the learning rate; `decoupled` is AdamW's weight decay.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct AdamRule {
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    pub decoupled: bool,
+}
+
 pub(super) fn update<S: Scalar>(
-    config: &OptimizerConfig,
+    rule: &AdamRule,
     lr: f64,
     step: u64,
     p: &mut [S],
     grad: &[S],
     mut state: Slots<'_, S>,
 ) {
-    let (beta1, beta2, eps, weight_decay, decoupled) = match *config {
-        OptimizerConfig::Adam {
-            beta1,
-            beta2,
-            eps,
-            weight_decay,
-            ..
-        } => (beta1, beta2, eps, weight_decay, false),
-        OptimizerConfig::AdamW {
-            beta1,
-            beta2,
-            eps,
-            weight_decay,
-            ..
-        } => (beta1, beta2, eps, weight_decay, true),
-        _ => unreachable!("adam::update is only called for Adam and AdamW"),
-    };
+    let AdamRule {
+        beta1,
+        beta2,
+        eps,
+        weight_decay,
+        decoupled,
+    } = *rule;
     if decoupled {
         let factor = s::<S>(1.0 - lr * weight_decay);
         for p in p.iter_mut() {

@@ -99,7 +99,7 @@ impl<S: Scalar> Optimizer<S> {
                 });
         // SGD's element loops are spread over the threads as one job for the whole step; the
         // others update tensor by tensor.
-        let per_tensor: TensorUpdate<S> = match self.config {
+        match self.config {
             OptimizerConfig::Sgd {
                 momentum,
                 dampening,
@@ -114,14 +114,66 @@ impl<S: Scalar> Optimizer<S> {
                     weight_decay,
                 };
                 sgd::update_all(rule, lr, tensors.collect());
-                return Ok(());
             }
-            OptimizerConfig::Adam { .. } | OptimizerConfig::AdamW { .. } => adam::update,
-            OptimizerConfig::RmsProp { .. } => |c, lr, _, v, g, s| rmsprop::update(c, lr, v, g, s),
-            OptimizerConfig::Adagrad { .. } => adagrad::update,
-        };
-        for (value, grad, state) in tensors {
-            per_tensor(&self.config, lr, step, value, grad, state);
+            OptimizerConfig::Adam {
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                ..
+            }
+            | OptimizerConfig::AdamW {
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                ..
+            } => {
+                let rule = adam::AdamRule {
+                    beta1,
+                    beta2,
+                    eps,
+                    weight_decay,
+                    decoupled: matches!(self.config, OptimizerConfig::AdamW { .. }),
+                };
+                for (value, grad, state) in tensors {
+                    adam::update(&rule, lr, step, value, grad, state);
+                }
+            }
+            OptimizerConfig::RmsProp {
+                alpha,
+                eps,
+                weight_decay,
+                momentum,
+                centered,
+                ..
+            } => {
+                let rule = rmsprop::RmsPropRule {
+                    alpha,
+                    eps,
+                    weight_decay,
+                    momentum,
+                    centered,
+                };
+                for (value, grad, state) in tensors {
+                    rmsprop::update(&rule, lr, value, grad, state);
+                }
+            }
+            OptimizerConfig::Adagrad {
+                lr_decay,
+                weight_decay,
+                eps,
+                ..
+            } => {
+                let rule = adagrad::AdagradRule {
+                    lr_decay,
+                    weight_decay,
+                    eps,
+                };
+                for (value, grad, state) in tensors {
+                    adagrad::update(&rule, lr, step, value, grad, state);
+                }
+            }
         }
         Ok(())
     }
@@ -260,10 +312,6 @@ fn s<S: Scalar>(v: f64) -> S {
     S::from_f64(v)
 }
 
-/// One tensor's update by an optimizer that goes tensor by tensor: config, learning rate, step
-/// number, value, gradient, state slots.
-type TensorUpdate<S> = fn(&OptimizerConfig, f64, u64, &mut [S], &[S], Slots<'_, S>);
-
 /// The state slots of one parameter, created lazily with the parameter's shape.
 struct Slots<'a, S> {
     slots: &'a mut [Option<Tensor<S>>],
@@ -290,6 +338,19 @@ impl<'a, S: Scalar> Slots<'a, S> {
         slots[k]
             .get_or_insert_with(|| Tensor::zeros(&shape))
             .data_mut()
+    }
+
+    /// The slots flagged in `wanted`, each created as zeros on first use; unflagged slots are
+    /// neither created nor lent (`None`).
+    fn some<const N: usize>(&mut self, wanted: [bool; N]) -> [Option<&mut [S]>; N] {
+        let shape = &self.shape;
+        let mut lent: [Option<&mut [S]>; N] = std::array::from_fn(|_| None);
+        for ((slot, want), out) in self.slots.iter_mut().zip(wanted).zip(&mut lent) {
+            if want {
+                *out = Some(slot.get_or_insert_with(|| Tensor::zeros(shape)).data_mut());
+            }
+        }
+        lent
     }
 
     /// Slots `a` and `b` (distinct), both created as zeros on first use.

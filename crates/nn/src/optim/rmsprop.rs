@@ -12,72 +12,64 @@
 //! `v` (`square_avg`), `b` (`momentum_buffer`) and `a` (`grad_avg`) start at zero.
 
 use super::adam::lerp;
-use super::{s, OptimizerConfig, Slots};
+use super::{s, Slots};
 use tapegrad_tensor::Scalar;
 
-const SQUARE_AVG: usize = 0;
-const MOMENTUM_BUFFER: usize = 1;
-const GRAD_AVG: usize = 2;
+/// RMSProp's hyper-parameters besides the learning rate.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RmsPropRule {
+    pub alpha: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    pub momentum: f64,
+    pub centered: bool,
+}
 
+/// One tensor's step, element by element in one pass (each element's operations in the order
+/// above, so the bits of a pass per formula line). The momentum buffer and the gradient average
+/// exist only when the rule uses them, as in PyTorch's state.
 pub(super) fn update<S: Scalar>(
-    config: &OptimizerConfig,
+    rule: &RmsPropRule,
     lr: f64,
     p: &mut [S],
     grad: &[S],
     mut state: Slots<'_, S>,
 ) {
-    let OptimizerConfig::RmsProp {
+    let RmsPropRule {
         alpha,
         eps,
         weight_decay,
         momentum,
         centered,
-        ..
-    } = *config
+    } = *rule;
+    let has_momentum = momentum > 0.0;
+    // The slots in `slot_names` order: square_avg, momentum_buffer, grad_avg.
+    let [Some(square_avg), mut momentum_buffer, mut grad_avg] =
+        state.some([true, has_momentum, centered])
     else {
-        unreachable!("rmsprop::update is only called for RmsProp")
+        unreachable!("RMSProp's optimizer state has its three slots from creation")
     };
-    let g: Vec<S> = if weight_decay != 0.0 {
-        let wd = s::<S>(weight_decay);
-        grad.iter()
-            .zip(p.iter())
-            .map(|(&g, &p)| g + wd * p)
-            .collect()
-    } else {
-        grad.to_vec()
-    };
-    let (a, w) = (s::<S>(alpha), s::<S>(1.0 - alpha));
-    let eps = s::<S>(eps);
-    let v = state.zeroed(SQUARE_AVG);
-    for (v, &g) in v.iter_mut().zip(&g) {
-        *v = *v * a + w * g * g;
-    }
-    let v = v.to_vec();
-    let avg: Vec<S> = if centered {
-        let ga = state.zeroed(GRAD_AVG);
-        let minus_one = -S::ONE;
-        ga.iter_mut()
-            .zip(&g)
-            .zip(&v)
-            .map(|((ga, &g), &v)| {
-                *ga = lerp(*ga, g, w, 1.0 - alpha);
-                (v + minus_one * *ga * *ga).sqrt() + eps
-            })
-            .collect()
-    } else {
-        v.iter().map(|&v| v.sqrt() + eps).collect()
-    };
-    let neg_lr = s::<S>(-lr);
-    if momentum > 0.0 {
-        let m = s::<S>(momentum);
-        let b = state.zeroed(MOMENTUM_BUFFER);
-        for i in 0..p.len() {
-            b[i] = b[i] * m + g[i] / avg[i];
-            p[i] += neg_lr * b[i];
-        }
-    } else {
-        for i in 0..p.len() {
-            p[i] += neg_lr * g[i] / avg[i];
+    let decay = weight_decay != 0.0;
+    let (wd, a, w) = (s::<S>(weight_decay), s::<S>(alpha), s::<S>(1.0 - alpha));
+    let (eps, neg_lr, m) = (s::<S>(eps), s::<S>(-lr), s::<S>(momentum));
+    let minus_one = -S::ONE;
+    for i in 0..p.len().min(grad.len()) {
+        let g = if decay { grad[i] + wd * p[i] } else { grad[i] };
+        let v = square_avg[i] * a + w * g * g;
+        square_avg[i] = v;
+        let avg = match grad_avg.as_deref_mut() {
+            Some(ga) => {
+                ga[i] = lerp(ga[i], g, w, 1.0 - alpha);
+                (v + minus_one * ga[i] * ga[i]).sqrt() + eps
+            }
+            None => v.sqrt() + eps,
+        };
+        match momentum_buffer.as_deref_mut() {
+            Some(b) => {
+                b[i] = b[i] * m + g / avg;
+                p[i] += neg_lr * b[i];
+            }
+            None => p[i] += neg_lr * g / avg,
         }
     }
 }
