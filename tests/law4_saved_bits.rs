@@ -88,6 +88,22 @@ fn check<S: Scalar>(case: u64) {
         }
     }
 
+    // A pass that keeps only what the inputs-only backward reads: the same gradients, bit for
+    // bit, from no more kept bytes; the dense backward refuses it.
+    let lean = compiled.forward_for_input_grads(&x).unwrap();
+    assert!(same_bits(lean.output(), context.last().unwrap()), "{what}");
+    assert!(lean.kept_bytes() <= plain.kept_bytes(), "{what}");
+    assert!(lean.backward_all(seed.clone()).is_err(), "{what}");
+    let lean_grads = lean.backward(&out_seed).unwrap();
+    assert_eq!(lean_grads.len(), grads.len(), "{what}");
+    for (i, (a, b)) in lean_grads.iter().zip(&grads).enumerate() {
+        match (a, b) {
+            (Some(a), Some(b)) => assert!(same_bits(a, b), "{what}: input {i}"),
+            (None, None) => {}
+            _ => panic!("{what}: input {i}: {a:?} vs {b:?}"),
+        }
+    }
+
     // The same backward keeping node cotangents: each kept one is the final cotangent of its
     // slot, which `backprop_all` returns for that slot; inputs and slots that need no gradient
     // have none to keep (an error).
@@ -209,6 +225,49 @@ fn the_saved_graph_keeps_only_what_each_vjp_declared() {
     let saved = CompiledGraph::new(g.clone()).forward(&xs).unwrap();
     assert_eq!(saved.kept_bytes(), 3 * 800);
     assert_eq!(tape_kept_bytes(&g.lower(&xs).unwrap()), 5 * 800);
+}
+
+/// A first linear layer whose input needs no gradient: the dense pass keeps the input and the
+/// weight; the pass for the inputs' gradients keeps the input only (what the weight's gradient
+/// reads, as PyTorch's autograd saves it), and the next layer, whose input requires grad, keeps
+/// its weight too. Both passes give the same weight gradients.
+#[test]
+fn a_pass_for_input_gradients_keeps_only_what_they_read() {
+    let mut g = Graph::new();
+    let x = g.input("x", Shape::new([4, 30]).unwrap(), false).unwrap();
+    let w1 = g.input("w1", Shape::new([20, 30]).unwrap(), true).unwrap();
+    let w2 = g.input("w2", Shape::new([10, 20]).unwrap(), true).unwrap();
+    let linear = Op::Linalg(LinalgOp::Linear { bias: false });
+    let h = g.node("h", linear.clone(), &[x, w1]).unwrap();
+    g.node("y", linear, &[h, w2]).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let xs: Vec<Tensor<f64>> = [[4, 30], [20, 30], [10, 20]]
+        .iter()
+        .map(|d| random_like(&mut rng, &Shape::new(*d).unwrap()))
+        .collect();
+    let compiled = CompiledGraph::new(g);
+    let (x_bytes, w1_bytes, w2_bytes, h_bytes, y_bytes) =
+        (4 * 30, 20 * 30, 10 * 20, 4 * 20, 4 * 10);
+    let dense = compiled.forward(&xs).unwrap();
+    assert_eq!(
+        dense.kept_bytes(),
+        8 * (x_bytes + w1_bytes + h_bytes + w2_bytes + y_bytes)
+    );
+    let lean = compiled.forward_for_input_grads(&xs).unwrap();
+    assert_eq!(
+        lean.kept_bytes(),
+        8 * (x_bytes + h_bytes + w2_bytes + y_bytes)
+    );
+    let seed = random_like(&mut rng, &Shape::new([4, 10]).unwrap());
+    let a = dense.backward(&seed).unwrap();
+    let b = lean.backward(&seed).unwrap();
+    assert!(a[0].is_none() && b[0].is_none());
+    for i in 1..3 {
+        assert!(
+            same_bits(a[i].as_ref().unwrap(), b[i].as_ref().unwrap()),
+            "input {i}"
+        );
+    }
 }
 
 /// A -0 contribution into a zero slot: the dense passes compute `0 + (-0) = +0`, bit for bit alike;

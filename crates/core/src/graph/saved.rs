@@ -41,6 +41,18 @@ pub struct SavedGraph<S> {
     plan: Arc<Plan>,
     records: Vec<Saved<S>>,
     output: Tensor<S>,
+    /// The records keep only what the inputs-only backward reads
+    /// ([`CompiledGraph::forward_for_input_grads`]), so the dense backward cannot run.
+    input_grads_only: bool,
+}
+
+/// How a forward pass runs: validating each node first, keeping every value (for comparing with
+/// `Graph::eval`), keeping only what the inputs-only backward reads.
+#[derive(Debug, Clone, Copy, Default)]
+struct Pass {
+    checked: bool,
+    keep_values: bool,
+    input_grads_only: bool,
 }
 
 /// A forward pass and the context it left (values freed after their last use are `None`).
@@ -88,12 +100,33 @@ impl CompiledGraph {
     /// One forward pass keeping only what each node's VJP needs; values are dropped after their
     /// last use, except the last slot's, which is the output.
     pub fn forward<S: Scalar>(&self, inputs: &[Tensor<S>]) -> Result<SavedGraph<S>> {
-        Ok(self.run(inputs, false, false)?.0)
+        Ok(self.run(inputs, Pass::default())?.0)
+    }
+
+    /// As [`CompiledGraph::forward`] for a pass that will only run an inputs-only backward
+    /// ([`SavedGraph::backward`], `backward_seeded`, `backward_keeping`): each node keeps only
+    /// what the contributions to its arguments that require grad read (`OpRules::saves_for`), and
+    /// a node none of whose arguments requires grad keeps nothing. The gradients are those of
+    /// `forward`, bit for bit; [`SavedGraph::backward_all`] on such a pass is an error. A first
+    /// linear layer whose input needs no gradient, for one, keeps its input but not its weight.
+    pub fn forward_for_input_grads<S: Scalar>(
+        &self,
+        inputs: &[Tensor<S>],
+    ) -> Result<SavedGraph<S>> {
+        let pass = Pass {
+            input_grads_only: true,
+            ..Pass::default()
+        };
+        Ok(self.run(inputs, pass)?.0)
     }
 
     /// As [`CompiledGraph::forward`], validating each node's domain rules before it runs.
     pub fn forward_checked<S: Scalar>(&self, inputs: &[Tensor<S>]) -> Result<SavedGraph<S>> {
-        Ok(self.run(inputs, true, false)?.0)
+        let pass = Pass {
+            checked: true,
+            ..Pass::default()
+        };
+        Ok(self.run(inputs, pass)?.0)
     }
 
     /// The forward pass that also returns the whole context (every value), for comparing with
@@ -102,16 +135,20 @@ impl CompiledGraph {
         &self,
         inputs: &[Tensor<S>],
     ) -> Result<(SavedGraph<S>, Vec<Tensor<S>>)> {
-        let (saved, context) = self.run(inputs, false, true)?;
+        let pass = Pass {
+            keep_values: true,
+            ..Pass::default()
+        };
+        let (saved, context) = self.run(inputs, pass)?;
         Ok((saved, context.into_iter().flatten().collect()))
     }
 
-    fn run<S: Scalar>(
-        &self,
-        inputs: &[Tensor<S>],
-        checked: bool,
-        keep_values: bool,
-    ) -> Result<PassWithContext<S>> {
+    fn run<S: Scalar>(&self, inputs: &[Tensor<S>], pass: Pass) -> Result<PassWithContext<S>> {
+        let Pass {
+            checked,
+            keep_values,
+            input_grads_only,
+        } = pass;
         let plan = &self.plan;
         let g = &plan.graph;
         let output_slot = g.last_slot()?;
@@ -126,11 +163,12 @@ impl CompiledGraph {
                     let forward = Forward::new(value);
                     // relu keeps only its output (checked by `relu_in_place`); its input is
                     // gone, and has the output's shape.
+                    let needs = [!input_grads_only || plan.needs[k][0]];
                     records.push(Saved::keep(
                         node.op.saves(),
                         &[&forward.value],
                         &forward,
-                        [true],
+                        needs,
                     ));
                     context.push(Some(forward.value));
                     continue;
@@ -143,13 +181,20 @@ impl CompiledGraph {
                 .collect::<Result<Vec<&Tensor<S>>>>()?;
             let forward = g.run_node(k, &args, checked)?;
             // The dense backward must equal `backprop_all`, which gives every argument a
-            // contribution; the inputs-only backward narrows `needs` when it runs.
-            records.push(Saved::keep(
-                node.op.saves(),
-                &args,
-                &forward,
-                vec![true; args.len()],
-            ));
+            // contribution; the inputs-only backward narrows `needs` when it runs, and a pass
+            // for it alone keeps only what those contributions read.
+            let record = if input_grads_only {
+                let needs = &plan.needs[k];
+                Saved::keep(
+                    node.op.saves_for(needs),
+                    &args,
+                    &forward,
+                    needs.iter().copied(),
+                )
+            } else {
+                Saved::keep(node.op.saves(), &args, &forward, args.iter().map(|_| true))
+            };
+            records.push(record);
             context.push(Some(forward.value));
             if !keep_values {
                 for &a in &node.args {
@@ -170,6 +215,7 @@ impl CompiledGraph {
                 plan: self.plan.clone(),
                 records,
                 output,
+                input_grads_only,
             },
             context,
         ))
@@ -202,6 +248,13 @@ impl<S: Scalar> SavedGraph<S> {
     /// cotangents, same additions in the same order), so the results are identical bit for bit.
     pub fn backward_all(&self, seed: Vec<Tensor<S>>) -> Result<Vec<Tensor<S>>> {
         let g = &self.plan.graph;
+        if self.input_grads_only {
+            return Err(Error::invalid(
+                CONTEXT,
+                "this pass kept only what the inputs' gradients read \
+                 (forward_for_input_grads); run forward for the dense backward",
+            ));
+        }
         g.check_seed(&seed)?;
         let n_in = g.inputs().len();
         let mut acc = seed;

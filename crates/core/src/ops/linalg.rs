@@ -388,6 +388,25 @@ impl OpRules for LinalgOp {
         }
     }
 
+    /// Linear reads its weight only for the input's contribution and its input only for the
+    /// weight's (the bias's needs neither), so a first layer whose input needs no gradient keeps
+    /// its input but not its weight, as PyTorch's autograd does. Matmul's VJP promotes both
+    /// operands whichever contribution it computes, so it keeps both.
+    fn saves_for(&self, needs: &[bool]) -> Saves {
+        match self {
+            L::Linear { .. } => {
+                let need = |i: usize| needs.get(i).copied().unwrap_or(true);
+                match (need(0), need(1)) {
+                    (true, true) => Saves::inputs(&[0, 1]),
+                    (true, false) => Saves::inputs(&[1]),
+                    (false, true) => Saves::inputs(&[0]),
+                    (false, false) => Saves::NOTHING,
+                }
+            }
+            _ => self.saves(),
+        }
+    }
+
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         let out = match self {
             L::Matmul => matmul_forward(x[0], x[1])?,

@@ -37,6 +37,13 @@ pub trait OpRules {
     fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape>;
     /// Which arguments (and whether the output) the VJP needs.
     fn saves(&self) -> Saves;
+    /// What the VJP reads when it is asked only for the contributions flagged in `needs` (one
+    /// flag per argument): by default all of [`OpRules::saves`]. An op whose VJP reads some
+    /// argument only for another argument's contribution (linear's weight, for the input's)
+    /// narrows it, so a pass that differentiates only what requires grad keeps less.
+    fn saves_for(&self, _needs: &[bool]) -> Saves {
+        self.saves()
+    }
     /// Forward evaluation. Called only with shapes `output_shape` accepted.
     fn forward<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<Forward<S>>;
     /// Vector-Jacobian product: one contribution per argument (`None` only where `ctx.needs` is
@@ -98,6 +105,13 @@ impl Op {
     #[inline]
     pub fn saves(&self) -> Saves {
         dispatch!(self, op => op.saves())
+    }
+
+    /// What the VJP reads when only the contributions flagged in `needs` are asked for (see
+    /// [`OpRules::saves_for`]).
+    #[inline]
+    pub fn saves_for(&self, needs: &[bool]) -> Saves {
+        dispatch!(self, op => op.saves_for(needs))
     }
 
     #[inline]

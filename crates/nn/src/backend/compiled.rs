@@ -222,7 +222,7 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
         let i = self.plan(model, &batch.x, Mode::Train)?;
         let plan = &self.plans[i];
         let inputs = Self::inputs(plan, model, &batch.x, &mut rng)?;
-        let saved = plan.graph.forward(&inputs)?;
+        let saved = plan.graph.forward_for_input_grads(&inputs)?;
         let outputs = saved.output().clone();
         self.session.reset();
         let o = self.session.variable("output", outputs.clone());
@@ -309,7 +309,11 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
         let i = self.plan(model, x, Mode::Eval)?;
         let plan = &self.plans[i];
         let inputs = Self::inputs(plan, model, x, &mut dropout_rng(0, 0))?;
-        let out = plan.graph.forward(&inputs)?.output().clone();
+        let out = plan
+            .graph
+            .forward_for_input_grads(&inputs)?
+            .output()
+            .clone();
         if self.detect_anomaly {
             if let Some((i, v)) = out.first_non_finite() {
                 let found = format!("{} at element {i} of the outputs", v.to_f64());
