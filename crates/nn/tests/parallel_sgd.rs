@@ -5,10 +5,18 @@
 //! tensor by tensor, on 1 to 4 threads, over steps that create and then reuse the momentum buffer;
 //! plain SGD's fused update by factored gradients gives the same bits on every thread count.
 
+use std::sync::{Mutex, MutexGuard};
 use tapegrad_nn::params::ParamKind;
 use tapegrad_nn::{Grad, Optimizer, OptimizerConfig, ParamSet};
 use tapegrad_tensor::kernels::set_num_threads;
 use tapegrad_tensor::Tensor;
+
+/// The thread count is process-wide and the tests of this file run concurrently: each test that
+/// sets it holds this lock, so a run meant for one thread count is not run on another's.
+fn thread_count_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 const LENS: [usize; 6] = [70_001, 5, 0, 33_000, 1, 4_099];
 
@@ -86,6 +94,7 @@ fn reference(config: OptimizerConfig, steps: usize) -> Vec<Vec<f32>> {
 
 #[test]
 fn sgd_gives_the_formula_bits_on_every_thread_count() {
+    let _threads = thread_count_lock();
     let sgd = |momentum, dampening, nesterov, weight_decay| OptimizerConfig::Sgd {
         lr: 0.05,
         momentum,
@@ -168,6 +177,7 @@ fn factored(batch: usize, out: usize, inn: usize, salt: usize) -> Grad<f32> {
 
 #[test]
 fn fused_factored_update_gives_the_same_bits_on_every_thread_count() {
+    let _threads = thread_count_lock();
     // The MLP's first layer at batch 32 (a product large enough to be cut into bands on 2 or
     // more threads), next to a dense gradient and a one-row factored one.
     let config = OptimizerConfig::Sgd {
