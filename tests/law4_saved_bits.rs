@@ -270,6 +270,57 @@ fn a_pass_for_input_gradients_keeps_only_what_they_read() {
     }
 }
 
+/// Matmul likewise keeps each operand only for the other's gradient, 1-D operands included:
+/// `v @ W` with only W requiring grad keeps v; `A @ u` with only A requiring grad keeps u.
+#[test]
+fn a_pass_for_input_gradients_keeps_each_matmul_operand_only_for_the_other() {
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    for (left, right, left_grad) in [
+        (&[30][..], &[30, 20][..], false),
+        (&[5, 3, 30], &[30], true),
+    ] {
+        let mut g = Graph::new();
+        let a = g.input("a", Shape::new(left).unwrap(), left_grad).unwrap();
+        let b = g
+            .input("b", Shape::new(right).unwrap(), !left_grad)
+            .unwrap();
+        g.node("y", Op::Linalg(LinalgOp::Matmul), &[a, b]).unwrap();
+        let xs: Vec<Tensor<f64>> = [left, right]
+            .iter()
+            .map(|d| random_like(&mut rng, &Shape::new(*d).unwrap()))
+            .collect();
+        let compiled = CompiledGraph::new(g.clone());
+        let dense = compiled.forward(&xs).unwrap();
+        let lean = compiled.forward_for_input_grads(&xs).unwrap();
+        let (kept_operand, out) = if left_grad {
+            (&xs[1], dense.output())
+        } else {
+            (&xs[0], dense.output())
+        };
+        assert_eq!(
+            lean.kept_bytes(),
+            kept_operand.nbytes() + out.nbytes(),
+            "{g}"
+        );
+        assert_eq!(
+            dense.kept_bytes(),
+            xs[0].nbytes() + xs[1].nbytes() + out.nbytes(),
+            "{g}"
+        );
+        let seed = random_like(&mut rng, out.shape());
+        let (d, l) = (
+            dense.backward(&seed).unwrap(),
+            lean.backward(&seed).unwrap(),
+        );
+        let i = usize::from(!left_grad);
+        assert!(
+            same_bits(d[i].as_ref().unwrap(), l[i].as_ref().unwrap()),
+            "{g}"
+        );
+        assert!(d[1 - i].is_none() && l[1 - i].is_none(), "{g}");
+    }
+}
+
 /// A -0 contribution into a zero slot: the dense passes compute `0 + (-0) = +0`, bit for bit alike;
 /// the inputs-only pass stores the contribution, equal with `==`.
 #[test]

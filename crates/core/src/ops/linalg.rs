@@ -160,19 +160,31 @@ fn promote_operands<S: Scalar>(a: &Tensor<S>, b: &Tensor<S>) -> Result<(Tensor<S
     Ok((a2, b2))
 }
 
-/// The promoted operands and the output-shaped `g` with the promoted axes restored.
-fn promote<S: Scalar>(
-    a: &Tensor<S>,
-    b: &Tensor<S>,
+/// The shape torch.matmul gives an operand of rank 1: a row for the left one, a column for the
+/// right one; other shapes as they are.
+fn promoted_shape(shape: &Shape, left: bool) -> Result<Shape> {
+    match (shape.rank(), left) {
+        (1, true) => Shape::new([1, shape.dim(0)]),
+        (1, false) => Shape::new([shape.dim(0), 1]),
+        _ => Ok(shape.clone()),
+    }
+}
+
+/// The output-shaped `g` with the axes promotion added restored, for operands of shapes `a` and
+/// `b` promoted to `a2` and `b2`. Needs shapes only, so a VJP asked for one operand's
+/// contribution reads only the other operand's value.
+fn promote_cotangent<S: Scalar>(
+    a: &Shape,
+    b: &Shape,
+    a2: &Shape,
+    b2: &Shape,
     g: &Tensor<S>,
-) -> Result<(Tensor<S>, Tensor<S>, Tensor<S>)> {
-    let (a2, b2) = promote_operands(a, b)?;
+) -> Result<Tensor<S>> {
     let batch_rank = g.rank() - usize::from(a.rank() >= 2) - usize::from(b.rank() >= 2);
     let mut dims = g.dims()[..batch_rank].to_vec();
-    dims.push(a2.dims()[a2.rank() - 2]);
-    dims.push(b2.dims()[b2.rank() - 1]);
-    let g2 = g.reshape(&dims)?;
-    Ok((a2, b2, g2))
+    dims.push(a2.dim(a2.rank() - 2));
+    dims.push(b2.dim(b2.rank() - 1));
+    g.reshape(&dims)
 }
 
 /// `a @ b` with torch.matmul's rules. The promoted operands go through one batched GEMM and the
@@ -388,13 +400,12 @@ impl OpRules for LinalgOp {
         }
     }
 
-    /// Linear reads its weight only for the input's contribution and its input only for the
-    /// weight's (the bias's needs neither), so a first layer whose input needs no gradient keeps
-    /// its input but not its weight, as PyTorch's autograd does. Matmul's VJP promotes both
-    /// operands whichever contribution it computes, so it keeps both.
+    /// Matmul and linear read each operand only for the other's contribution (the bias's needs
+    /// neither), so a first layer whose input needs no gradient keeps its input but not its
+    /// weight, as PyTorch's autograd does.
     fn saves_for(&self, needs: &[bool]) -> Saves {
         match self {
-            L::Linear { .. } => {
+            L::Matmul | L::Linear { .. } => {
                 let need = |i: usize| needs.get(i).copied().unwrap_or(true);
                 match (need(0), need(1)) {
                     (true, true) => Saves::inputs(&[0, 1]),
@@ -424,25 +435,30 @@ impl OpRules for LinalgOp {
         let name = self.name();
         Ok(match self {
             L::Matmul => {
-                let (a, b) = (ctx.input(name, 0)?, ctx.input(name, 1)?);
-                let (a2, b2, g2) = promote(a, b, cot)?;
+                // Each operand is read only for the other's contribution (see `saves_for`).
+                let (a_shape, b_shape) = (&ctx.input_shapes[0], &ctx.input_shapes[1]);
+                let a2_shape = promoted_shape(a_shape, true)?;
+                let b2_shape = promoted_shape(b_shape, false)?;
+                let g2 = promote_cotangent(a_shape, b_shape, &a2_shape, &b2_shape, cot)?;
                 let da = if ctx.needs(0) {
                     // dA = G @ B^T, with broadcast batch axes summed back.
+                    let b2 = ctx.input(name, 1)?.reshape_to(&b2_shape)?;
                     let full = batched_matmul(&g2, false, &b2, true)?;
-                    Some(sum_to(&full, a2.shape())?.reshape_to(a.shape())?)
+                    Some(sum_to(&full, &a2_shape)?.reshape_to(a_shape)?)
                 } else {
                     None
                 };
                 let db = if ctx.needs(1) {
-                    let full = if b2.rank() == 2 && a2.rank() > 2 {
+                    let a2 = ctx.input(name, 0)?.reshape_to(&a2_shape)?;
+                    let full = if b2_shape.rank() == 2 && a2.rank() > 2 {
                         // A shared matrix: fold a's batch into rows so one GEMM does the sum.
                         let a_rows = a2.reshape(&as_rows(a2.shape()))?;
                         let g_rows = g2.reshape(&as_rows(g2.shape()))?;
                         batched_matmul(&a_rows, true, &g_rows, false)?
                     } else {
-                        sum_to(&batched_matmul(&a2, true, &g2, false)?, b2.shape())?
+                        sum_to(&batched_matmul(&a2, true, &g2, false)?, &b2_shape)?
                     };
-                    Some(full.reshape_to(b.shape())?)
+                    Some(full.reshape_to(b_shape)?)
                 } else {
                     None
                 };
