@@ -120,17 +120,26 @@ impl LinearPart {
     /// `shape` if the argument was broadcast.
     #[inline(always)]
     pub(crate) fn apply<S: Scalar>(self, mut g: Tensor<S>, shape: &Shape) -> Result<Tensor<S>> {
+        // One element (scalar code) is written without a loop; the same operation either way.
         match self {
             LinearPart::Pass => {}
-            LinearPart::Negate => {
-                for v in g.data_mut() {
-                    *v = -*v;
+            LinearPart::Negate => match g.data_mut() {
+                [v] => *v = -*v,
+                data => {
+                    for v in data {
+                        *v = -*v;
+                    }
                 }
-            }
+            },
             LinearPart::Scale(factor) => {
                 let f: S = s(factor);
-                for v in g.data_mut() {
-                    *v *= f;
+                match g.data_mut() {
+                    [v] => *v *= f,
+                    data => {
+                        for v in data {
+                            *v *= f;
+                        }
+                    }
                 }
             }
         }

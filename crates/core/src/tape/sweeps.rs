@@ -194,8 +194,8 @@ impl<S: Scalar> Tape<S> {
     /// nothing reads again: each argument that requires grad gets the cotangent itself (a clone,
     /// sharing its buffer, for all but the last), negated or scaled in place and summed down to
     /// its shape if broadcast, as `Op::vjp` makes it, and in the same order. Parent ids are
-    /// checked first, as `op_vjp` does. A node whose parent count is not its op's arity (only
-    /// `Tape::push` can make one) gets its cotangent back, for the general path.
+    /// checked first, as `op_vjp` does. A node whose parent count is not its op's arity (the
+    /// crate-private `Tape::push` could make one) gets its cotangent back, for the general path.
     #[inline(always)]
     fn linear_step(
         &self,

@@ -106,9 +106,11 @@ impl<S: Scalar> Tape<S> {
         Ok(&self.node(id)?.value)
     }
 
-    /// Appends a node and returns its id (the length before the append).
+    /// Appends a node and returns its id (the length before the append). Crate-private: a
+    /// node's parents must be ids already on the tape, which every caller here checks (`leaf`,
+    /// `append_op`, `custom`); a public `push` let a caller break that invariant.
     #[inline]
-    pub fn push(&mut self, node: Node<S>) -> usize {
+    pub(crate) fn push(&mut self, node: Node<S>) -> usize {
         self.nodes.push(node);
         self.nodes.len() - 1
     }
@@ -224,8 +226,9 @@ impl<S: Scalar> Tape<S> {
 
     /// Appends the op node; `requires_grad` is the OR of its arguments'. Its VJP will read its
     /// arguments, their `requires_grad` and its output off the tape, so the node keeps only the
-    /// forward's auxiliary data. `args` are valid ids, so all below the new id.
-    #[inline]
+    /// forward's auxiliary data. `args` are valid ids, so all below the new id. Inlined into
+    /// `apply`, so the forward's result and the op are not copied once more into its arguments.
+    #[inline(always)]
     fn append_op(
         &mut self,
         op: Op,
