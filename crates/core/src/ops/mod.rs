@@ -17,7 +17,7 @@ pub use context::{
     ArgShapes, ArgValues, Arity, Aux, Forward, Grads, Mask, Saved, Saves, VjpContext,
 };
 pub use elementwise::ElementwiseOp;
-pub(crate) use elementwise::LinearVjp;
+pub(crate) use elementwise::{LinearPart, LinearVjp};
 pub use linalg::LinalgOp;
 pub use loss::{LossOp, Reduction};
 pub use nn::NnOp;
@@ -143,6 +143,26 @@ impl Op {
             }
         }
         self.forward_checked(inputs)
+    }
+
+    /// The value alone, for an elementwise op whose kernels check every shape themselves (the
+    /// most common ops, which have no auxiliary data): what `forward` returns as
+    /// `Forward::new(value)`, arity checked, without the wrapper to unpack. `None` for every
+    /// other op.
+    #[inline]
+    pub(crate) fn plain_forward<S: Scalar>(
+        &self,
+        inputs: &[&Tensor<S>],
+    ) -> Option<Result<Tensor<S>>> {
+        match self {
+            Op::Elementwise(op) if op.forward_checks_shapes() => {
+                Some(match self.check_arity(inputs.len()) {
+                    Ok(()) => op.forward_value(inputs),
+                    Err(e) => Err(e),
+                })
+            }
+            _ => None,
+        }
     }
 
     /// `forward` for ops whose kernels do not check every shape themselves: the shape rule
