@@ -301,31 +301,37 @@ impl<S: Scalar> Tensor<S> {
     }
 
     /// The shape.
+    #[inline]
     pub fn shape(&self) -> &Shape {
         &self.shape
     }
 
     /// The dimensions.
+    #[inline]
     pub fn dims(&self) -> &[usize] {
         self.shape.dims()
     }
 
     /// Number of dimensions.
+    #[inline]
     pub fn rank(&self) -> usize {
         self.shape.rank()
     }
 
     /// Number of elements.
+    #[inline]
     pub fn numel(&self) -> usize {
         self.shape.numel()
     }
 
     /// The row-major elements.
+    #[inline]
     pub fn data(&self) -> &[S] {
         self.data.elems()
     }
 
     /// Mutable elements; copies the buffer first if another tensor shares it.
+    #[inline]
     pub fn data_mut(&mut self) -> &mut [S] {
         self.data.elems_mut()
     }

@@ -64,7 +64,9 @@ pub enum Op {
     Linalg(LinalgOp),
     Structure(StructureOp),
     Loss(LossOp),
-    Nn(NnOp),
+    /// Boxed: the largest family (attention, pooling and embedding attributes), and a rare one,
+    /// would make every `Op` (and so every tape node) half as large again.
+    Nn(Box<NnOp>),
 }
 
 macro_rules! dispatch {
@@ -145,23 +147,24 @@ impl Op {
         self.forward_checked(inputs)
     }
 
-    /// The value alone, for an elementwise op whose kernels check every shape themselves (the
-    /// most common ops, which have no auxiliary data): what `forward` returns as
-    /// `Forward::new(value)`, arity checked, without the wrapper to unpack. `None` for every
-    /// other op.
+    /// Whether the op is an elementwise one whose kernels check every shape themselves (the
+    /// most common ops, which have no auxiliary data): `plain_forward` then gives its value.
     #[inline]
-    pub(crate) fn plain_forward<S: Scalar>(
-        &self,
-        inputs: &[&Tensor<S>],
-    ) -> Option<Result<Tensor<S>>> {
+    pub(crate) fn has_plain_forward(&self) -> bool {
+        matches!(self, Op::Elementwise(op) if op.forward_checks_shapes())
+    }
+
+    /// The value alone, for an op where `has_plain_forward` holds: what `forward` returns as
+    /// `Forward::new(value)`, arity checked, without the wrapper to unpack. For any other op,
+    /// `forward`'s value (its auxiliary data dropped: callers check `has_plain_forward` first).
+    #[inline(always)]
+    pub(crate) fn plain_forward<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<Tensor<S>> {
         match self {
             Op::Elementwise(op) if op.forward_checks_shapes() => {
-                Some(match self.check_arity(inputs.len()) {
-                    Ok(()) => op.forward_value(inputs),
-                    Err(e) => Err(e),
-                })
+                self.check_arity(inputs.len())?;
+                op.forward_value(inputs)
             }
-            _ => None,
+            _ => self.forward(inputs).map(|forward| forward.value),
         }
     }
 

@@ -199,8 +199,8 @@ impl<S: Scalar> Tape<S> {
             [a] => {
                 let a = self.arg(&op, a)?;
                 let requires_grad = a.requires_grad;
-                if let Some(value) = op.plain_forward(&[&a.value]) {
-                    let value = value?;
+                if op.has_plain_forward() {
+                    let value = op.plain_forward(&[&a.value])?;
                     return self.append_op(op, args, value, NodeSaved::nothing(), requires_grad);
                 }
                 (op.forward(&[&a.value])?, requires_grad)
@@ -208,8 +208,8 @@ impl<S: Scalar> Tape<S> {
             [a, b] => {
                 let (a, b) = (self.arg(&op, a)?, self.arg(&op, b)?);
                 let requires_grad = a.requires_grad || b.requires_grad;
-                if let Some(value) = op.plain_forward(&[&a.value, &b.value]) {
-                    let value = value?;
+                if op.has_plain_forward() {
+                    let value = op.plain_forward(&[&a.value, &b.value])?;
                     return self.append_op(op, args, value, NodeSaved::nothing(), requires_grad);
                 }
                 (op.forward(&[&a.value, &b.value])?, requires_grad)
