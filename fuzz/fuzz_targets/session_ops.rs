@@ -441,7 +441,7 @@ impl<S: Scalar> Run<S> {
                     bias: b.is_some(),
                 };
                 let args: Vec<u8> = [*x, *w].into_iter().chain(*b).collect();
-                self.apply(Op::Nn(NnOp::Conv1d(op)), &args);
+                self.apply(Op::Nn(Box::new(NnOp::Conv1d(op))), &args);
             }
             K::Conv2d(x, w, b, [s, p, d], g) => {
                 let op = Conv2d {
@@ -452,7 +452,7 @@ impl<S: Scalar> Run<S> {
                     bias: b.is_some(),
                 };
                 let args: Vec<u8> = [*x, *w].into_iter().chain(*b).collect();
-                self.apply(Op::Nn(NnOp::Conv2d(op)), &args);
+                self.apply(Op::Nn(Box::new(NnOp::Conv2d(op))), &args);
             }
             K::MaxPool(x, [k, s, p, d], ceil_mode) => {
                 let op = MaxPool2d {
@@ -462,7 +462,7 @@ impl<S: Scalar> Run<S> {
                     dilation: pair(*d),
                     ceil_mode: *ceil_mode,
                 };
-                self.apply(Op::Nn(NnOp::MaxPool2d(op)), &[*x]);
+                self.apply(Op::Nn(Box::new(NnOp::MaxPool2d(op))), &[*x]);
             }
             K::AvgPool(x, [k, s, p], ceil_mode, count_include_pad) => {
                 let op = AvgPool2d {
@@ -472,13 +472,13 @@ impl<S: Scalar> Run<S> {
                     ceil_mode: *ceil_mode,
                     count_include_pad: *count_include_pad,
                 };
-                self.apply(Op::Nn(NnOp::AvgPool2d(op)), &[*x]);
+                self.apply(Op::Nn(Box::new(NnOp::AvgPool2d(op))), &[*x]);
             }
             K::AdaptivePool(x, size) => {
                 let op = AdaptiveAvgPool2d {
                     output_size: pair(*size),
                 };
-                self.apply(Op::Nn(NnOp::AdaptiveAvgPool2d(op)), &[*x]);
+                self.apply(Op::Nn(Box::new(NnOp::AdaptiveAvgPool2d(op))), &[*x]);
             }
             K::LayerNorm(x, shape, w, b, eps) => {
                 let op = LayerNorm {
@@ -488,7 +488,7 @@ impl<S: Scalar> Run<S> {
                     bias: b.is_some(),
                 };
                 let args: Vec<u8> = [*x].into_iter().chain(*w).chain(*b).collect();
-                self.apply(Op::Nn(NnOp::LayerNorm(op)), &args);
+                self.apply(Op::Nn(Box::new(NnOp::LayerNorm(op))), &args);
             }
             K::GroupNorm(x, groups, w, b, eps) => {
                 let op = GroupNorm {
@@ -498,7 +498,7 @@ impl<S: Scalar> Run<S> {
                     bias: b.is_some(),
                 };
                 let args: Vec<u8> = [*x].into_iter().chain(*w).chain(*b).collect();
-                self.apply(Op::Nn(NnOp::GroupNorm(op)), &args);
+                self.apply(Op::Nn(Box::new(NnOp::GroupNorm(op))), &args);
             }
             K::BatchNormTrain(x, w, b, momentum, eps) => {
                 let (Some(x), Some(w), Some(b)) = (self.var(*x), self.opt(*w), self.opt(*b)) else {
@@ -530,7 +530,7 @@ impl<S: Scalar> Run<S> {
             }
             K::Embedding(ix, w) => {
                 if let Some(indices) = ix.get() {
-                    self.apply(Op::Nn(NnOp::Embedding(Embedding { indices })), &[*w]);
+                    self.apply(Op::Nn(Box::new(NnOp::Embedding(Embedding { indices }))), &[*w]);
                 }
             }
             K::IndexSelect(x, dim, ix) => {
@@ -539,7 +539,7 @@ impl<S: Scalar> Run<S> {
                         dim: isize::from(*dim % 7),
                         index,
                     };
-                    self.apply(Op::Nn(NnOp::IndexSelect(op)), &[*x]);
+                    self.apply(Op::Nn(Box::new(NnOp::IndexSelect(op))), &[*x]);
                 }
             }
             K::Gather(x, dim, ix) => {
@@ -548,7 +548,7 @@ impl<S: Scalar> Run<S> {
                         dim: isize::from(*dim % 7),
                         index,
                     };
-                    self.apply(Op::Nn(NnOp::Gather(op)), &[*x]);
+                    self.apply(Op::Nn(Box::new(NnOp::Gather(op))), &[*x]);
                 }
             }
             K::ScatterAdd(x, dim, ix, src) => {
@@ -557,7 +557,7 @@ impl<S: Scalar> Run<S> {
                         dim: isize::from(*dim % 7),
                         index,
                     };
-                    self.apply(Op::Nn(NnOp::ScatterAdd(op)), &[*x, *src]);
+                    self.apply(Op::Nn(Box::new(NnOp::ScatterAdd(op))), &[*x, *src]);
                 }
             }
             K::Select(x, dim, index) => {
@@ -565,7 +565,7 @@ impl<S: Scalar> Run<S> {
                     dim: isize::from(*dim % 7),
                     index: isize::from(*index % 7),
                 };
-                self.apply(Op::Nn(NnOp::Select(op)), &[*x]);
+                self.apply(Op::Nn(Box::new(NnOp::Select(op))), &[*x]);
             }
             K::Dropout(x, p, training, seed) => {
                 let op = Dropout {
@@ -573,7 +573,7 @@ impl<S: Scalar> Run<S> {
                     training: *training,
                     seed: *seed,
                 };
-                self.apply(Op::Nn(NnOp::Dropout(op)), &[*x]);
+                self.apply(Op::Nn(Box::new(NnOp::Dropout(op))), &[*x]);
             }
             K::Attention(q, k, v, is_causal, scale, mask) => {
                 let op = ScaledDotProductAttention {
@@ -581,7 +581,7 @@ impl<S: Scalar> Run<S> {
                     scale: scale.map(Val::get),
                     attn_mask: mask.as_ref().and_then(RawMask::get),
                 };
-                self.apply(Op::Nn(NnOp::ScaledDotProductAttention(op)), &[*q, *k, *v]);
+                self.apply(Op::Nn(Box::new(NnOp::ScaledDotProductAttention(op))), &[*q, *k, *v]);
             }
             K::Detach(x) => {
                 if let Some(x) = self.var(*x) {

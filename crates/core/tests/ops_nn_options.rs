@@ -573,8 +573,8 @@ fn graph_files_carry_the_options() {
         assert_eq!(values[5 + slot], fwd(op, &args), "{op}");
     }
     assert!(matches!(
-        ops[4],
-        Op::Nn(NnOp::AvgPool2d(AvgPool2d {
+        &ops[4],
+        Op::Nn(nn) if matches!(**nn, NnOp::AvgPool2d(AvgPool2d {
             divisor_override: Some(-3),
             ..
         }))

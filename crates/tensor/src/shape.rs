@@ -28,7 +28,9 @@ impl Default for Shape {
 }
 
 impl PartialEq for Shape {
-    #[inline]
+    // Always inlined, the slice comparison kept out of line: LLVM left the whole function out
+    // of line, a call on a check that runs several times per recorded op.
+    #[inline(always)]
     fn eq(&self, other: &Shape) -> bool {
         match (&self.dims, &other.dims) {
             // Unused inline slots are always zero (`new` and `scalar` build them so), so whole
@@ -36,8 +38,16 @@ impl PartialEq for Shape {
             (Dims::Inline { len: a, dims: x }, Dims::Inline { len: b, dims: y }) => {
                 a == b && x == y
             }
-            _ => self.dims() == other.dims(),
+            _ => self.dims_eq(other),
         }
+    }
+}
+
+impl Shape {
+    /// Dimension lists compared as slices (a shape of rank above the inline four).
+    #[inline(never)]
+    fn dims_eq(&self, other: &Shape) -> bool {
+        self.dims() == other.dims()
     }
 }
 

@@ -192,32 +192,62 @@ impl<S: Scalar> Tensor<S> {
 
     /// A tensor whose elements are produced by an exact-size iterator, written straight into the
     /// shared buffer (a recycled one when the pool has one); errors when the count differs from
-    /// the shape's.
-    #[inline]
+    /// the shape's. The count is what the iterator yields, not what its `len()` claims: an
+    /// iterator whose `len()` is wrong cannot leave stale elements or make a short buffer.
     pub fn from_iter_exact<I>(shape: Shape, iter: I) -> Result<Self>
     where
         I: IntoIterator<Item = S>,
         I::IntoIter: ExactSizeIterator,
     {
-        let iter = iter.into_iter();
-        if iter.len() != shape.numel() {
+        let mut iter = iter.into_iter();
+        let numel = shape.numel();
+        let (data, yielded) = match Buffer::recycled(numel) {
+            Some(mut buf) => {
+                let mut written = 0;
+                for (d, v) in buf.elems_mut().iter_mut().zip(&mut iter) {
+                    *d = v;
+                    written += 1;
+                }
+                // Anything left over is counted, for the error (`zip` polls the buffer's side
+                // first, so nothing was lost when it ran out).
+                let yielded = written + iter.count();
+                (buf, yielded)
+            }
+            None => {
+                let elems: Arc<[S]> = iter.collect();
+                let yielded = elems.len();
+                (Buffer::new(elems), yielded)
+            }
+        };
+        if yielded != numel {
             return Err(Error::DataLength {
                 op: "tensor",
-                len: iter.len(),
-                numel: shape.numel(),
+                len: yielded,
+                numel,
                 shape: Box::new(shape),
             });
         }
-        let data = match Buffer::recycled(shape.numel()) {
-            Some(mut buf) => {
-                for (d, v) in buf.elems_mut().iter_mut().zip(iter) {
-                    *d = v;
-                }
-                buf
-            }
-            None => Buffer::new(iter.collect()),
-        };
         Ok(Tensor { shape, data })
+    }
+
+    /// The one-element tensor of `shape` (whose count must be 1) holding `v`: what a kernel
+    /// makes from one element, without a buffer to fetch or a loop to set up.
+    #[inline(always)]
+    pub(crate) fn one_element(shape: Shape, v: S) -> Self {
+        debug_assert_eq!(shape.numel(), 1, "one_element of shape {shape}");
+        Tensor {
+            shape,
+            data: Buffer::one(v),
+        }
+    }
+
+    /// The element of a tensor that holds exactly one in itself (the inline one-element buffer).
+    #[inline(always)]
+    pub(crate) fn the_one(&self) -> Option<S> {
+        match self.data {
+            Buffer::One(v) => Some(v),
+            Buffer::Shared { .. } => None,
+        }
     }
 
     /// A tensor whose every element `write` sets, in a buffer taken from the pool when it has
@@ -271,31 +301,37 @@ impl<S: Scalar> Tensor<S> {
     }
 
     /// The shape.
+    #[inline]
     pub fn shape(&self) -> &Shape {
         &self.shape
     }
 
     /// The dimensions.
+    #[inline]
     pub fn dims(&self) -> &[usize] {
         self.shape.dims()
     }
 
     /// Number of dimensions.
+    #[inline]
     pub fn rank(&self) -> usize {
         self.shape.rank()
     }
 
     /// Number of elements.
+    #[inline]
     pub fn numel(&self) -> usize {
         self.shape.numel()
     }
 
     /// The row-major elements.
+    #[inline]
     pub fn data(&self) -> &[S] {
         self.data.elems()
     }
 
     /// Mutable elements; copies the buffer first if another tensor shares it.
+    #[inline]
     pub fn data_mut(&mut self) -> &mut [S] {
         self.data.elems_mut()
     }
@@ -365,6 +401,10 @@ impl<S: Scalar> Tensor<S> {
     /// [`crate::kernels::par_map`]).
     #[inline]
     pub fn map(&self, f: impl Fn(S) -> S + Sync) -> Self {
+        // One element (scalar code): the same `f` on it, without a buffer or a loop.
+        if let Some(v) = self.the_one() {
+            return Tensor::one_element(self.shape.clone(), f(v));
+        }
         let src = self.data();
         Tensor::from_writer(self.shape.clone(), |dst| {
             crate::kernels::par_map::map_into(src, dst, f)
@@ -384,6 +424,9 @@ impl<S: Scalar> Tensor<S> {
                 expected: Box::new(self.shape.clone()),
                 found: Box::new(other.shape.clone()),
             });
+        }
+        if let (Some(a), Some(b)) = (self.the_one(), other.the_one()) {
+            return Ok(Tensor::one_element(self.shape.clone(), f(a, b)));
         }
         let (a, b) = (self.data(), other.data());
         Ok(Tensor::from_writer(self.shape.clone(), |dst| {

@@ -132,3 +132,56 @@ fn clear_frees_small_buffers_too() {
     let t = Tensor::<f64>::full(&shape(&[6]), 3.0);
     assert_eq!(t.data().as_ptr(), addr_before);
 }
+
+/// Yields `yields` values (1.0, 2.0, ...) while its `len()` claims `claims`.
+struct LyingLen {
+    yields: usize,
+    claims: usize,
+    next: usize,
+}
+
+impl Iterator for LyingLen {
+    type Item = f32;
+    fn next(&mut self) -> Option<f32> {
+        (self.next < self.yields).then(|| {
+            self.next += 1;
+            self.next as f32
+        })
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.claims.saturating_sub(self.next);
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for LyingLen {}
+
+#[test]
+fn from_iter_exact_counts_what_the_iterator_yields_not_what_len_claims() {
+    let liar = |yields, claims| LyingLen {
+        yields,
+        claims,
+        next: 0,
+    };
+    for len in [1, 3, 5, 4096] {
+        let s = shape(&[len]);
+        for (yields, claims) in [(len - 1, len), (len + 2, len), (0, len), (len + 1, len + 1)] {
+            // A recycled buffer of this length full of stale NaNs, for the short iterator to
+            // leave behind if it were trusted.
+            drop(Tensor::<f32>::full(&s, f32::NAN));
+            match Tensor::<f32>::from_iter_exact(s.clone(), liar(yields, claims)) {
+                Err(tapegrad_tensor::Error::DataLength {
+                    len: got, numel, ..
+                }) => {
+                    assert_eq!((got, numel), (yields, len), "len {len} claims {claims}")
+                }
+                other => panic!("len {len}, yields {yields}, claims {claims}: {other:?}"),
+            }
+        }
+        // An iterator that yields the right count is taken whatever its `len()` said.
+        drop(Tensor::<f32>::full(&s, f32::NAN));
+        let t = Tensor::<f32>::from_iter_exact(s.clone(), liar(len, len + 7)).unwrap();
+        let expected: Vec<f32> = (1..=len).map(|i| i as f32).collect();
+        assert_eq!(t.data(), &expected[..]);
+    }
+}

@@ -96,6 +96,55 @@ impl ElementwiseOp {
     }
 }
 
+impl ElementwiseOp {
+    /// The forward's value (elementwise ops have no auxiliary data); `forward` wraps it.
+    pub(crate) fn forward_value<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Tensor<S>> {
+        let name = self.name();
+        // The binary ops return their kernel's result as it is (no unwrap and re-wrap).
+        let out = match self {
+            E::Add => return binary_map(name, x[0], x[1], |a, b| a + b),
+            E::Sub => return binary_map(name, x[0], x[1], |a, b| a - b),
+            E::Mul => return binary_map(name, x[0], x[1], |a, b| a * b),
+            E::Div => return binary_map(name, x[0], x[1], |a, b| a / b),
+            E::Maximum => return binary_map(name, x[0], x[1], |a, b| a.max_nan(b)),
+            E::Minimum => return binary_map(name, x[0], x[1], |a, b| a.min_nan(b)),
+            E::Neg => x[0].map(|a| -a),
+            E::Scale { factor } => {
+                let f: S = s(*factor);
+                x[0].map(|a| a * f)
+            }
+            E::Abs => x[0].map(|a| a.abs()),
+            E::Sqrt => x[0].map(|a| a.sqrt()),
+            E::Exp => x[0].map(|a| a.exp()),
+            E::Log => x[0].map(|a| a.ln()),
+            E::SafeLog { eps } => {
+                let e: S = s(*eps);
+                x[0].map(|a| if a > e { a.ln() } else { e.ln() })
+            }
+            E::Sin => x[0].map(|a| a.sin()),
+            E::Cos => x[0].map(|a| a.cos()),
+            E::Pow { exponent } => {
+                let e: S = s(*exponent);
+                x[0].map(|a| a.powf(e))
+            }
+            E::Clamp { min, max } => {
+                let (lo, hi) = bounds::<S>(*min, *max);
+                x[0].map(|a| {
+                    if a < lo {
+                        lo
+                    } else if a > hi {
+                        hi
+                    } else {
+                        a
+                    }
+                })
+            }
+            E::Where { mask } => return where_select(mask, x[0], x[1]),
+        };
+        Ok(out)
+    }
+}
+
 /// A linear op's VJP, one part per argument (see [`ElementwiseOp::linear_vjp`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum LinearVjp {
@@ -120,24 +169,39 @@ impl LinearPart {
     /// `shape` if the argument was broadcast.
     #[inline(always)]
     pub(crate) fn apply<S: Scalar>(self, mut g: Tensor<S>, shape: &Shape) -> Result<Tensor<S>> {
-        match self {
-            LinearPart::Pass => {}
-            LinearPart::Negate => {
-                for v in g.data_mut() {
-                    *v = -*v;
-                }
-            }
-            LinearPart::Scale(factor) => {
-                let f: S = s(factor);
-                for v in g.data_mut() {
-                    *v *= f;
-                }
-            }
-        }
+        self.apply_in_place(&mut g);
         if g.shape() == shape {
             Ok(g)
         } else {
             sum_to(&g, shape)
+        }
+    }
+
+    /// The part applied to `g` itself (copied first only if shared), before any `sum_to`.
+    #[inline(always)]
+    pub(crate) fn apply_in_place<S: Scalar>(self, g: &mut Tensor<S>) {
+        // One element (scalar code) is written without a loop; the same operation either way.
+        match self {
+            LinearPart::Pass => {}
+            LinearPart::Negate => match g.data_mut() {
+                [v] => *v = -*v,
+                data => {
+                    for v in data {
+                        *v = -*v;
+                    }
+                }
+            },
+            LinearPart::Scale(factor) => {
+                let f: S = s(factor);
+                match g.data_mut() {
+                    [v] => *v *= f,
+                    data => {
+                        for v in data {
+                            *v *= f;
+                        }
+                    }
+                }
+            }
         }
     }
 }
@@ -224,48 +288,7 @@ impl OpRules for ElementwiseOp {
     }
 
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
-        let name = self.name();
-        let out = match self {
-            E::Add => binary_map(name, x[0], x[1], |a, b| a + b)?,
-            E::Sub => binary_map(name, x[0], x[1], |a, b| a - b)?,
-            E::Mul => binary_map(name, x[0], x[1], |a, b| a * b)?,
-            E::Div => binary_map(name, x[0], x[1], |a, b| a / b)?,
-            E::Maximum => binary_map(name, x[0], x[1], |a, b| a.max_nan(b))?,
-            E::Minimum => binary_map(name, x[0], x[1], |a, b| a.min_nan(b))?,
-            E::Neg => x[0].map(|a| -a),
-            E::Scale { factor } => {
-                let f: S = s(*factor);
-                x[0].map(|a| a * f)
-            }
-            E::Abs => x[0].map(|a| a.abs()),
-            E::Sqrt => x[0].map(|a| a.sqrt()),
-            E::Exp => x[0].map(|a| a.exp()),
-            E::Log => x[0].map(|a| a.ln()),
-            E::SafeLog { eps } => {
-                let e: S = s(*eps);
-                x[0].map(|a| if a > e { a.ln() } else { e.ln() })
-            }
-            E::Sin => x[0].map(|a| a.sin()),
-            E::Cos => x[0].map(|a| a.cos()),
-            E::Pow { exponent } => {
-                let e: S = s(*exponent);
-                x[0].map(|a| a.powf(e))
-            }
-            E::Clamp { min, max } => {
-                let (lo, hi) = bounds::<S>(*min, *max);
-                x[0].map(|a| {
-                    if a < lo {
-                        lo
-                    } else if a > hi {
-                        hi
-                    } else {
-                        a
-                    }
-                })
-            }
-            E::Where { mask } => where_select(mask, x[0], x[1])?,
-        };
-        Ok(Forward::new(out))
+        Ok(Forward::new(self.forward_value(x)?))
     }
 
     fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {

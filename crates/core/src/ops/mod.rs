@@ -17,7 +17,7 @@ pub use context::{
     ArgShapes, ArgValues, Arity, Aux, Forward, Grads, Mask, Saved, Saves, VjpContext,
 };
 pub use elementwise::ElementwiseOp;
-pub(crate) use elementwise::LinearVjp;
+pub(crate) use elementwise::{LinearPart, LinearVjp};
 pub use linalg::LinalgOp;
 pub use loss::{LossOp, Reduction};
 pub use nn::NnOp;
@@ -71,7 +71,9 @@ pub enum Op {
     Linalg(LinalgOp),
     Structure(StructureOp),
     Loss(LossOp),
-    Nn(NnOp),
+    /// Boxed: the largest family (attention, pooling and embedding attributes), and a rare one,
+    /// would make every `Op` (and so every tape node) half as large again.
+    Nn(Box<NnOp>),
 }
 
 macro_rules! dispatch {
@@ -157,6 +159,27 @@ impl Op {
             }
         }
         self.forward_checked(inputs)
+    }
+
+    /// Whether the op is an elementwise one whose kernels check every shape themselves (the
+    /// most common ops, which have no auxiliary data): `plain_forward` then gives its value.
+    #[inline]
+    pub(crate) fn has_plain_forward(&self) -> bool {
+        matches!(self, Op::Elementwise(op) if op.forward_checks_shapes())
+    }
+
+    /// The value alone, for an op where `has_plain_forward` holds: what `forward` returns as
+    /// `Forward::new(value)`, arity checked, without the wrapper to unpack. For any other op,
+    /// `forward`'s value (its auxiliary data dropped: callers check `has_plain_forward` first).
+    #[inline(always)]
+    pub(crate) fn plain_forward<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<Tensor<S>> {
+        match self {
+            Op::Elementwise(op) if op.forward_checks_shapes() => {
+                self.check_arity(inputs.len())?;
+                op.forward_value(inputs)
+            }
+            _ => self.forward(inputs).map(|forward| forward.value),
+        }
     }
 
     /// `forward` for ops whose kernels do not check every shape themselves: the shape rule

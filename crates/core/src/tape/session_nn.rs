@@ -22,7 +22,7 @@ fn with_optional(first: &[Var], optional: &[Option<Var>]) -> Vec<Var> {
 
 impl<S: Scalar> Session<S> {
     fn nn(&mut self, op: impl Into<NnOp>, args: &[Var]) -> Result<Var> {
-        self.apply(Op::Nn(op.into()), args)
+        self.apply(Op::Nn(Box::new(op.into())), args)
     }
 
     /// `F.conv1d(x, weight, bias, ...)`; `options.bias` is set from `bias`.

@@ -5,7 +5,8 @@
 use super::{Node, NodeSaved, Rule, Tape};
 #[cfg(debug_assertions)]
 use crate::ops::Grads;
-use crate::ops::{emit_each, LinearVjp, Op};
+use crate::ops::{emit_each, LinearPart, LinearVjp, Op};
+use tapegrad_tensor::kernels::sum_to;
 use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
 /// Stores contribution `g` into an empty slot, or adds it onto the slot's value.
@@ -17,6 +18,37 @@ fn store<S: Scalar>(slots: &mut [Option<Tensor<S>>], pid: usize, g: Tensor<S>) {
         // glue on every first contribution.
         empty => std::mem::forget(empty.replace(g)),
     }
+}
+
+/// Applies linear `part` to the cotangent in `cot_slot` in place and hands the result to parent
+/// `pid` (value `parent`): moved into an empty slot, added onto a full one (existing on the
+/// left), or, when the parent was broadcast, summed down to its shape first. `check` sees the
+/// contribution before it is stored.
+#[inline(always)]
+fn move_part<S: Scalar>(
+    below: &mut [Option<Tensor<S>>],
+    pid: usize,
+    parent: &Node<S>,
+    part: LinearPart,
+    cot_slot: &mut Option<Tensor<S>>,
+    check: impl Fn(&Tensor<S>),
+) -> Result<()> {
+    let Some(cot) = cot_slot.as_mut() else {
+        return Ok(());
+    };
+    part.apply_in_place(cot);
+    if cot.shape() != parent.value.shape() {
+        let g = sum_to(cot, parent.value.shape())?;
+        check(&g);
+        store(below, pid, g);
+        return Ok(());
+    }
+    check(cot);
+    match &mut below[pid] {
+        Some(existing) => add_into(existing, cot),
+        empty => std::mem::swap(empty, cot_slot),
+    }
+    Ok(())
 }
 
 /// Panics unless a linear step's contribution to argument `i` equals the op's VJP
@@ -124,12 +156,9 @@ impl<S: Scalar> Tape<S> {
     ) -> Result<()> {
         for id in (0..=out).rev() {
             let node = &self.nodes[id];
-            if !node.requires_grad {
+            if !node.requires_grad || slots[id].is_none() {
                 continue;
             }
-            let Some(cot) = slots[id].take() else {
-                continue;
-            };
             if let (Rule::Op { op, saved }, false) = (&node.rule, self.detect_anomaly) {
                 // The hot path: the same pairs (`parents` zipped with the VJP's result), order and
                 // errors as the general one below. `op_vjp` checked every parent id and every
@@ -137,35 +166,29 @@ impl<S: Scalar> Tape<S> {
                 // Contribution `i` goes to `parents[i]`, dropped when that parent does not
                 // require grad; an error discards every slot, so what was stored before it is
                 // never read.
-                if keep(id) {
-                    let nodes = &self.nodes;
-                    let parents = &node.parents;
-                    let grads = self.op_vjp(node, op, saved, &cot)?;
-                    emit_each(grads, |i: usize, g: Tensor<S>| {
-                        if let Some(&pid) = parents.get(i) {
-                            if nodes.get(pid).is_some_and(|p| p.requires_grad) {
-                                store(slots, pid, g);
-                            }
-                        }
-                    });
-                    slots[id] = Some(cot);
-                    continue;
-                }
-                // Nothing reads this cotangent again: a linear op turns it into its
-                // contributions in place.
-                let cot = match op.linear_vjp() {
-                    Some(linear) => {
-                        match self.linear_step(slots, node, (op, saved), linear, cot)? {
-                            None => continue,
-                            Some(cot) => cot,
+                if !keep(id) {
+                    // Nothing reads this cotangent again: a linear op turns it into its
+                    // contributions in place, in its slot.
+                    if let Some(linear) = op.linear_vjp() {
+                        if self.linear_step(slots, id, node, (op, saved), linear)? {
+                            continue;
                         }
                     }
-                    None => cot,
+                }
+                let Some(cot) = slots[id].take() else {
+                    continue;
                 };
                 let nodes = &self.nodes;
                 let parents = &node.parents;
                 let grads = self.op_vjp(node, op, saved, &cot)?;
-                drop(cot);
+                // A cotangent asked for goes back into its slot after the contributions; any
+                // other is freed first.
+                let kept = if keep(id) {
+                    Some(cot)
+                } else {
+                    drop(cot);
+                    None
+                };
                 emit_each(grads, |i: usize, g: Tensor<S>| {
                     if let Some(&pid) = parents.get(i) {
                         if nodes.get(pid).is_some_and(|p| p.requires_grad) {
@@ -173,8 +196,14 @@ impl<S: Scalar> Tape<S> {
                         }
                     }
                 });
+                if kept.is_some() {
+                    slots[id] = kept;
+                }
                 continue;
             }
+            let Some(cot) = slots[id].take() else {
+                continue;
+            };
             let contributions = self.contributions(id, &cot);
             for (pid, g) in contributions.as_ref().into_iter().flatten() {
                 if self.detect_anomaly {
@@ -190,60 +219,66 @@ impl<S: Scalar> Tape<S> {
         Ok(())
     }
 
-    /// One step of the executed sweep for a linear op node (`Op::linear_vjp`) whose cotangent
-    /// nothing reads again: each argument that requires grad gets the cotangent itself (a clone,
-    /// sharing its buffer, for all but the last), negated or scaled in place and summed down to
-    /// its shape if broadcast, as `Op::vjp` makes it, and in the same order. Parent ids are
-    /// checked first, as `op_vjp` does. A node whose parent count is not its op's arity (only
-    /// `Tape::push` can make one) gets its cotangent back, for the general path.
+    /// One step of the executed sweep for a linear op node `id` (`Op::linear_vjp`) whose
+    /// cotangent, in `slots[id]`, nothing reads again: each argument that requires grad gets the
+    /// cotangent itself (a clone, sharing its buffer, for all but the last), negated or scaled in
+    /// place and summed down to its shape if broadcast, as `Op::vjp` makes it, and in the same
+    /// order; the last one's is moved from the node's slot into the parent's, not copied through
+    /// the stack. Parent ids are checked first, as `op_vjp` does. Returns false, the slot
+    /// untouched, for a node whose parent count is not its op's arity or whose parents are not
+    /// all below it (neither can be recorded through the public API), for the general path.
     #[inline(always)]
     fn linear_step(
         &self,
         slots: &mut [Option<Tensor<S>>],
+        id: usize,
         node: &Node<S>,
         #[allow(unused_variables)] (op, saved): (&Op, &NodeSaved<S>),
         linear: LinearVjp,
-        cot: Tensor<S>,
-    ) -> Result<Option<Tensor<S>>> {
+    ) -> Result<bool> {
         // Debug builds (the tests) check every step against the op's own VJP, bit for bit.
         #[cfg(debug_assertions)]
-        let reference = self.op_vjp(node, op, saved, &cot);
+        let reference = match &slots[id] {
+            Some(cot) => self.op_vjp(node, op, saved, cot),
+            None => return Ok(false),
+        };
         let check = |_i: usize, _g: &Tensor<S>| {
             #[cfg(debug_assertions)]
             check_linear_step(&reference, _i, _g);
         };
+        let (below, from_id) = slots.split_at_mut(id);
+        let Some(cot_slot) = from_id.first_mut() else {
+            return Ok(false);
+        };
         match (linear, &node.parents[..]) {
-            (LinearVjp::Unary(part), &[a]) => {
+            (LinearVjp::Unary(part), &[a]) if a < id => {
                 let pa = self.parent(a)?;
                 if pa.requires_grad {
-                    let g = part.apply(cot, pa.value.shape())?;
-                    check(0, &g);
-                    store(slots, a, g);
+                    move_part(below, a, pa, part, cot_slot, |g| check(0, g))?;
                 }
             }
-            (LinearVjp::Binary(part_a, part_b), &[a, b]) => {
+            (LinearVjp::Binary(part_a, part_b), &[a, b]) if a < id && b < id => {
                 let (pa, pb) = (self.parent(a)?, self.parent(b)?);
-                // The last argument that needs it gets the cotangent itself, the first a clone.
-                let (cot_a, cot_b) = match (pa.requires_grad, pb.requires_grad) {
-                    (true, true) => (Some(cot.clone()), Some(cot)),
-                    (true, false) => (Some(cot), None),
-                    (false, true) => (None, Some(cot)),
-                    (false, false) => (None, None),
-                };
-                if let Some(cot) = cot_a {
-                    let g = part_a.apply(cot, pa.value.shape())?;
-                    check(0, &g);
-                    store(slots, a, g);
-                }
-                if let Some(cot) = cot_b {
-                    let g = part_b.apply(cot, pb.value.shape())?;
-                    check(1, &g);
-                    store(slots, b, g);
+                match (pa.requires_grad, pb.requires_grad) {
+                    (true, true) => {
+                        // The first argument gets a clone, the last the cotangent itself.
+                        if let Some(cot) = cot_slot.as_ref() {
+                            let g = part_a.apply(cot.clone(), pa.value.shape())?;
+                            check(0, &g);
+                            store(below, a, g);
+                        }
+                        move_part(below, b, pb, part_b, cot_slot, |g| check(1, g))?;
+                    }
+                    (true, false) => move_part(below, a, pa, part_a, cot_slot, |g| check(0, g))?,
+                    (false, true) => move_part(below, b, pb, part_b, cot_slot, |g| check(1, g))?,
+                    (false, false) => {}
                 }
             }
-            _ => return Ok(Some(cot)),
+            _ => return Ok(false),
         }
-        Ok(None)
+        // Whatever is left of the cotangent (nothing, when it was moved) is dropped here.
+        *cot_slot = None;
+        Ok(true)
     }
 
     /// The totalised executed sweep (`backward_all`) read at `ids` only: equal, slot for slot, to

@@ -3,7 +3,7 @@
 
 use super::node::{CustomVjp, Node, NodeSaved, Rule};
 use super::Parents;
-use crate::ops::{Forward, Op};
+use crate::ops::{Aux, Forward, Op};
 use smallvec::SmallVec;
 use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
@@ -106,9 +106,11 @@ impl<S: Scalar> Tape<S> {
         Ok(&self.node(id)?.value)
     }
 
-    /// Appends a node and returns its id (the length before the append).
+    /// Appends a node and returns its id (the length before the append). Crate-private: a
+    /// node's parents must be ids already on the tape, which every caller here checks (`leaf`,
+    /// `append_op`, `custom`); a public `push` let a caller break that invariant.
     #[inline]
-    pub fn push(&mut self, node: Node<S>) -> usize {
+    pub(crate) fn push(&mut self, node: Node<S>) -> usize {
         self.nodes.push(node);
         self.nodes.len() - 1
     }
@@ -190,15 +192,26 @@ impl<S: Scalar> Tape<S> {
     #[inline]
     pub fn apply(&mut self, op: Op, args: &[usize]) -> Result<usize> {
         // One and two arguments (most ops) pass their values in an array, not a list, and
-        // read each argument's `requires_grad` from the node looked up for its value.
+        // read each argument's `requires_grad` from the node looked up for its value. The
+        // common elementwise ops give their value alone (`Op::plain_forward`): no auxiliary
+        // data to move or box.
         let (forward, requires_grad) = match *args {
             [a] => {
                 let a = self.arg(&op, a)?;
-                (op.forward(&[&a.value])?, a.requires_grad)
+                let requires_grad = a.requires_grad;
+                if op.has_plain_forward() {
+                    let value = op.plain_forward(&[&a.value])?;
+                    return self.append_op(op, args, value, NodeSaved::nothing(), requires_grad);
+                }
+                (op.forward(&[&a.value])?, requires_grad)
             }
             [a, b] => {
                 let (a, b) = (self.arg(&op, a)?, self.arg(&op, b)?);
                 let requires_grad = a.requires_grad || b.requires_grad;
+                if op.has_plain_forward() {
+                    let value = op.plain_forward(&[&a.value, &b.value])?;
+                    return self.append_op(op, args, value, NodeSaved::nothing(), requires_grad);
+                }
                 (op.forward(&[&a.value, &b.value])?, requires_grad)
             }
             _ => {
@@ -207,14 +220,26 @@ impl<S: Scalar> Tape<S> {
                 (op.forward(&inputs)?, self.any_requires_grad(args))
             }
         };
-        self.append_op(op, args, forward, requires_grad)
+        self.append_op(
+            op,
+            args,
+            forward.value,
+            saved(forward.aux, requires_grad),
+            requires_grad,
+        )
     }
 
     /// Appends an op node whose forward result was already computed (used by lowering).
     pub fn record(&mut self, op: Op, args: &[usize], forward: Forward<S>) -> Result<usize> {
         self.args_into(&op, args, &mut SmallVec::new())?;
         let requires_grad = self.any_requires_grad(args);
-        self.append_op(op, args, forward, requires_grad)
+        self.append_op(
+            op,
+            args,
+            forward.value,
+            saved(forward.aux, requires_grad),
+            requires_grad,
+        )
     }
 
     /// Whether any of `args` (valid ids) requires grad.
@@ -223,29 +248,26 @@ impl<S: Scalar> Tape<S> {
     }
 
     /// Appends the op node; `requires_grad` is the OR of its arguments'. Its VJP will read its
-    /// arguments, their `requires_grad` and its output off the tape, so the node keeps only the
-    /// forward's auxiliary data. `args` are valid ids, so all below the new id.
-    #[inline]
+    /// arguments, their `requires_grad` and its output off the tape, so the node keeps only
+    /// `saved`, the forward's auxiliary data (see [`saved`]). `args` are valid ids, so all below
+    /// the new id. Inlined into `apply`, so the value and the op are not copied once more into
+    /// its arguments.
+    #[inline(always)]
     fn append_op(
         &mut self,
         op: Op,
         args: &[usize],
-        forward: Forward<S>,
+        value: Tensor<S>,
+        saved: NodeSaved<S>,
         requires_grad: bool,
     ) -> Result<usize> {
         if self.detect_anomaly {
-            super::anomaly::check_forward(self, op.name(), args, &forward.value)?;
+            super::anomaly::check_forward(self, op.name(), args, &value)?;
         }
         let parents = Parents::from_slice(args);
-        // A node nobody differentiates through keeps nothing for a VJP that will never run.
-        let saved = if requires_grad {
-            NodeSaved::new(forward.aux)
-        } else {
-            NodeSaved::nothing()
-        };
         Ok(self.push(Node {
             name: None,
-            value: forward.value,
+            value,
             requires_grad,
             parents,
             rule: Rule::Op { op, saved },
@@ -287,6 +309,17 @@ impl<S: Scalar> Tape<S> {
     /// Bytes of all node values.
     pub fn value_bytes(&self) -> usize {
         self.nodes.iter().map(|n| n.value.nbytes()).sum()
+    }
+}
+
+/// What an op node keeps of its forward's auxiliary data `aux`: nothing for a node nobody
+/// differentiates through, since its VJP never runs.
+#[inline(always)]
+fn saved<S>(aux: Aux<S>, requires_grad: bool) -> NodeSaved<S> {
+    if requires_grad {
+        NodeSaved::new(aux)
+    } else {
+        NodeSaved::nothing()
     }
 }
 

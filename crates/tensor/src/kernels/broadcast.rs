@@ -74,20 +74,39 @@ pub fn binary_map<S: Scalar>(
     b: &Tensor<S>,
     f: impl Fn(S, S) -> S,
 ) -> Result<Tensor<S>> {
-    // Every path writes straight into the output's shared buffer (one allocation per result).
+    // Two one-element operands (scalar code): all their dims are 1, so the result has the
+    // shape of the one of higher rank (the first when the ranks are equal), as below.
+    if let (Some(x), Some(y)) = (a.the_one(), b.the_one()) {
+        let shape = if b.rank() > a.rank() { b } else { a }.shape();
+        return Ok(Tensor::one_element(shape.clone(), f(x, y)));
+    }
+    // Every path writes straight into the output's buffer (one allocation per result, none
+    // when the pool has one).
+    let (da, db) = (a.data(), b.data());
     if a.shape() == b.shape() {
-        let data = a.data().iter().zip(b.data()).map(|(&x, &y)| f(x, y));
-        return Tensor::from_iter_exact(a.shape().clone(), data);
+        return Ok(Tensor::from_writer(a.shape().clone(), |dst| {
+            for ((d, &x), &y) in dst.iter_mut().zip(da).zip(db) {
+                *d = f(x, y);
+            }
+        }));
     }
     // A one-element operand of no higher rank (all its dims are 1) broadcasts to the other
     // operand's shape unchanged: no shape walk needed.
     if b.numel() == 1 && b.rank() <= a.rank() {
-        let y = b.data()[0];
-        return Tensor::from_iter_exact(a.shape().clone(), a.data().iter().map(|&x| f(x, y)));
+        let y = db[0];
+        return Ok(Tensor::from_writer(a.shape().clone(), |dst| {
+            for (d, &x) in dst.iter_mut().zip(da) {
+                *d = f(x, y);
+            }
+        }));
     }
     if a.numel() == 1 && a.rank() <= b.rank() {
-        let x = a.data()[0];
-        return Tensor::from_iter_exact(b.shape().clone(), b.data().iter().map(|&y| f(x, y)));
+        let x = da[0];
+        return Ok(Tensor::from_writer(b.shape().clone(), |dst| {
+            for (d, &y) in dst.iter_mut().zip(db) {
+                *d = f(x, y);
+            }
+        }));
     }
     binary_map_broadcast(op, a, b, f)
 }

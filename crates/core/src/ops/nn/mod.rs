@@ -110,10 +110,16 @@ macro_rules! into_nn_op {
         }
         impl From<$variant> for super::Op {
             fn from(op: $variant) -> super::Op {
-                super::Op::Nn(NnOp::$variant(op))
+                super::Op::Nn(Box::new(NnOp::$variant(op)))
             }
         })*
     };
+}
+
+impl From<NnOp> for super::Op {
+    fn from(op: NnOp) -> super::Op {
+        super::Op::Nn(Box::new(op))
+    }
 }
 
 into_nn_op!(

@@ -196,7 +196,7 @@ pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op
         }),
         other => return Err(not_writable(other)),
     };
-    Ok(Op::Nn(op))
+    Ok(Op::Nn(Box::new(op)))
 }
 
 pub(super) fn write(op: &N, w: &mut AttrWriter) -> Result<()> {
