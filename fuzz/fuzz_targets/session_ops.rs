@@ -10,8 +10,8 @@ use libfuzzer_sys::fuzz_target;
 use std::sync::Arc;
 use tapegrad_core::ops::nn::{
     AdaptiveAvgPool2d, AvgPool2d, Conv1d, Conv2d, Dropout, Embedding, Gather, GroupNorm,
-    IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NnOp, ScaledDotProductAttention, ScatterAdd,
-    Select,
+    IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NamedPadding, NnOp, PaddingMode,
+    ScaledDotProductAttention, ScatterAdd, Select,
 };
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, ReduceOp, Reduction,
@@ -145,22 +145,24 @@ enum Step {
     Slice(u8, i8, i8, i8, u8),
     ClassLoss(u8, Vec<u8>, u8, bool),
     PairLoss(u8, u8, u8, bool),
-    Conv1d(u8, u8, Option<u8>, [u8; 4]),
-    Conv2d(u8, u8, Option<u8>, [[u8; 2]; 3], u8),
+    Conv1d(u8, u8, Option<u8>, [u8; 4], u8),
+    Conv2d(u8, u8, Option<u8>, [[u8; 2]; 3], u8, u8),
     MaxPool(u8, [[u8; 2]; 4], bool),
-    AvgPool(u8, [[u8; 2]; 3], bool, bool),
+    AvgPool(u8, [[u8; 2]; 3], bool, bool, Option<i8>),
     AdaptivePool(u8, [u8; 2]),
     LayerNorm(u8, Vec<u8>, Option<u8>, Option<u8>, Val),
     GroupNorm(u8, u8, Option<u8>, Option<u8>, Val),
     BatchNormTrain(u8, Option<u8>, Option<u8>, Val, Val),
     BatchNormEval(u8, u8, u8, Option<u8>, Option<u8>, Val),
-    Embedding(Index, u8),
+    Embedding(Index, u8, Option<i8>),
     IndexSelect(u8, i8, Index),
     Gather(u8, i8, Index),
     ScatterAdd(u8, i8, Index, u8),
     Select(u8, i8, i8),
     Dropout(u8, Val, bool, u64),
-    Attention(u8, u8, u8, bool, Option<Val>, Option<RawMask>),
+    /// Query, key, value, causal, scale, boolean mask, float mask (a fourth argument),
+    /// dropout probability and seed.
+    Attention(u8, u8, u8, bool, Option<Val>, Option<RawMask>, Option<u8>, Option<Val>, u64),
     Detach(u8),
     NoGrad(bool),
     Anomaly(bool),
@@ -432,24 +434,30 @@ impl<S: Scalar> Run<S> {
                 };
                 self.apply(Op::Loss(op), &[*a, *b]);
             }
-            K::Conv1d(x, w, b, [s, p, d, g]) => {
+            K::Conv1d(x, w, b, [s, p, d, g], padding_kind) => {
+                let (named_padding, padding_mode) = padding_kind_of(*padding_kind);
                 let op = Conv1d {
                     stride: small(*s),
                     padding: small(*p),
                     dilation: small(*d),
                     groups: small(*g),
                     bias: b.is_some(),
+                    named_padding,
+                    padding_mode,
                 };
                 let args: Vec<u8> = [*x, *w].into_iter().chain(*b).collect();
                 self.apply(Op::Nn(Box::new(NnOp::Conv1d(op))), &args);
             }
-            K::Conv2d(x, w, b, [s, p, d], g) => {
+            K::Conv2d(x, w, b, [s, p, d], g, padding_kind) => {
+                let (named_padding, padding_mode) = padding_kind_of(*padding_kind);
                 let op = Conv2d {
                     stride: pair(*s),
                     padding: pair(*p),
                     dilation: pair(*d),
                     groups: small(*g),
                     bias: b.is_some(),
+                    named_padding,
+                    padding_mode,
                 };
                 let args: Vec<u8> = [*x, *w].into_iter().chain(*b).collect();
                 self.apply(Op::Nn(Box::new(NnOp::Conv2d(op))), &args);
@@ -464,13 +472,14 @@ impl<S: Scalar> Run<S> {
                 };
                 self.apply(Op::Nn(Box::new(NnOp::MaxPool2d(op))), &[*x]);
             }
-            K::AvgPool(x, [k, s, p], ceil_mode, count_include_pad) => {
+            K::AvgPool(x, [k, s, p], ceil_mode, count_include_pad, divisor) => {
                 let op = AvgPool2d {
                     kernel_size: pair(*k),
                     stride: pair(*s),
                     padding: pair(*p),
                     ceil_mode: *ceil_mode,
                     count_include_pad: *count_include_pad,
+                    divisor_override: divisor.map(i64::from),
                 };
                 self.apply(Op::Nn(Box::new(NnOp::AvgPool2d(op))), &[*x]);
             }
@@ -528,9 +537,13 @@ impl<S: Scalar> Run<S> {
                     self.vars.push(y);
                 }
             }
-            K::Embedding(ix, w) => {
+            K::Embedding(ix, w, padding_idx) => {
                 if let Some(indices) = ix.get() {
-                    self.apply(Op::Nn(Box::new(NnOp::Embedding(Embedding { indices }))), &[*w]);
+                    let op = Embedding {
+                        indices,
+                        padding_idx: padding_idx.map(isize::from),
+                    };
+                    self.apply(Op::Nn(Box::new(NnOp::Embedding(op))), &[*w]);
                 }
             }
             K::IndexSelect(x, dim, ix) => {
@@ -575,13 +588,17 @@ impl<S: Scalar> Run<S> {
                 };
                 self.apply(Op::Nn(Box::new(NnOp::Dropout(op))), &[*x]);
             }
-            K::Attention(q, k, v, is_causal, scale, mask) => {
+            K::Attention(q, k, v, is_causal, scale, mask, float_mask, dropout_p, seed) => {
                 let op = ScaledDotProductAttention {
                     is_causal: *is_causal,
                     scale: scale.map(Val::get),
                     attn_mask: mask.as_ref().and_then(RawMask::get),
+                    float_mask: float_mask.is_some(),
+                    dropout_p: dropout_p.map_or(0.0, Val::get),
+                    seed: *seed,
                 };
-                self.apply(Op::Nn(Box::new(NnOp::ScaledDotProductAttention(op))), &[*q, *k, *v]);
+                let args: Vec<u8> = [*q, *k, *v].into_iter().chain(*float_mask).collect();
+                self.apply(Op::Nn(Box::new(NnOp::ScaledDotProductAttention(op))), &args);
             }
             K::Detach(x) => {
                 if let Some(x) = self.var(*x) {
@@ -662,6 +679,23 @@ fn run<S: Scalar>(p: &Program) {
         r.step(step);
     }
     r.finish(p.out, p.seed);
+}
+
+/// A convolution's padding rule from one byte: numeric padding or `same` / `valid`, crossed with
+/// the four padding modes.
+fn padding_kind_of(b: u8) -> (Option<NamedPadding>, PaddingMode) {
+    let named = match b % 3 {
+        0 => None,
+        1 => Some(NamedPadding::Same),
+        _ => Some(NamedPadding::Valid),
+    };
+    let mode = match (b / 3) % 4 {
+        0 => PaddingMode::Zeros,
+        1 => PaddingMode::Reflect,
+        2 => PaddingMode::Replicate,
+        _ => PaddingMode::Circular,
+    };
+    (named, mode)
 }
 
 fuzz_target!(|p: Program| {
