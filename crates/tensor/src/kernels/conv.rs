@@ -7,6 +7,8 @@ use super::matmul::{num_threads, row_bands, run_jobs, worth_threads};
 use crate::{Error, Result, Scalar, Tensor};
 use std::ops::Range;
 
+mod direct;
+
 /// The per-axis window parameters of a sliding-window op (convolution or pooling).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
@@ -388,6 +390,11 @@ fn conv2d_forward_on<S: Scalar>(
     if let Some(b) = bias {
         geo.check_len("bias", b, geo.out_channels)?;
     }
+    if !geo.is_pointwise() {
+        if let Some(flat) = direct::Flat::new(geo)? {
+            return forward_direct(geo, &flat, x, weight, bias, threads);
+        }
+    }
     let (rows, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
     let group_x = geo.group_in() * geo.in_len();
     let sample_out = geo.out_channels * l;
@@ -442,6 +449,51 @@ fn conv2d_forward_on<S: Scalar>(
             }
         }
     }
+    Ok(out)
+}
+
+/// The unit-stride forward pass without a column matrix (see `direct`): per image and group, the
+/// input is copied into a zero-padded buffer and each output is the sum of its taps in order
+/// (input channel, kernel row, kernel column), one fused multiply-add each, then `+ bias`.
+/// Images are split over threads as in [`over_samples`]; an output never depends on the split.
+fn forward_direct<S: Scalar>(
+    geo: &Conv2dGeometry,
+    flat: &direct::Flat,
+    x: &Tensor<S>,
+    weight: &Tensor<S>,
+    bias: Option<&Tensor<S>>,
+    threads: usize,
+) -> Result<Vec<S>> {
+    let (taps, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
+    let group_x = geo.group_in() * geo.in_len();
+    let sample_out = geo.out_channels * l;
+    let (xd, wd) = (x.data(), weight.data());
+    let weights: Vec<Vec<S>> = wd
+        .chunks(og * taps)
+        .map(|w| direct::taps_major(w, og, taps))
+        .collect();
+    let mut out = try_zeroed("conv2d", geo.output_numel())?;
+    let work = geo.output_numel().saturating_mul(taps);
+    over_samples(
+        &mut out,
+        sample_out,
+        geo.batch,
+        threads,
+        work,
+        |samples, band, _| {
+            let mut xp = flat.buffer()?;
+            let first = samples.start;
+            for n in samples {
+                for (g, wt) in weights.iter().enumerate() {
+                    flat.pad_into(&xd[(n * geo.groups + g) * group_x..][..group_x], &mut xp);
+                    let dst = &mut band[((n - first) * geo.out_channels + g * og) * l..][..og * l];
+                    let b = bias.map(|b| &b.data()[g * og..][..og]);
+                    direct::forward(flat, &xp, wt, b, dst);
+                }
+            }
+            Ok(())
+        },
+    )?;
     Ok(out)
 }
 
@@ -605,6 +657,11 @@ fn conv2d_grad_weight_on<S: Scalar>(
 ) -> Result<Vec<S>> {
     geo.check_len("output gradient", grad_out, geo.output_numel())?;
     geo.check_len("input", x, geo.input_numel())?;
+    if !geo.is_pointwise() && direct::all_finite(x.data()) {
+        if let Some(flat) = direct::Flat::new(geo)? {
+            return grad_weight_direct(geo, &flat, grad_out, x, threads);
+        }
+    }
     let (rows, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
     let group_x = geo.group_in() * geo.in_len();
     let mut dw = try_zeroed("conv2d", geo.weight_numel())?;
@@ -657,6 +714,53 @@ fn conv2d_grad_weight_on<S: Scalar>(
                 run_jobs(jobs).into_iter().collect::<Result<()>>()?
             }
             _ => band(0, dw_g, threads)?,
+        }
+    }
+    Ok(dw)
+}
+
+/// The unit-stride weight gradient without a column matrix (see `direct::weight_gradient` for
+/// the order of its additions): images in order, each adding its own sums into `dw`. With several
+/// threads each takes a band of output channels through every image, so each element sums the
+/// same terms in the same order as on one thread.
+fn grad_weight_direct<S: Scalar>(
+    geo: &Conv2dGeometry,
+    flat: &direct::Flat,
+    grad_out: &Tensor<S>,
+    x: &Tensor<S>,
+    threads: usize,
+) -> Result<Vec<S>> {
+    let (taps, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
+    let group_x = geo.group_in() * geo.in_len();
+    let mut dw = try_zeroed("conv2d", geo.weight_numel())?;
+    let (gd, xd) = (grad_out.data(), x.data());
+    if og == 0 || geo.batch == 0 {
+        return Ok(dw);
+    }
+    for (g, dw_g) in dw.chunks_mut(og * taps).enumerate() {
+        // Output channels `first..` of group g, their rows of dw in `dst`.
+        let band = |first: usize, dst: &mut [S]| -> Result<()> {
+            let band_rows = dst.len() / taps;
+            let mut xp = flat.buffer()?;
+            let mut dy_flat = try_zeroed("conv2d", flat.flat_rows_len(band_rows)?)?;
+            for n in 0..geo.batch {
+                flat.pad_into(&xd[(n * geo.groups + g) * group_x..][..group_x], &mut xp);
+                let dy = &gd[(n * geo.out_channels + g * og + first) * l..][..band_rows * l];
+                direct::weight_gradient(flat, &xp, dy, &mut dy_flat, dst);
+            }
+            Ok(())
+        };
+        match row_bands(og, taps, l.saturating_mul(geo.batch), threads) {
+            Some((rows_per_part, _)) => {
+                let band = &band;
+                let jobs = dw_g
+                    .chunks_mut(rows_per_part * taps)
+                    .enumerate()
+                    .map(|(i, dst)| Box::new(move || band(i * rows_per_part, dst)) as Box<_>)
+                    .collect();
+                run_jobs(jobs).into_iter().collect::<Result<()>>()?
+            }
+            None => band(0, dw_g)?,
         }
     }
     Ok(dw)
