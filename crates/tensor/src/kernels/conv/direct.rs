@@ -9,10 +9,10 @@ use pulp::bytemuck::{self, Pod};
 use pulp::Simd;
 use std::any::TypeId;
 
-/// Output channels and vectors of positions one forward tile computes at once: 8 accumulators,
-/// enough to keep both FMA units busy, plus each tap's input vectors and broadcast weights within
-/// the 16 vector registers of AVX2 (12 accumulators spill one).
-const FWD_ROWS: usize = 4;
+/// Output channels and vectors of positions one forward tile computes at once: 12 accumulators,
+/// each tap's 2 input vectors and a broadcast weight fill the 16 vector registers of AVX2 (3
+/// vectors of 4 channels would spill an accumulator).
+const FWD_ROWS: usize = 6;
 const FWD_VECTORS: usize = 2;
 /// Kernel taps one weight-gradient tile computes at once (and output channels: 12 accumulators).
 const WGRAD_TAPS: usize = 3;
@@ -303,22 +303,58 @@ impl<T: Lanes> pulp::WithSimd for ForwardTiles<'_, T> {
             MAX_TILE % width == 0 && wt.len() == flat.offsets.len() * (out.len() / flat.out_len)
         );
         let og = out.len() / flat.out_len;
-        let full = og / FWD_ROWS * FWD_ROWS;
         let mut p0 = 0;
         while p0 < flat.positions {
             let mut o0 = 0;
-            while o0 < full {
-                let acc = forward_tile::<T, Sd, FWD_ROWS>(simd, xp, &flat.offsets, p0, wt, og, o0);
-                store::<T, _, FWD_ROWS>(flat, p0, width, o0, &acc, bias, out);
-                o0 += FWD_ROWS;
-            }
+            // Whole tiles, then the remaining channels in tiles of 4, 2 and 1.
             while o0 < og {
-                let acc = forward_tile::<T, Sd, 1>(simd, xp, &flat.offsets, p0, wt, og, o0);
-                store::<T, _, 1>(flat, p0, width, o0, &acc, bias, out);
-                o0 += 1;
+                let tile = FwdTile {
+                    flat,
+                    xp,
+                    wt,
+                    og,
+                    p0,
+                    width,
+                    o0,
+                };
+                o0 += match og - o0 {
+                    FWD_ROWS.. => tile.run::<FWD_ROWS>(simd, bias, out),
+                    4.. => tile.run::<4>(simd, bias, out),
+                    2.. => tile.run::<2>(simd, bias, out),
+                    _ => tile.run::<1>(simd, bias, out),
+                };
             }
             p0 += width;
         }
+    }
+}
+
+/// The forward pass of output channels `o0..` at flat positions `p0..p0 + width`.
+struct FwdTile<'a, T> {
+    flat: &'a Flat,
+    xp: &'a [T],
+    wt: &'a [T],
+    og: usize,
+    p0: usize,
+    width: usize,
+    o0: usize,
+}
+
+impl<T: Lanes> FwdTile<'_, T> {
+    /// Computes and stores `R` channels; returns `R`.
+    #[inline(always)]
+    fn run<const R: usize>(self, simd: impl Simd, bias: Option<&[T]>, out: &mut [T]) -> usize {
+        let acc = forward_tile::<T, _, R>(
+            simd,
+            self.xp,
+            &self.flat.offsets,
+            self.p0,
+            self.wt,
+            self.og,
+            self.o0,
+        );
+        store::<T, _, R>(self.flat, self.p0, self.width, self.o0, &acc, bias, out);
+        R
     }
 }
 
