@@ -66,7 +66,9 @@ impl Flat {
         let planes = plane.checked_mul(geo.group_in()).ok_or_else(too_big)?;
         // out_h <= hp and out_w <= wp, so these fit once `planes` does.
         let positions = (geo.out_h - 1) * wp + geo.out_w;
-        let span = positions.div_ceil(MAX_TILE) * MAX_TILE;
+        let span = positions
+            .checked_next_multiple_of(MAX_TILE)
+            .ok_or_else(too_big)?;
         let len = (planes - positions).checked_add(span).ok_or_else(too_big)?;
         let [kh, kw] = geo.kernel;
         let [dh, dw] = geo.dilation;
