@@ -1110,6 +1110,16 @@ mod tests {
                 )
             };
             let one32 = run32(1);
+            // The f32 kernels on the same small integers: exact as well.
+            let exact32 = |t: &Tensor<f64>| t.cast::<f32>();
+            let (xi, wi, bi, dyi) = (exact32(&x), exact32(&w), exact32(&b), exact32(&dy));
+            let as32 = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<f32>>();
+            let got = conv2d_forward_on(&geo, &xi, &wi, Some(&bi), 2).unwrap();
+            assert_eq!(got, as32(&want), "f32 forward, {geo:?}");
+            let got = conv2d_grad_input_on(&geo, &dyi, &wi, 2).unwrap();
+            assert_eq!(got, as32(&want_dx), "f32 input gradient, {geo:?}");
+            let got = conv2d_grad_weight_on(&geo, &dyi, &xi, 2).unwrap();
+            assert_eq!(got, as32(&want_dw), "f32 weight gradient, {geo:?}");
             for t in [1, 2, 3, 4] {
                 let got = conv2d_forward_on(&geo, &x, &w, Some(&b), t).unwrap();
                 assert_eq!(got, want, "forward, {t} threads, {geo:?}");
