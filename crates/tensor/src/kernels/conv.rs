@@ -7,6 +7,8 @@ use super::matmul::{num_threads, row_bands, run_jobs, worth_threads};
 use crate::{Error, Result, Scalar, Tensor};
 use std::ops::Range;
 
+mod direct;
+
 /// The per-axis window parameters of a sliding-window op (convolution or pooling).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
@@ -336,8 +338,9 @@ impl Conv2dGeometry {
     }
 }
 
-/// `y[n, o] = sum_c w[o, c] * x[n, c] (+ b[o])` as one GEMM per sample and group:
-/// `W_g (O/g x CkHkW) @ col_g (CkHkW x oHoW)`.
+/// `y[n, o] = sum_c w[o, c] * x[n, c] (+ b[o])`. With unit stride (and a kernel larger than
+/// 1x1 or padding) straight from a padded copy of each image (see `forward_direct`); otherwise as
+/// one GEMM per sample and group, `W_g (O/g x CkHkW) @ col_g (CkHkW x oHoW)`.
 pub fn conv2d_forward<S: Scalar>(
     geo: &Conv2dGeometry,
     x: &Tensor<S>,
@@ -345,6 +348,44 @@ pub fn conv2d_forward<S: Scalar>(
     bias: Option<&Tensor<S>>,
 ) -> Result<Vec<S>> {
     conv2d_forward_on(geo, x, weight, bias, num_threads())
+}
+
+/// [`conv2d_forward`] into `out` (N x O x oH x oW elements), every element of which it sets:
+/// `out` may hold anything before (a recycled buffer).
+pub fn conv2d_forward_into<S: Scalar>(
+    geo: &Conv2dGeometry,
+    x: &Tensor<S>,
+    weight: &Tensor<S>,
+    bias: Option<&Tensor<S>>,
+    out: &mut [S],
+) -> Result<()> {
+    forward_into_on(geo, x, weight, bias, out, num_threads())
+}
+
+fn conv2d_forward_on<S: Scalar>(
+    geo: &Conv2dGeometry,
+    x: &Tensor<S>,
+    weight: &Tensor<S>,
+    bias: Option<&Tensor<S>>,
+    threads: usize,
+) -> Result<Vec<S>> {
+    let mut out = try_zeroed("conv2d", geo.output_numel())?;
+    forward_into_on(geo, x, weight, bias, &mut out, threads)?;
+    Ok(out)
+}
+
+/// Errors unless `out` has the `expected` number of elements.
+fn check_out(geo: &Conv2dGeometry, what: &str, out: &[impl Copy], expected: usize) -> Result<()> {
+    if out.len() != expected {
+        return Err(Error::invalid(
+            "conv",
+            format!(
+                "{what} buffer of {} elements does not match the convolution geometry {geo:?} ({expected} elements)",
+                out.len()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Runs `f(samples, buffer, gemm_threads)` over bands of whole samples of `buffer` (`per_sample`
@@ -376,27 +417,33 @@ fn over_samples<S: Scalar>(
     run_jobs(jobs).into_iter().collect()
 }
 
-fn conv2d_forward_on<S: Scalar>(
+fn forward_into_on<S: Scalar>(
     geo: &Conv2dGeometry,
     x: &Tensor<S>,
     weight: &Tensor<S>,
     bias: Option<&Tensor<S>>,
+    out: &mut [S],
     threads: usize,
-) -> Result<Vec<S>> {
+) -> Result<()> {
     geo.check_len("input", x, geo.input_numel())?;
     geo.check_len("weight", weight, geo.weight_numel())?;
     if let Some(b) = bias {
         geo.check_len("bias", b, geo.out_channels)?;
     }
+    check_out(geo, "output", out, geo.output_numel())?;
+    if !geo.is_pointwise() {
+        if let Some(flat) = direct::Flat::new(geo)? {
+            return forward_direct(geo, &flat, x, weight, bias, out, threads);
+        }
+    }
     let (rows, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
     let group_x = geo.group_in() * geo.in_len();
     let sample_out = geo.out_channels * l;
-    let mut out = try_zeroed("conv2d", geo.output_numel())?;
     let col_len = if geo.is_pointwise() { 0 } else { rows * l };
     let (xd, wd) = (x.data(), weight.data());
     let work = geo.output_numel().saturating_mul(rows);
     over_samples(
-        &mut out,
+        out,
         sample_out,
         geo.batch,
         threads,
@@ -442,7 +489,54 @@ fn conv2d_forward_on<S: Scalar>(
             }
         }
     }
-    Ok(out)
+    Ok(())
+}
+
+/// The unit-stride forward pass without a column matrix (see `direct`): per image and group, the
+/// input is copied into a zero-padded buffer and each output is the sum of its taps in order
+/// (input channel, kernel row, kernel column), one fused multiply-add each, then `+ bias`.
+/// Images are split over threads as in [`over_samples`]; an output never depends on the split.
+fn forward_direct<S: Scalar>(
+    geo: &Conv2dGeometry,
+    flat: &direct::Flat,
+    x: &Tensor<S>,
+    weight: &Tensor<S>,
+    bias: Option<&Tensor<S>>,
+    out: &mut [S],
+    threads: usize,
+) -> Result<()> {
+    let (taps, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
+    let group_x = geo.group_in() * geo.in_len();
+    let sample_out = geo.out_channels * l;
+    let (xd, wd) = (x.data(), weight.data());
+    if og == 0 {
+        return Ok(());
+    }
+    let weights: Vec<Vec<S>> = wd
+        .chunks(og * taps)
+        .map(|w| direct::taps_major(w, og, taps))
+        .collect();
+    let work = geo.output_numel().saturating_mul(taps);
+    over_samples(
+        out,
+        sample_out,
+        geo.batch,
+        threads,
+        work,
+        |samples, band, _| {
+            let mut xp = flat.buffer()?;
+            let first = samples.start;
+            for n in samples {
+                for (g, wt) in weights.iter().enumerate() {
+                    flat.pad_into(&xd[(n * geo.groups + g) * group_x..][..group_x], &mut xp);
+                    let dst = &mut band[((n - first) * geo.out_channels + g * og) * l..][..og * l];
+                    let b = bias.map(|b| &b.data()[g * og..][..og]);
+                    direct::forward(flat, &xp, wt, b, dst);
+                }
+            }
+            Ok(())
+        },
+    )
 }
 
 /// Gradient with respect to the input. With unit stride it is itself a convolution: of the output
@@ -457,28 +551,56 @@ pub fn conv2d_grad_input<S: Scalar>(
     conv2d_grad_input_on(geo, grad_out, weight, num_threads())
 }
 
+/// [`conv2d_grad_input`] into `dx` (N x C x H x W elements), every element of which it sets:
+/// `dx` may hold anything before (a recycled buffer).
+pub fn conv2d_grad_input_into<S: Scalar>(
+    geo: &Conv2dGeometry,
+    grad_out: &Tensor<S>,
+    weight: &Tensor<S>,
+    dx: &mut [S],
+) -> Result<()> {
+    grad_input_into_on(geo, grad_out, weight, dx, num_threads())
+}
+
 fn conv2d_grad_input_on<S: Scalar>(
     geo: &Conv2dGeometry,
     grad_out: &Tensor<S>,
     weight: &Tensor<S>,
     threads: usize,
 ) -> Result<Vec<S>> {
+    let mut dx = try_zeroed("conv2d", geo.input_numel())?;
+    grad_input_into_on(geo, grad_out, weight, &mut dx, threads)?;
+    Ok(dx)
+}
+
+fn grad_input_into_on<S: Scalar>(
+    geo: &Conv2dGeometry,
+    grad_out: &Tensor<S>,
+    weight: &Tensor<S>,
+    dx: &mut [S],
+    threads: usize,
+) -> Result<()> {
     geo.check_len("output gradient", grad_out, geo.output_numel())?;
     geo.check_len("weight", weight, geo.weight_numel())?;
+    check_out(geo, "input gradient", dx, geo.input_numel())?;
     if !geo.is_pointwise() {
         if let Some(full) = geo.transposed() {
-            return conv2d_forward_on(&full, grad_out, &geo.flipped_weight(weight)?, None, threads);
+            let flipped = geo.flipped_weight(weight)?;
+            return forward_into_on(&full, grad_out, &flipped, None, dx, threads);
         }
     }
     let (rows, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
     let group_x = geo.group_in() * geo.in_len();
     let sample_x = geo.in_channels * geo.in_len();
-    let mut dx = try_zeroed("conv2d", geo.input_numel())?;
+    if !geo.is_pointwise() {
+        // col2im adds into dx (a pointwise GEMM overwrites it).
+        dx.fill(S::ZERO);
+    }
     let col_len = if geo.is_pointwise() { 0 } else { rows * l };
     let (gd, wd) = (grad_out.data(), weight.data());
     let work = geo.output_numel().saturating_mul(rows);
     over_samples(
-        &mut dx,
+        dx,
         sample_x,
         geo.batch,
         threads,
@@ -531,8 +653,7 @@ fn conv2d_grad_input_on<S: Scalar>(
             }
             Ok(())
         },
-    )?;
-    Ok(dx)
+    )
 }
 
 impl Conv2dGeometry {
@@ -605,6 +726,11 @@ fn conv2d_grad_weight_on<S: Scalar>(
 ) -> Result<Vec<S>> {
     geo.check_len("output gradient", grad_out, geo.output_numel())?;
     geo.check_len("input", x, geo.input_numel())?;
+    if !geo.is_pointwise() && direct::all_finite(x.data()) {
+        if let Some(flat) = direct::Flat::new(geo)? {
+            return grad_weight_direct(geo, &flat, grad_out, x, threads);
+        }
+    }
     let (rows, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
     let group_x = geo.group_in() * geo.in_len();
     let mut dw = try_zeroed("conv2d", geo.weight_numel())?;
@@ -662,17 +788,89 @@ fn conv2d_grad_weight_on<S: Scalar>(
     Ok(dw)
 }
 
+/// The unit-stride weight gradient without a column matrix (see `direct::weight_gradient` for
+/// the order of its additions): images in order, each adding its own sums into `dw`. With several
+/// threads each takes a band of output channels through every image, so each element sums the
+/// same terms in the same order as on one thread.
+fn grad_weight_direct<S: Scalar>(
+    geo: &Conv2dGeometry,
+    flat: &direct::Flat,
+    grad_out: &Tensor<S>,
+    x: &Tensor<S>,
+    threads: usize,
+) -> Result<Vec<S>> {
+    let (taps, l, og) = (geo.col_rows(), geo.out_len(), geo.group_out());
+    let group_x = geo.group_in() * geo.in_len();
+    let mut dw = try_zeroed("conv2d", geo.weight_numel())?;
+    let (gd, xd) = (grad_out.data(), x.data());
+    if og == 0 || geo.batch == 0 {
+        return Ok(dw);
+    }
+    for (g, dw_g) in dw.chunks_mut(og * taps).enumerate() {
+        // Output channels `first..` of group g, their rows of dw in `dst`.
+        let band = |first: usize, dst: &mut [S]| -> Result<()> {
+            let band_rows = dst.len() / taps;
+            let mut xp = flat.buffer()?;
+            let mut dy_flat = try_zeroed("conv2d", flat.flat_rows_len(band_rows)?)?;
+            for n in 0..geo.batch {
+                flat.pad_into(&xd[(n * geo.groups + g) * group_x..][..group_x], &mut xp);
+                let dy = &gd[(n * geo.out_channels + g * og + first) * l..][..band_rows * l];
+                direct::weight_gradient(flat, &xp, dy, &mut dy_flat, dst);
+            }
+            Ok(())
+        };
+        match row_bands(og, taps, l.saturating_mul(geo.batch), threads) {
+            Some((rows_per_part, _)) => {
+                let band = &band;
+                let jobs = dw_g
+                    .chunks_mut(rows_per_part * taps)
+                    .enumerate()
+                    .map(|(i, dst)| Box::new(move || band(i * rows_per_part, dst)) as Box<_>)
+                    .collect();
+                run_jobs(jobs).into_iter().collect::<Result<()>>()?
+            }
+            None => band(0, dw_g)?,
+        }
+    }
+    Ok(dw)
+}
+
 /// Gradient with respect to the bias: the output gradient summed over samples and positions.
+/// Each (sample, channel) row of positions is summed as 16 partial sums (partial sum `l` takes
+/// positions `l, l + 16, ...` of the whole 16-wide chunks, in order, from zero), folded in halves
+/// (`s[l] + s[l + 8]`, then a quarter, ...), then the remaining positions added in order; the rows
+/// are added into the channel's gradient in sample order.
 pub fn conv2d_grad_bias<S: Scalar>(geo: &Conv2dGeometry, grad_out: &Tensor<S>) -> Result<Vec<S>> {
     geo.check_len("output gradient", grad_out, geo.output_numel())?;
     let l = geo.out_len();
     let mut db = vec![S::ZERO; geo.out_channels];
     if l > 0 {
         for (chunk, o) in grad_out.data().chunks(l).zip((0..geo.out_channels).cycle()) {
-            db[o] += chunk.iter().copied().sum::<S>();
+            db[o] += row_sum(chunk);
         }
     }
     Ok(db)
+}
+
+/// The sum of `v` in the order [`conv2d_grad_bias`] documents: independent partial sums, so
+/// that it runs at vector speed instead of one addition's latency per element.
+fn row_sum<S: Scalar>(v: &[S]) -> S {
+    const LANES: usize = 16;
+    let mut acc = [S::ZERO; LANES];
+    let mut chunks = v.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a += x;
+        }
+    }
+    let mut half = LANES / 2;
+    while half > 0 {
+        for l in 0..half {
+            acc[l] += acc[l + half];
+        }
+        half /= 2;
+    }
+    chunks.remainder().iter().fold(acc[0], |s, &x| s + x)
 }
 
 #[cfg(test)]
@@ -862,6 +1060,128 @@ mod tests {
                 assert!(run32(t) == one32, "f32, {t} threads vs 1, {geo:?}");
             }
         }
+    }
+
+    /// The unit-stride paths without a column matrix (`direct`): remainder tiles of output
+    /// channels (6 = 4 + 1 + 1 per group) and taps (not a multiple of 3), groups, dilation,
+    /// padding past the kernel extent (the input gradient then takes the col2im path), a
+    /// height-1 image (conv1d), a batch split unevenly over threads; forward with a bias.
+    #[test]
+    fn unit_stride_paths_match_the_definition_on_every_thread_count() {
+        let cases = [
+            ([3, 4, 9, 11], [12, 2, 3, 2], [1, 1], [1, 0], [1, 2], 2),
+            ([5, 3, 7, 6], [6, 3, 2, 2], [1, 1], [3, 2], [1, 1], 1),
+            ([3, 2, 1, 37], [5, 2, 1, 5], [1, 1], [0, 2], [1, 3], 1),
+            ([2, 6, 8, 8], [6, 2, 3, 3], [1, 1], [2, 2], [2, 2], 3),
+            ([7, 16, 12, 12], [20, 16, 3, 3], [1, 1], [1, 1], [1, 1], 1),
+        ];
+        for (xs, ws, stride, padding, dilation, groups) in cases {
+            let geo =
+                Conv2dGeometry::new("conv2d", xs, ws, stride, padding, dilation, groups).unwrap();
+            let x = Tensor::new(&xs, values(xs.iter().product(), 1)).unwrap();
+            let w = Tensor::new(&ws, values(ws.iter().product(), 2)).unwrap();
+            let b = Tensor::new(&[ws[0]], values(ws[0], 4)).unwrap();
+            let ys = [xs[0], ws[0], geo.out_h, geo.out_w];
+            let dy = Tensor::new(&ys, values(geo.output_numel(), 3)).unwrap();
+            let mut want = naive(&geo, x.data(), w.data());
+            for (i, v) in want.iter_mut().enumerate() {
+                *v += b.data()[i / geo.out_len() % geo.out_channels];
+            }
+            let want_dx = naive_grad_input(&geo, dy.data(), w.data());
+            let want_dw = naive_grad_weight(&geo, dy.data(), x.data());
+            let f32s = |t: &Tensor<f64>, k: f64| {
+                Tensor::new(
+                    t.shape().dims(),
+                    t.data().iter().map(|v| (v * k).sin() as f32).collect(),
+                )
+                .unwrap()
+            };
+            let (xf, wf, bf, dyf) = (
+                f32s(&x, 0.37),
+                f32s(&w, 0.71),
+                f32s(&b, 0.2),
+                f32s(&dy, 0.53),
+            );
+            let run32 = |t| {
+                (
+                    bits(&conv2d_forward_on(&geo, &xf, &wf, Some(&bf), t).unwrap()),
+                    bits(&conv2d_grad_input_on(&geo, &dyf, &wf, t).unwrap()),
+                    bits(&conv2d_grad_weight_on(&geo, &dyf, &xf, t).unwrap()),
+                )
+            };
+            let one32 = run32(1);
+            // The f32 kernels on the same small integers: exact as well.
+            let exact32 = |t: &Tensor<f64>| t.cast::<f32>();
+            let (xi, wi, bi, dyi) = (exact32(&x), exact32(&w), exact32(&b), exact32(&dy));
+            let as32 = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<f32>>();
+            let got = conv2d_forward_on(&geo, &xi, &wi, Some(&bi), 2).unwrap();
+            assert_eq!(got, as32(&want), "f32 forward, {geo:?}");
+            let got = conv2d_grad_input_on(&geo, &dyi, &wi, 2).unwrap();
+            assert_eq!(got, as32(&want_dx), "f32 input gradient, {geo:?}");
+            let got = conv2d_grad_weight_on(&geo, &dyi, &xi, 2).unwrap();
+            assert_eq!(got, as32(&want_dw), "f32 weight gradient, {geo:?}");
+            for t in [1, 2, 3, 4] {
+                let got = conv2d_forward_on(&geo, &x, &w, Some(&b), t).unwrap();
+                assert_eq!(got, want, "forward, {t} threads, {geo:?}");
+                let got = conv2d_grad_input_on(&geo, &dy, &w, t).unwrap();
+                assert_eq!(got, want_dx, "input gradient, {t} threads, {geo:?}");
+                let got = conv2d_grad_weight_on(&geo, &dy, &x, t).unwrap();
+                assert_eq!(got, want_dw, "weight gradient, {t} threads, {geo:?}");
+                assert!(run32(t) == one32, "f32, {t} threads vs 1, {geo:?}");
+            }
+        }
+    }
+
+    /// An infinite input element gives the weight gradient only the terms that read it: the
+    /// positions past each row's end, which the unit-stride path multiplies by a zero output
+    /// gradient, must not turn `0 * inf` into NaN, so that path is left for the column matrix.
+    #[test]
+    fn an_infinite_input_reaches_only_the_taps_that_read_it() {
+        let geo = Conv2dGeometry::new(
+            "conv2d",
+            [2, 2, 5, 6],
+            [3, 2, 3, 3],
+            [1, 1],
+            [1, 1],
+            [1, 1],
+            1,
+        )
+        .unwrap();
+        let mut xv = values(geo.input_numel(), 1);
+        // The last column of a row: tap column 0 (which reads one to the left) never reads it.
+        xv[2 * 6 - 1] = f64::INFINITY;
+        let x = Tensor::new(&[2, 2, 5, 6], xv).unwrap();
+        let dy = Tensor::new(&[2, 3, 5, 6], values(geo.output_numel(), 3)).unwrap();
+        let want = naive_grad_weight(&geo, dy.data(), x.data());
+        let got = conv2d_grad_weight_on(&geo, &dy, &x, 1).unwrap();
+        // Every NaN is the same NaN here (its sign and payload are not the point).
+        let canonical = |v: &[f64]| -> Vec<u64> {
+            v.iter()
+                .map(|x| if x.is_nan() { f64::NAN } else { *x }.to_bits())
+                .collect()
+        };
+        assert_eq!(canonical(&got), canonical(&want));
+        assert!(got[0].is_finite() && got[3 * 3 * 2 - 3].is_finite());
+    }
+
+    #[test]
+    fn bias_gradient_sums_every_position_of_its_channel() {
+        let geo = Conv2dGeometry::new(
+            "conv2d",
+            [3, 2, 7, 5],
+            [4, 2, 1, 1],
+            [1, 1],
+            [0, 0],
+            [1, 1],
+            1,
+        )
+        .unwrap();
+        let dy = Tensor::new(&[3, 4, 7, 5], values(geo.output_numel(), 5)).unwrap();
+        let mut want = vec![0.0; 4];
+        for (i, v) in dy.data().iter().enumerate() {
+            want[i / 35 % 4] += v;
+        }
+        assert_eq!(conv2d_grad_bias(&geo, &dy).unwrap(), want);
     }
 
     #[test]

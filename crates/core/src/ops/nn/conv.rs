@@ -7,8 +7,10 @@ use super::pad::{AxisPad, NamedPadding, Pad, PaddingMode};
 use super::{arity_with, expect_shape, when};
 use crate::ops::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
+use tapegrad_tensor::kernels::alloc::try_with_capacity;
 use tapegrad_tensor::kernels::conv::{
-    conv2d_forward, conv2d_grad_bias, conv2d_grad_input, conv2d_grad_weight, Conv2dGeometry,
+    conv2d_forward, conv2d_forward_into, conv2d_grad_bias, conv2d_grad_input,
+    conv2d_grad_input_into, conv2d_grad_weight, Conv2dGeometry,
 };
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
@@ -311,8 +313,11 @@ impl Spec {
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         let plan = self.geometry(&Self::shapes_of(x))?;
         let bias = if self.bias { Some(x[2]) } else { None };
-        let data = conv2d_forward(&plan.geo, &self.padded(&plan, x[0])?, x[1], bias)?;
-        Ok(Forward::new(Tensor::from_shape(plan.out, data)?))
+        let x0 = self.padded(&plan, x[0])?;
+        let out = written(self.name, plan.out, |out| {
+            conv2d_forward_into(&plan.geo, &x0, x[1], bias, out)
+        })?;
+        Ok(Forward::new(out))
     }
 
     fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
@@ -323,10 +328,10 @@ impl Spec {
         let shape = |i: usize| ctx.input_shapes[i].clone();
         let mut grads = smallvec![
             when(ctx, 0, || {
-                let data = conv2d_grad_input(geo, cot, ctx.input(op, 1)?)?;
+                let w = ctx.input(op, 1)?;
                 match &plan.pad {
-                    Some(p) => p.adjoint(&data, &shape(0)),
-                    None => Tensor::from_shape(shape(0), data),
+                    Some(p) => p.adjoint(&conv2d_grad_input(geo, cot, w)?, &shape(0)),
+                    None => written(op, shape(0), |dx| conv2d_grad_input_into(geo, cot, w, dx)),
                 }
             })?,
             when(ctx, 1, || {
@@ -355,6 +360,21 @@ impl Spec {
         }
         Tensor::from_shape(plan.out, data)
     }
+}
+
+/// A tensor of `shape` that `write` fills in place (in a recycled buffer, without a copy), or
+/// `write`'s error. An output's size follows from attributes (padding), so a request that cannot
+/// be met must be an error, not an allocation abort: the memory is reserved fallibly first (and
+/// given back at once; the tensor then takes a recycled or a fresh buffer).
+fn written<S: Scalar>(
+    op: &'static str,
+    shape: Shape,
+    write: impl FnOnce(&mut [S]) -> Result<()>,
+) -> Result<Tensor<S>> {
+    drop(try_with_capacity::<S>(op, shape.numel())?);
+    let mut result = Ok(());
+    let t = Tensor::from_writer(shape, |out| result = write(out));
+    result.map(|()| t)
 }
 
 /// Adds the argument shapes to a geometry error.

@@ -1,0 +1,606 @@
+//! Unit-stride convolution without a column matrix: on a zero-padded copy of the input, flattened
+//! row by row, every kernel tap of a run of output positions reads a contiguous run of the copy,
+//! so the forward pass and the weight gradient are register-tiled loops of fused multiply-adds.
+
+use super::Conv2dGeometry;
+use crate::kernels::alloc::try_zeroed;
+use crate::{Error, Result, Scalar};
+use pulp::bytemuck::{self, Pod};
+use pulp::Simd;
+use std::any::TypeId;
+
+/// Output channels and vectors of positions one forward tile computes at once: 12 accumulators,
+/// each tap's 2 input vectors and a broadcast weight fill the 16 vector registers of AVX2 (3
+/// vectors of 4 channels would spill an accumulator).
+const FWD_ROWS: usize = 6;
+const FWD_VECTORS: usize = 2;
+/// Kernel taps one weight-gradient tile computes at once (and output channels: 12 accumulators).
+const WGRAD_TAPS: usize = 3;
+/// The weight gradient's partial sums per (channel, tap): on every CPU, whatever its vector
+/// width, since the order of the additions must not depend on it.
+const WGRAD_LANES_F32: usize = 16;
+const WGRAD_LANES_F64: usize = 8;
+/// A multiple of every tile's width in positions (2 vectors of up to 16 f32, or 16 partial sums).
+const MAX_TILE: usize = 64;
+
+/// One group's input, zero-padded to `hp x wp` per channel and flattened: output position
+/// `(oy, ox)` is flat position `p = oy * wp + ox`, and kernel tap `t = (c, ki, kj)` of every
+/// position reads element `offsets[t] + p` with `offsets[t] = c hp wp + ki dh wp + kj dw`. The
+/// positions with `ox >= out_w` (the `wp - out_w` at the end of each row) read real elements too;
+/// their results are never stored, and the weight gradient gives them a zero output gradient.
+pub(super) struct Flat {
+    wp: usize,
+    plane: usize,
+    pad: [usize; 2],
+    in_h: usize,
+    in_w: usize,
+    in_len: usize,
+    out_w: usize,
+    out_len: usize,
+    /// `(out_h - 1) * wp + out_w`: the flat positions from the first output to the last.
+    positions: usize,
+    /// `positions` rounded up to whole tiles (of the forward tile and the gradient's lanes).
+    span: usize,
+    offsets: Vec<usize>,
+    /// Elements of a padded buffer: the planes plus zero slack for the last tile's overrun.
+    len: usize,
+}
+
+impl Flat {
+    /// The layout for `geo`, or `None` unless the convolution has unit stride (and at least one
+    /// output): the only case whose taps read contiguous runs.
+    pub(super) fn new(geo: &Conv2dGeometry) -> Result<Option<Flat>> {
+        if geo.stride != [1, 1] || geo.out_len() == 0 || geo.col_rows() == 0 {
+            return Ok(None);
+        }
+        let too_big = || {
+            Error::invalid(
+                "conv2d",
+                format!("the padded input of {geo:?} has too many elements"),
+            )
+        };
+        let padded = |len: usize, pad: usize| pad.checked_mul(2).and_then(|p| p.checked_add(len));
+        let hp = padded(geo.in_h, geo.padding[0]).ok_or_else(too_big)?;
+        let wp = padded(geo.in_w, geo.padding[1]).ok_or_else(too_big)?;
+        let plane = hp.checked_mul(wp).ok_or_else(too_big)?;
+        let planes = plane.checked_mul(geo.group_in()).ok_or_else(too_big)?;
+        // out_h <= hp and out_w <= wp, so these fit once `planes` does.
+        let positions = (geo.out_h - 1) * wp + geo.out_w;
+        let span = positions
+            .checked_next_multiple_of(MAX_TILE)
+            .ok_or_else(too_big)?;
+        let len = (planes - positions).checked_add(span).ok_or_else(too_big)?;
+        let [kh, kw] = geo.kernel;
+        let [dh, dw] = geo.dilation;
+        let mut offsets = Vec::with_capacity(geo.col_rows());
+        for c in 0..geo.group_in() {
+            for ki in 0..kh {
+                for kj in 0..kw {
+                    offsets.push(c * plane + ki * dh * wp + kj * dw);
+                }
+            }
+        }
+        Ok(Some(Flat {
+            wp,
+            plane,
+            pad: geo.padding,
+            in_h: geo.in_h,
+            in_w: geo.in_w,
+            in_len: geo.in_len(),
+            out_w: geo.out_w,
+            out_len: geo.out_len(),
+            positions,
+            span,
+            offsets,
+            len,
+        }))
+    }
+
+    /// A zeroed buffer for [`Flat::pad_into`]; its borders and slack stay zero for every image.
+    pub(super) fn buffer<S: Scalar>(&self) -> Result<Vec<S>> {
+        try_zeroed("conv2d", self.len)
+    }
+
+    /// Copies one group's input channels `x` (C/groups x H x W) into the interior of `buf`.
+    pub(super) fn pad_into<S: Scalar>(&self, x: &[S], buf: &mut [S]) {
+        let [ph, pw] = self.pad;
+        for (plane, channel) in buf.chunks_mut(self.plane).zip(x.chunks(self.in_len)) {
+            for (iy, row) in channel.chunks(self.in_w).enumerate().take(self.in_h) {
+                plane[(iy + ph) * self.wp + pw..][..row.len()].copy_from_slice(row);
+            }
+        }
+    }
+
+    /// The flat output rows of a group's output gradient (`og x out_len`): `og` rows of `span`
+    /// elements each, zero outside the output positions, for [`weight_gradient`].
+    pub(super) fn flat_rows_len(&self, og: usize) -> Result<usize> {
+        og.checked_mul(self.span).ok_or_else(|| {
+            Error::invalid(
+                "conv2d",
+                format!(
+                    "{og} output channels of {} positions are too many",
+                    self.span
+                ),
+            )
+        })
+    }
+
+    /// Copies `dy` (rows of `out_len`) into flat rows of `span` (whose other elements stay zero).
+    fn flatten_rows<S: Scalar>(&self, dy: &[S], flat: &mut [S]) {
+        for (dst, src) in flat.chunks_mut(self.span).zip(dy.chunks(self.out_len)) {
+            for (oy, row) in src.chunks(self.out_w).enumerate() {
+                dst[oy * self.wp..][..row.len()].copy_from_slice(row);
+            }
+        }
+    }
+
+    /// Calls `f(i, q, len)` for each run of output positions in the flat tile starting at `p0`
+    /// and `width` wide: tile elements `i..i + len` are outputs `q..q + len`.
+    fn stored_runs(&self, p0: usize, width: usize, mut f: impl FnMut(usize, usize, usize)) {
+        let end = (p0 + width).min(self.positions);
+        let mut p = p0;
+        while p < end {
+            let (oy, ox) = (p / self.wp, p % self.wp);
+            if ox < self.out_w {
+                let len = (self.out_w - ox).min(end - p);
+                f(p - p0, oy * self.out_w + ox, len);
+                p += len;
+            } else {
+                p = (oy + 1) * self.wp;
+            }
+        }
+    }
+}
+
+/// The weight `(og, taps)` of one group (rows of `taps`) transposed to `(taps, og)`, so that a
+/// tile's output channels of one tap are adjacent.
+pub(super) fn taps_major<S: Scalar>(w: &[S], og: usize, taps: usize) -> Vec<S> {
+    let mut out = vec![S::ZERO; og * taps];
+    for (o, row) in w.chunks(taps).take(og).enumerate() {
+        for (t, &v) in row.iter().enumerate() {
+            out[t * og + o] = v;
+        }
+    }
+    out
+}
+
+/// The element types the kernels have vector code for, through pulp's `Simd` (AVX2, AVX-512, or
+/// one element at a time).
+trait Lanes: Scalar + Pod {
+    type V<Sd: Simd>: Copy + Pod;
+    /// Partial sums of the weight gradient.
+    const WGRAD_LANES: usize;
+    fn splat<Sd: Simd>(simd: Sd, v: Self) -> Self::V<Sd>;
+    /// `a * b + c`, one rounding.
+    fn fma<Sd: Simd>(simd: Sd, a: Self::V<Sd>, b: Self::V<Sd>, c: Self::V<Sd>) -> Self::V<Sd>;
+}
+
+impl Lanes for f32 {
+    type V<Sd: Simd> = Sd::f32s;
+    const WGRAD_LANES: usize = WGRAD_LANES_F32;
+    #[inline(always)]
+    fn splat<Sd: Simd>(simd: Sd, v: f32) -> Sd::f32s {
+        simd.splat_f32s(v)
+    }
+    #[inline(always)]
+    fn fma<Sd: Simd>(simd: Sd, a: Sd::f32s, b: Sd::f32s, c: Sd::f32s) -> Sd::f32s {
+        simd.mul_add_f32s(a, b, c)
+    }
+}
+
+impl Lanes for f64 {
+    type V<Sd: Simd> = Sd::f64s;
+    const WGRAD_LANES: usize = WGRAD_LANES_F64;
+    #[inline(always)]
+    fn splat<Sd: Simd>(simd: Sd, v: f64) -> Sd::f64s {
+        simd.splat_f64s(v)
+    }
+    #[inline(always)]
+    fn fma<Sd: Simd>(simd: Sd, a: Sd::f64s, b: Sd::f64s, c: Sd::f64s) -> Sd::f64s {
+        simd.mul_add_f64s(a, b, c)
+    }
+}
+
+/// `v` as a slice of `T` when `S` is `T`.
+fn cast<S: Scalar, T: Scalar>(v: &[S]) -> Option<&[T]> {
+    // SAFETY: S and T are the same type, so the pointer, length and lifetime stay valid.
+    (TypeId::of::<S>() == TypeId::of::<T>())
+        .then(|| unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<T>(), v.len()) })
+}
+
+/// [`cast`] for a mutable slice.
+fn cast_mut<S: Scalar, T: Scalar>(v: &mut [S]) -> Option<&mut [T]> {
+    // SAFETY: S and T are the same type; the borrow of `v` moves into the result.
+    (TypeId::of::<S>() == TypeId::of::<T>())
+        .then(|| unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<T>(), v.len()) })
+}
+
+/// The `N` vectors of `v` from `at` (unaligned).
+///
+/// # Safety
+/// `at + N * lanes <= v.len()`, where a vector `V` holds `lanes` elements `T`.
+#[inline(always)]
+unsafe fn load<T: Pod, V: Pod, const N: usize>(v: &[T], at: usize) -> [V; N] {
+    let lanes = std::mem::size_of::<V>() / std::mem::size_of::<T>();
+    // SAFETY: the caller's bound keeps every vector inside `v`; V is Pod, so any bits are valid.
+    std::array::from_fn(|i| unsafe { v.as_ptr().add(at + i * lanes).cast::<V>().read_unaligned() })
+}
+
+/// Checks what the unchecked loads of the tile loops rely on: every tap's run of `span` flat
+/// positions lies inside `xp` (offsets rise, so the last one is the largest).
+fn assert_taps_fit<T>(flat: &Flat, xp: &[T]) {
+    let last = flat.offsets.last().copied().unwrap_or(0);
+    assert!(
+        flat.span % MAX_TILE == 0 && last + flat.span <= xp.len(),
+        "conv: padded input buffer too small"
+    );
+}
+
+/// One group of one image: `out[o, q] = (sum over taps t in order of w[o, t] * x_t[q]) + bias[o]`
+/// for the group's `og` output channels, where each sum starts at zero and adds one fused
+/// multiply-add per tap (`c`, then `ki`, then `kj`); `+ bias[o]` only with a bias. `xp` is the
+/// padded input ([`Flat::pad_into`]), `wt` the weight in [`taps_major`] order. The vector width
+/// only decides which outputs are computed together, never an output's additions.
+pub(super) fn forward<S: Scalar>(
+    flat: &Flat,
+    xp: &[S],
+    wt: &[S],
+    bias: Option<&[S]>,
+    out: &mut [S],
+) {
+    fn run<S: Scalar, T: Lanes>(
+        flat: &Flat,
+        xp: &[S],
+        wt: &[S],
+        bias: Option<&[S]>,
+        out: &mut [S],
+    ) -> bool {
+        let (Some(xp), Some(wt), Some(out)) = (cast::<S, T>(xp), cast::<S, T>(wt), cast_mut(out))
+        else {
+            return false;
+        };
+        let bias = bias.map(cast::<S, T>);
+        if let Some(None) = bias {
+            return false;
+        }
+        let bias = bias.flatten();
+        pulp::Arch::new().dispatch(ForwardTiles {
+            flat,
+            xp,
+            wt,
+            bias,
+            out,
+        });
+        true
+    }
+    if !run::<S, f32>(flat, xp, wt, bias, out) && !run::<S, f64>(flat, xp, wt, bias, out) {
+        unreachable!("Scalar is f32 or f64");
+    }
+}
+
+struct ForwardTiles<'a, T> {
+    flat: &'a Flat,
+    xp: &'a [T],
+    wt: &'a [T],
+    bias: Option<&'a [T]>,
+    out: &'a mut [T],
+}
+
+impl<T: Lanes> pulp::WithSimd for ForwardTiles<'_, T> {
+    type Output = ();
+    // Inlined into pulp's `#[target_feature]` function, which is what lets the loops use it.
+    #[inline(always)]
+    fn with_simd<Sd: Simd>(self, simd: Sd) {
+        let ForwardTiles {
+            flat,
+            xp,
+            wt,
+            bias,
+            out,
+        } = self;
+        let lanes = std::mem::size_of::<T::V<Sd>>() / std::mem::size_of::<T>();
+        let width = FWD_VECTORS * lanes;
+        assert_taps_fit(flat, xp);
+        assert!(
+            MAX_TILE % width == 0 && wt.len() == flat.offsets.len() * (out.len() / flat.out_len)
+        );
+        let og = out.len() / flat.out_len;
+        let mut p0 = 0;
+        while p0 < flat.positions {
+            let mut o0 = 0;
+            // Whole tiles, then the remaining channels in tiles of 4, 2 and 1.
+            while o0 < og {
+                let tile = FwdTile {
+                    flat,
+                    xp,
+                    wt,
+                    og,
+                    p0,
+                    width,
+                    o0,
+                };
+                o0 += match og - o0 {
+                    FWD_ROWS.. => tile.run::<FWD_ROWS>(simd, bias, out),
+                    4.. => tile.run::<4>(simd, bias, out),
+                    2.. => tile.run::<2>(simd, bias, out),
+                    _ => tile.run::<1>(simd, bias, out),
+                };
+            }
+            p0 += width;
+        }
+    }
+}
+
+/// The forward pass of output channels `o0..` at flat positions `p0..p0 + width`.
+struct FwdTile<'a, T> {
+    flat: &'a Flat,
+    xp: &'a [T],
+    wt: &'a [T],
+    og: usize,
+    p0: usize,
+    width: usize,
+    o0: usize,
+}
+
+impl<T: Lanes> FwdTile<'_, T> {
+    /// Computes and stores `R` channels; returns `R`.
+    #[inline(always)]
+    fn run<const R: usize>(self, simd: impl Simd, bias: Option<&[T]>, out: &mut [T]) -> usize {
+        let acc = forward_tile::<T, _, R>(
+            simd,
+            self.xp,
+            &self.flat.offsets,
+            self.p0,
+            self.wt,
+            self.og,
+            self.o0,
+        );
+        store::<T, _, R>(self.flat, self.p0, self.width, self.o0, &acc, bias, out);
+        R
+    }
+}
+
+/// Output channels `o0..o0 + R` at the `FWD_VECTORS` vectors of flat positions from `p0`: one
+/// sum per element, over the taps in order, each step one fused multiply-add.
+#[inline(always)]
+fn forward_tile<T: Lanes, Sd: Simd, const R: usize>(
+    simd: Sd,
+    xp: &[T],
+    offsets: &[usize],
+    p0: usize,
+    wt: &[T],
+    og: usize,
+    o0: usize,
+) -> [[T::V<Sd>; FWD_VECTORS]; R] {
+    let zero = T::splat(simd, T::ZERO);
+    let mut acc = [[zero; FWD_VECTORS]; R];
+    for (&off, ws) in offsets.iter().zip(wt.chunks_exact(og)) {
+        // SAFETY: p0 + the tile's width <= span (tiles divide MAX_TILE, which divides span),
+        // and every offset + span fits in xp (`assert_taps_fit`).
+        let xs = unsafe { load::<T, T::V<Sd>, FWD_VECTORS>(xp, off + p0) };
+        let ws = &ws[o0..o0 + R];
+        for r in 0..R {
+            let w = T::splat(simd, ws[r]);
+            for v in 0..FWD_VECTORS {
+                acc[r][v] = T::fma(simd, w, xs[v], acc[r][v]);
+            }
+        }
+    }
+    acc
+}
+
+#[inline(always)]
+fn store<T: Lanes, V: Pod, const R: usize>(
+    flat: &Flat,
+    p0: usize,
+    width: usize,
+    o0: usize,
+    acc: &[[V; FWD_VECTORS]; R],
+    bias: Option<&[T]>,
+    out: &mut [T],
+) {
+    let l = flat.out_len;
+    flat.stored_runs(p0, width, |i, q, len| {
+        for (r, acc) in acc.iter().enumerate() {
+            let src: &[T] = bytemuck::cast_slice(acc);
+            let dst = &mut out[(o0 + r) * l + q..][..len];
+            let src = &src[i..i + len];
+            match bias {
+                Some(b) => {
+                    let b = b[o0 + r];
+                    for (d, &s) in dst.iter_mut().zip(src) {
+                        *d = s + b;
+                    }
+                }
+                None => dst.copy_from_slice(src),
+            }
+        }
+    });
+}
+
+/// Adds one image's contribution to one group's weight gradient rows `dw` (`rows x taps`, the
+/// output channels whose gradients are `dy`, `rows x out_len`): `dw[o, t] += s[o, t]` where
+/// `s[o, t] = sum over output positions q of dy[o, q] * x_t[q]`, formed as `LANES` partial sums
+/// (16 for f32, 8 for f64, on every CPU) over the flat positions, partial sum `l` taking
+/// positions `l, l + LANES, ...` in order, each step one fused multiply-add starting from zero,
+/// folded in halves (`s[l] + s[l + LANES / 2]`, then a quarter, ...). The flat positions past a
+/// row's end have a zero output gradient, so they add exact zeros: only when every input value is
+/// finite (`0 * inf` would be NaN), which the caller checks. `dy_flat` is scratch of
+/// [`Flat::flat_rows_len`] elements for `rows`, zero outside the output positions.
+pub(super) fn weight_gradient<S: Scalar>(
+    flat: &Flat,
+    xp: &[S],
+    dy: &[S],
+    dy_flat: &mut [S],
+    dw: &mut [S],
+) {
+    flat.flatten_rows(dy, dy_flat);
+    fn run<S: Scalar, T: Lanes>(flat: &Flat, xp: &[S], dy_flat: &[S], dw: &mut [S]) -> bool {
+        let (Some(xp), Some(dy_flat), Some(dw)) =
+            (cast::<S, T>(xp), cast::<S, T>(dy_flat), cast_mut(dw))
+        else {
+            return false;
+        };
+        pulp::Arch::new().dispatch(WgradTiles {
+            flat,
+            xp,
+            dy_flat,
+            dw,
+        });
+        true
+    }
+    if !run::<S, f32>(flat, xp, dy_flat, dw) && !run::<S, f64>(flat, xp, dy_flat, dw) {
+        unreachable!("Scalar is f32 or f64");
+    }
+}
+
+struct WgradTiles<'a, T> {
+    flat: &'a Flat,
+    xp: &'a [T],
+    dy_flat: &'a [T],
+    dw: &'a mut [T],
+}
+
+impl<T: Lanes> pulp::WithSimd for WgradTiles<'_, T> {
+    type Output = ();
+    // Inlined into pulp's `#[target_feature]` function, which is what lets the loops use it.
+    #[inline(always)]
+    fn with_simd<Sd: Simd>(self, simd: Sd) {
+        let lanes = std::mem::size_of::<T::V<Sd>>() / std::mem::size_of::<T>();
+        // Vectors per partial-sum group, and output channels per tile to fill 12 accumulators.
+        match T::WGRAD_LANES / lanes {
+            1 => self.tiles::<Sd, 1, 4>(simd),
+            2 => self.tiles::<Sd, 2, 2>(simd),
+            4 => self.tiles::<Sd, 4, 1>(simd),
+            8 => self.tiles::<Sd, 8, 1>(simd),
+            _ => self.tiles::<Sd, 16, 1>(simd),
+        }
+    }
+}
+
+impl<T: Lanes> WgradTiles<'_, T> {
+    /// Tiles of `R` output channels by `WGRAD_TAPS` taps, each partial-sum group `M` vectors.
+    #[inline(always)]
+    fn tiles<Sd: Simd, const M: usize, const R: usize>(self, simd: Sd) {
+        let WgradTiles {
+            flat,
+            xp,
+            dy_flat,
+            dw,
+        } = self;
+        let taps = flat.offsets.len();
+        let rows = dw.len() / taps;
+        let steps = flat.positions.div_ceil(T::WGRAD_LANES);
+        assert_taps_fit(flat, xp);
+        assert!(MAX_TILE % T::WGRAD_LANES == 0 && dy_flat.len() >= rows * flat.span);
+        let (full_rows, full_taps) = (rows / R * R, taps / WGRAD_TAPS * WGRAD_TAPS);
+        let mut o0 = 0;
+        while o0 < rows {
+            let r = if o0 < full_rows { R } else { 1 };
+            let mut t0 = 0;
+            while t0 < taps {
+                let k = if t0 < full_taps { WGRAD_TAPS } else { 1 };
+                let tile = Tile {
+                    flat,
+                    xp,
+                    dy_flat,
+                    steps,
+                    o0,
+                    t0,
+                };
+                match (r == R, k == WGRAD_TAPS) {
+                    (true, true) => tile.run::<T, Sd, M, R, WGRAD_TAPS>(simd, dw),
+                    (true, false) => tile.run::<T, Sd, M, R, 1>(simd, dw),
+                    (false, true) => tile.run::<T, Sd, M, 1, WGRAD_TAPS>(simd, dw),
+                    (false, false) => tile.run::<T, Sd, M, 1, 1>(simd, dw),
+                }
+                t0 += k;
+            }
+            o0 += r;
+        }
+    }
+}
+
+struct Tile<'a, T> {
+    flat: &'a Flat,
+    xp: &'a [T],
+    dy_flat: &'a [T],
+    steps: usize,
+    o0: usize,
+    t0: usize,
+}
+
+impl<T: Lanes> Tile<'_, T> {
+    #[inline(always)]
+    fn run<U: Lanes, Sd: Simd, const M: usize, const R: usize, const K: usize>(
+        self,
+        simd: Sd,
+        dw: &mut [T],
+    ) where
+        T: Lanes<V<Sd> = U::V<Sd>>,
+    {
+        let Tile {
+            flat,
+            xp,
+            dy_flat,
+            steps,
+            o0,
+            t0,
+        } = self;
+        let taps = flat.offsets.len();
+        let offsets = &flat.offsets[t0..t0 + K];
+        let zero = T::splat(simd, T::ZERO);
+        let mut acc = [[[zero; M]; K]; R];
+        for step in 0..steps {
+            let base = step * T::WGRAD_LANES;
+            // SAFETY: base + WGRAD_LANES <= span (which WGRAD_LANES divides), the rows are
+            // below `rows` and every offset + span fits in xp (checked in `tiles`).
+            let dys: [[T::V<Sd>; M]; R] =
+                std::array::from_fn(|r| unsafe { load(dy_flat, (o0 + r) * flat.span + base) });
+            let xs: [[T::V<Sd>; M]; K] =
+                std::array::from_fn(|j| unsafe { load(xp, offsets[j] + base) });
+            for r in 0..R {
+                for j in 0..K {
+                    for m in 0..M {
+                        acc[r][j][m] = T::fma(simd, dys[r][m], xs[j][m], acc[r][j][m]);
+                    }
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (j, lanes) in acc.iter().enumerate() {
+                let lanes: &[T] = bytemuck::cast_slice(lanes);
+                dw[(o0 + r) * taps + t0 + j] += fold_halves(lanes);
+            }
+        }
+    }
+}
+
+/// `s[l] += s[l + n / 2]` for the lower half, then the lower quarter, ...: `s[0]` at the end.
+#[inline(always)]
+fn fold_halves<T: Scalar>(s: &[T]) -> T {
+    let mut buf = [T::ZERO; MAX_TILE];
+    let n = s.len();
+    buf[..n].copy_from_slice(s);
+    let mut half = n / 2;
+    while half > 0 {
+        for l in 0..half {
+            buf[l] += buf[l + half];
+        }
+        half /= 2;
+    }
+    buf[0]
+}
+
+/// Whether every element is finite (no infinity or NaN): `v * 0` is zero exactly then.
+pub(super) fn all_finite<S: Scalar>(v: &[S]) -> bool {
+    const LANES: usize = 16;
+    let mut acc = [S::ZERO; LANES];
+    let mut chunks = v.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            acc[l] += c[l] * S::ZERO;
+        }
+    }
+    acc.iter().all(|a| *a == S::ZERO) && chunks.remainder().iter().all(|a| a.is_finite())
+}
