@@ -58,6 +58,19 @@ impl Saves {
         }
     }
 
+    /// For a VJP bilinear in arguments 0 and 1 (matmul, linear, convolution), asked for the
+    /// contributions flagged in `needs`: each of the two is kept only when the other's
+    /// contribution is asked for (that is the only one that reads it).
+    pub fn each_for_the_other(needs: &[bool]) -> Saves {
+        let need = |i: usize| needs.get(i).copied().unwrap_or(true);
+        match (need(0), need(1)) {
+            (true, true) => Saves::inputs(&[0, 1]),
+            (true, false) => Saves::inputs(&[1]),
+            (false, true) => Saves::inputs(&[0]),
+            (false, false) => Saves::NOTHING,
+        }
+    }
+
     /// Keeps every argument (for variadic ops).
     pub const ALL_INPUTS: Saves = Saves {
         inputs: u64::MAX,

@@ -405,15 +405,7 @@ impl OpRules for LinalgOp {
     /// weight, as PyTorch's autograd does.
     fn saves_for(&self, needs: &[bool]) -> Saves {
         match self {
-            L::Matmul | L::Linear { .. } => {
-                let need = |i: usize| needs.get(i).copied().unwrap_or(true);
-                match (need(0), need(1)) {
-                    (true, true) => Saves::inputs(&[0, 1]),
-                    (true, false) => Saves::inputs(&[1]),
-                    (false, true) => Saves::inputs(&[0]),
-                    (false, false) => Saves::NOTHING,
-                }
-            }
+            L::Matmul | L::Linear { .. } => Saves::each_for_the_other(needs),
             _ => self.saves(),
         }
     }

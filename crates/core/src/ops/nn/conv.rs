@@ -413,6 +413,11 @@ macro_rules! conv_rules {
             fn saves(&self) -> Saves {
                 Saves::inputs(&[0, 1])
             }
+            /// The input's gradient reads the weight, the weight's the input, the bias's
+            /// neither (shapes come from the record).
+            fn saves_for(&self, needs: &[bool]) -> Saves {
+                Saves::each_for_the_other(needs)
+            }
             fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
                 renamed(self.name(), self.spec().forward(x))
             }

@@ -76,6 +76,9 @@ impl OpRules for NnOp {
     fn saves(&self) -> Saves {
         each!(self, op => op.saves())
     }
+    fn saves_for(&self, needs: &[bool]) -> Saves {
+        each!(self, op => op.saves_for(needs))
+    }
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         each!(self, op => op.forward(x))
     }

@@ -604,3 +604,80 @@ pub(super) fn all_finite<S: Scalar>(v: &[S]) -> bool {
     }
     acc.iter().all(|a| *a == S::ZERO) && chunks.remainder().iter().all(|a| a.is_finite())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pulp::WithSimd;
+
+    fn values<T: Scalar>(n: usize, salt: usize) -> Vec<T> {
+        (0..n)
+            .map(|i| T::from_f64(((i * 37 + salt * 11) % 23) as f64 / 7.0 - 1.5))
+            .collect()
+    }
+
+    fn same_bits<T: Scalar>(a: &[T], b: &[T]) -> bool {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(x, y)| x.to_f64().to_bits() == y.to_f64().to_bits())
+    }
+
+    /// The vector width only decides which outputs a tile computes together: pulp's one-lane
+    /// path gives the bits of the path this CPU dispatches to (AVX2 here), forward and weight
+    /// gradient. AVX-512's 16 lanes run the same generic code, which this cannot execute here;
+    /// a third width that agrees is the check on it that this machine allows.
+    fn widths_agree<T: Lanes>() {
+        // Dilated, asymmetric kernel and padding, 7 channels (a 6-tile and a 1-tile), 6 taps
+        // per channel (two 3-tap tiles), and a row length that leaves a partial last tile.
+        let geo = Conv2dGeometry::new(
+            "conv2d",
+            [1, 3, 9, 11],
+            [7, 3, 3, 2],
+            [1, 1],
+            [1, 2],
+            [2, 1],
+            1,
+        )
+        .unwrap();
+        let flat = Flat::new(&geo).unwrap().unwrap();
+        let (og, taps) = (geo.out_channels, geo.col_rows());
+        let mut xp = flat.buffer::<T>().unwrap();
+        flat.pad_into(&values::<T>(geo.input_numel(), 1), &mut xp);
+        let wt = taps_major(&values::<T>(og * taps, 2), og, taps);
+        let bias = values::<T>(og, 3);
+
+        let mut dispatched = vec![T::ZERO; og * geo.out_len()];
+        forward(&flat, &xp, &wt, Some(&bias), &mut dispatched);
+        let mut one_lane = vec![T::ZERO; og * geo.out_len()];
+        ForwardTiles {
+            flat: &flat,
+            xp: &xp,
+            wt: &wt,
+            bias: Some(&bias),
+            out: &mut one_lane,
+        }
+        .with_simd(pulp::Scalar::new());
+        assert!(same_bits(&dispatched, &one_lane), "forward");
+
+        let dy = values::<T>(og * geo.out_len(), 4);
+        let mut dy_flat = vec![T::ZERO; flat.flat_rows_len(og).unwrap()];
+        let mut dw_dispatched = values::<T>(og * taps, 5);
+        let mut dw_one_lane = dw_dispatched.clone();
+        weight_gradient(&flat, &xp, &dy, &mut dy_flat, &mut dw_dispatched);
+        WgradTiles {
+            flat: &flat,
+            xp: &xp,
+            dy_flat: &dy_flat,
+            dw: &mut dw_one_lane,
+        }
+        .with_simd(pulp::Scalar::new());
+        assert!(same_bits(&dw_dispatched, &dw_one_lane), "weight gradient");
+    }
+
+    #[test]
+    fn every_vector_width_gives_the_same_bits() {
+        widths_agree::<f32>();
+        widths_agree::<f64>();
+    }
+}
