@@ -82,10 +82,6 @@ pub trait Scalar:
     fn powf(self, e: Self) -> Self;
     fn is_finite(self) -> bool;
     fn is_nan(self) -> bool;
-    /// `self * a + b` with one rounding (IEEE fused multiply-add): one vector instruction where
-    /// the caller is compiled with FMA, a correctly rounded software fallback elsewhere, so the
-    /// bits are the same on every CPU.
-    fn mul_add(self, a: Self, b: Self) -> Self;
     /// Maximum that propagates NaN (as PyTorch's `maximum`).
     fn max_nan(self, other: Self) -> Self {
         if self.is_nan() || other.is_nan() {
@@ -264,10 +260,6 @@ macro_rules! impl_scalar {
             #[inline]
             fn is_nan(self) -> bool {
                 <$t>::is_nan(self)
-            }
-            #[inline(always)]
-            fn mul_add(self, a: Self, b: Self) -> Self {
-                <$t>::mul_add(self, a, b)
             }
 
             fn gemm(
