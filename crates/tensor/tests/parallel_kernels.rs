@@ -25,6 +25,10 @@ fn bits<S: Scalar>(t: &[S]) -> Vec<u64> {
 
 /// `run()` on 1, 2, 3 and 4 threads; asserts every result has the bits of the first and returns it.
 fn same_on_every_thread_count<S: Scalar>(what: &str, run: impl Fn() -> Vec<S>) -> Vec<S> {
+    // The thread count is process-wide and this file's tests run concurrently: they take turns,
+    // so a run meant for one count is never made on another test's.
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     set_num_threads(1);
     let one = run();
     for threads in 2..=4 {

@@ -288,6 +288,10 @@ pub fn for_each_part<P: Send>(parts: Vec<P>, f: impl Fn(P) + Sync) {
 mod tests {
     use super::*;
 
+    /// The two tests that set the process-wide thread count take turns (one counts the bands
+    /// cut for 3 threads, which the other's reset to 1 would change under it).
+    static THREAD_COUNT: Mutex<()> = Mutex::new(());
+
     #[test]
     fn every_job_runs_once_and_results_come_back_in_order() {
         let inputs: Vec<u64> = (0..37).collect();
@@ -345,6 +349,7 @@ mod tests {
     #[test]
     fn chunks_cover_the_slice_once_at_their_offsets() {
         // Other unit tests give the same bits on any thread count, so changing it here is safe.
+        let _turn = lock(&THREAD_COUNT);
         super::super::set_num_threads(3);
         for len in [0, 1, 15, 16, 17, 31, 32, 33, 100, 1000, 4099] {
             let mut data = vec![0usize; len];
@@ -361,6 +366,7 @@ mod tests {
 
     #[test]
     fn bands_hold_whole_units_and_cover_the_slice_once() {
+        let _turn = lock(&THREAD_COUNT);
         super::super::set_num_threads(3);
         for (len, unit) in [
             (0, 3),
