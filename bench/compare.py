@@ -63,6 +63,25 @@ def ratio_cell(runs, workload, size, threads, backend, target, higher_is_better=
     return shown, verdict
 
 
+def ceiling_cell(rows, batch, threads):
+    """Peak GFLOP/s, our MLP step's share of it, the floor time and the best ratio it allows."""
+    peak = find(rows, "peak", None, threads, "eager")
+    ours = find(rows, "mlp", batch, threads, "eager")
+    torch = figure(find(rows, "mlp", batch, threads, "pytorch"))
+    if peak is None or ours is None or "gemm_flops" not in ours:
+        return "-"
+    floor_ms = ours["gemm_flops"] / (peak["gflops"] * 1e9) * 1e3
+    cell = "peak %.0f GFLOP/s, ours at %.0f%% of it (best rep %.0f%%), floor %.3f ms" % (
+        peak["gflops"],
+        100 * floor_ms / ours["ms_per_step"],
+        100 * floor_ms / ours["ms_min"],
+        floor_ms,
+    )
+    if torch:
+        cell += ", best ratio %.2f" % (floor_ms / torch)
+    return cell
+
+
 def main(paths):
     runs = [load(p) for p in paths]
     threads = sorted({r["threads"] for rows in runs for r in rows})
@@ -92,6 +111,18 @@ def main(paths):
         ours = sorted({r.get("simd", "?") for r in rows if r["backend"] != "pytorch"})
         torch = sorted({r.get("simd", "?") for r in rows if r["backend"] == "pytorch"})
         print(f"  {','.join(ours) or '-'} / {','.join(torch) or '-'}")
+    print()
+    print("The ceiling: this machine's f32 FMA peak (`tapegrad bench peak`) and what it allows, per run.")
+    print("'floor' is the step's matrix products at that peak with nothing else (gemm_flops / peak);")
+    print("'best ratio' is floor / PyTorch's median: no code reaches a lower ratio on this machine.")
+    for t in threads:
+        for batch in (1, 32, 256):
+            target = MLP_TARGETS.get((batch, t))
+            cells = []
+            for rows in runs:
+                cells.append(ceiling_cell(rows, batch, t))
+            shown = " target <= %.2f:" % target if target else ":"
+            print(f"  threads {t} batch {batch}{shown} {'; '.join(cells)}")
     print()
     print("Compiled against eager (median ms per step, one figure per run):")
     for t in threads:

@@ -9,6 +9,7 @@ T=target/release/tapegrad
 threads=("${@:-1 2}")
 echo "# $(date -u +%FT%TZ) $(uptime | sed 's/.*load/load/')" >&2
 for t in ${threads[@]}; do
+  $T bench peak --threads "$t" --json
   for b in 1 32 256; do
     $T bench mlp --batch "$b" --threads "$t" --json
     $T bench mlp --batch "$b" --threads "$t" --backend compiled --json

@@ -94,6 +94,25 @@ fn chain_and_matmul_report_their_figures_on_two_threads() {
 }
 
 #[test]
+fn peak_and_mlp_report_gflops_against_the_machine() {
+    let peak = bench_json(&["peak", "--threads", "2"]);
+    common(&peak, "peak", 2, "eager");
+    assert_eq!(peak["reps"], 2, "{peak}");
+    let gflops = peak["gflops"].as_f64().unwrap();
+    assert!(gflops.is_finite() && gflops > 0.0, "{peak}");
+
+    // The products of a batch-4 step of 784-256-128-10: forward and weight gradients of all
+    // three layers, input gradients of the last two, two flops per multiply-add.
+    let mlp = bench_json(&["mlp", "--batch", "4"]);
+    let per_row = 784 * 256 + 256 * 128 + 128 * 10;
+    let flops = 2 * 4 * (2 * per_row + 256 * 128 + 128 * 10);
+    assert_eq!(mlp["gemm_flops"].as_f64(), Some(flops as f64), "{mlp}");
+    let expected = flops as f64 / (spread(&mlp, "ms_per_step", "ms") * 1e-3) / 1e9;
+    let reported = mlp["gflops"].as_f64().unwrap();
+    assert!((reported - expected).abs() <= 1e-9 * expected, "{mlp}");
+}
+
+#[test]
 fn bad_flags_are_usage_errors() {
     let dir = tempdir("bench-flags");
     for (args, says) in [
@@ -107,6 +126,10 @@ fn bad_flags_are_usage_errors() {
         ),
         (
             &["bench", "conv", "--backend", "compiled"],
+            "mlp workload only",
+        ),
+        (
+            &["bench", "peak", "--backend", "compiled"],
             "mlp workload only",
         ),
         (&["bench", "mlp", "--backend", "jit"], "jit"),

@@ -1,7 +1,8 @@
 //! `tapegrad bench`: timing of whole workloads (an MLP training step on either backend, the
 //! tape-overhead chain, square sgemm, a conv2d forward + backward), reported as median and spread
 //! (min, quartiles, max) over repetitions, as a table or one JSON object per workload; each report
-//! names the vector instruction set the kernels dispatched to on this CPU.
+//! names the vector instruction set the kernels dispatched to on this CPU, and `peak` measures
+//! the machine's own FMA ceiling that the GFLOP/s figures are read against.
 
 use crate::error::{CliError, CliResult};
 use clap::{Args, Subcommand, ValueEnum};
@@ -14,6 +15,7 @@ use tapegrad_nn::data::{Batch, BatchTargets};
 use tapegrad_nn::layers::Activation;
 use tapegrad_nn::{make_backend, Backend as StepBackend, BackendKind, Model, ModelSpec};
 use tapegrad_nn::{Optimizer, OptimizerConfig};
+use tapegrad_tensor::kernels::peak::fma_peak_gflops;
 use tapegrad_tensor::kernels::{batched_matmul, matmul, set_num_threads, simd_level};
 
 /// Arguments of `tapegrad bench`.
@@ -57,6 +59,10 @@ pub enum Workload {
     /// conv2d of a (32, 16, 28, 28) f32 input with 32 3x3 filters, padding 1, bias: forward and
     /// backward (input, weight, bias gradients), next to the same-shape GEMMs it is made of.
     Conv,
+    /// The f32 fused multiply-add peak of --threads cores (register-resident chains on the widest
+    /// vector path this CPU has, the best of --reps short bursts per core, 50,000 by default:
+    /// about half a second): the ceiling the other workloads' GFLOP/s are measured against.
+    Peak,
 }
 
 /// Engines a step can run on.
@@ -213,6 +219,18 @@ impl Mlp {
         })
     }
 
+    /// Floating-point operations of one step's matrix products (a multiply-add counts as two):
+    /// the forward's three, the three weight gradients, and the input gradients of the second
+    /// and third layers (nothing asks for the first layer's). The elementwise work (bias, ReLU,
+    /// softmax, the update) is not counted, so at batch 1, where the update's pass over the
+    /// weights is as large as the products, the figure understates the work done.
+    fn gemm_flops(batch: usize) -> f64 {
+        let layers = [(784.0, 256.0), (256.0, 128.0), (128.0, 10.0)];
+        let products: f64 = layers.iter().map(|(i, o)| i * o).sum();
+        let first = layers[0].0 * layers[0].1;
+        2.0 * batch as f64 * (2.0 * products + (products - first))
+    }
+
     fn step(&mut self) -> Result<(), CliError> {
         let out = self.backend.train_step(
             &self.model,
@@ -280,7 +298,7 @@ pub fn run(args: BenchArgs) -> CliResult {
     let is_mlp = matches!(args.workload, Workload::Mlp { .. });
     if args.backend == Backend::Compiled && !is_mlp {
         return Err(CliError::Usage(
-            "--backend compiled applies to the mlp workload only; chain, matmul and conv time the eager engine and the kernels".into(),
+            "--backend compiled applies to the mlp workload only; chain, matmul, conv and peak time the eager engine and the kernels".into(),
         ));
     }
     set_num_threads(args.threads);
@@ -302,15 +320,22 @@ pub fn run(args: BenchArgs) -> CliResult {
                     .collect(),
             );
             let kept = mlp.backend.kept_bytes();
+            let flops = Mlp::gemm_flops(batch);
+            let gflops = flops / (st.median * 1e-3) / 1e9;
             let mut fields = serde_json::json!({"workload": "mlp", "batch": batch});
             if let serde_json::Value::Object(m) = &mut fields {
                 st.json("ms_per_step", "ms", m);
+                m.insert("gflops".into(), gflops.into());
+                m.insert("gemm_flops".into(), flops.into());
                 m.insert("kept_bytes".into(), kept.into());
             }
             report(
                 format!("mlp 784-256-128-10 batch {batch}"),
                 fields,
-                format!("{}, {kept} bytes kept for backward", st.text("ms/step", 4)),
+                format!(
+                    "{}, {gflops:.1} GFLOP/s in its products, {kept} bytes kept for backward",
+                    st.text("ms/step", 4)
+                ),
                 &args,
                 backend,
             )
@@ -367,6 +392,17 @@ pub fn run(args: BenchArgs) -> CliResult {
             )
         }
         Workload::Conv => conv(&args, backend)?,
+        Workload::Peak => {
+            let bursts = args.reps.unwrap_or(50_000);
+            let gflops = fma_peak_gflops(args.threads, bursts);
+            report(
+                "f32 FMA peak (register-resident chains)".into(),
+                serde_json::json!({"workload": "peak", "gflops": gflops, "reps": bursts}),
+                format!("{gflops:.1} GFLOP/s"),
+                &args,
+                backend,
+            )
+        }
     };
     if args.json {
         println!("{}", serde_json::Value::Object(r.json));

@@ -8,6 +8,7 @@ mod isa;
 pub mod layout;
 pub mod matmul;
 pub mod par_map;
+pub mod peak;
 pub mod reduce;
 pub mod softmax;
 mod walk;
