@@ -12,7 +12,6 @@ use crate::ops::{ActivationOp, Forward, Op, Saved, VjpContext};
 use crate::tape::{Rule, Tape};
 use std::any::Any;
 use std::cell::RefCell;
-use std::collections::HashSet;
 use std::sync::Arc;
 use tapegrad_tensor::kernels::par_map::{map_in_place, zip_in_place};
 use tapegrad_tensor::{DType, Error, Result, Scalar, Tensor};
@@ -236,12 +235,12 @@ impl<S: Scalar> SavedGraph<S> {
     /// Bytes held for backward: distinct buffers among the saved tensors, auxiliary data and
     /// the output (a buffer kept by several nodes counts once).
     pub fn kept_bytes(&self) -> usize {
-        let mut seen = HashSet::new();
-        let mut bytes = count_tensor(&mut seen, &self.output);
+        let mut seen = Distinct::default();
+        seen.tensor(&self.output);
         for r in &self.records {
-            bytes += saved_bytes(&mut seen, r);
+            seen.saved(r);
         }
-        bytes
+        seen.bytes()
     }
 
     /// Per-slot cotangents for a full seed: exactly `Graph::backprop_all` (same VJPs on the same
@@ -558,51 +557,68 @@ fn dropped(g: &Graph, slot: usize) -> Error {
 pub fn distinct_bytes<'a, S: Scalar + 'a>(
     tensors: impl IntoIterator<Item = &'a Tensor<S>>,
 ) -> usize {
-    let mut seen = HashSet::new();
-    tensors
-        .into_iter()
-        .map(|t| count_tensor(&mut seen, t))
-        .sum()
+    let mut seen = Distinct::default();
+    for t in tensors {
+        seen.tensor(t);
+    }
+    seen.bytes()
 }
 
 /// Bytes an eager tape holds after its forward pass: every node value plus what each node saved
 /// for its VJP, distinct buffers counted once.
 pub fn tape_kept_bytes<S: Scalar>(tape: &Tape<S>) -> usize {
-    let mut seen = HashSet::new();
-    let mut bytes = 0;
+    let mut seen = Distinct::default();
     for node in tape.nodes() {
-        bytes += count_tensor(&mut seen, &node.value);
+        seen.tensor(&node.value);
         // What a node's VJP reads besides its aux data are node values, counted here already.
         if let Rule::Op { saved, .. } = &node.rule {
-            bytes += aux_bytes(&mut seen, saved.aux());
+            seen.aux(saved.aux());
         }
     }
-    bytes
+    seen.bytes()
 }
 
-fn count_tensor<S: Scalar>(seen: &mut HashSet<(usize, usize)>, t: &Tensor<S>) -> usize {
-    // A one-element tensor holds its element itself, so its clones share no buffer address:
-    // they are told apart by value instead (equal scalars then count once).
-    let key = match t.data() {
-        [v] => (v.to_f64().to_bits() as usize, 1),
-        data => (data.as_ptr() as usize, t.numel()),
-    };
-    if t.numel() == 0 || !seen.insert(key) {
-        0
-    } else {
-        t.nbytes()
+/// Buffers seen while counting kept bytes, each counted once. Both backends count every step,
+/// so this sorts a list of keys once at the end rather than hashing each tensor into a set.
+#[derive(Default)]
+struct Distinct {
+    /// (buffer key, bytes) per tensor seen, duplicates included.
+    buffers: Vec<((usize, usize), usize)>,
+    /// Bytes of aux data that is not tensors (indices), never shared.
+    other: usize,
+}
+
+impl Distinct {
+    fn tensor<S: Scalar>(&mut self, t: &Tensor<S>) {
+        // A one-element tensor holds its element itself, so its clones share no buffer address:
+        // they are told apart by value instead (equal scalars then count once).
+        let key = match t.data() {
+            [v] => (v.to_f64().to_bits() as usize, 1),
+            data => (data.as_ptr() as usize, t.numel()),
+        };
+        if t.numel() > 0 {
+            self.buffers.push((key, t.nbytes()));
+        }
     }
-}
 
-fn saved_bytes<S: Scalar>(seen: &mut HashSet<(usize, usize)>, saved: &Saved<S>) -> usize {
-    let tensors = saved.inputs.iter().flatten().chain(saved.output.iter());
-    let bytes: usize = tensors.map(|t| count_tensor(seen, t)).sum();
-    bytes + aux_bytes(seen, &saved.aux)
-}
+    fn saved<S: Scalar>(&mut self, saved: &Saved<S>) {
+        for t in saved.inputs.iter().flatten().chain(saved.output.iter()) {
+            self.tensor(t);
+        }
+        self.aux(&saved.aux);
+    }
 
-fn aux_bytes<S: Scalar>(seen: &mut HashSet<(usize, usize)>, aux: &crate::ops::Aux<S>) -> usize {
-    match aux {
-        crate::ops::Aux::Tensors(ts) => ts.iter().map(|t| count_tensor(seen, t)).sum(),
-        other => other.nbytes(),
+    fn aux<S: Scalar>(&mut self, aux: &crate::ops::Aux<S>) {
+        match aux {
+            crate::ops::Aux::Tensors(ts) => ts.iter().for_each(|t| self.tensor(t)),
+            other => self.other += other.nbytes(),
+        }
+    }
+
+    /// The total: each key's bytes once (equal keys have equal bytes: the key holds the length).
+    fn bytes(mut self) -> usize {
+        self.buffers.sort_unstable_by_key(|&(key, _)| key);
+        self.buffers.dedup_by_key(|&mut (key, _)| key);
+        self.other + self.buffers.iter().map(|&(_, b)| b).sum::<usize>()
     }
 }

@@ -79,6 +79,16 @@ pub(super) fn add_scaled<S: Scalar>(p: &mut [S], a: S, g: &[S]) {
 /// bits equal those two passes while the gradient is never written. Long ones are cut into bands
 /// of whole rows, one per GEMM thread (each element is computed on its own).
 pub(super) fn add_scaled_outer<S: Scalar>(p: &mut [S], a: S, rows: &[S], cols: &[S]) {
+    // Every row reads all of `cols` again: from a buffer off a 32-byte boundary, half of those
+    // vector loads straddle two cache lines, which made the one-row update of a 256 x 784 weight
+    // 15% slower (18.4 us against 21.3 on Zen 3). One aligned copy costs a pass over one row.
+    let aligned;
+    let cols = if cols.as_ptr() as usize % 32 != 0 && rows.len() >= ALIGNED_COPY_MIN_ROWS {
+        aligned = AlignedCopy::of(cols);
+        aligned.as_slice()
+    } else {
+        cols
+    };
     let threads = num_threads().min(p.len() / MIN_PER_THREAD).max(1);
     if threads == 1 || cols.is_empty() {
         return add_scaled_outer_here(p, a, rows, cols);
@@ -89,6 +99,35 @@ pub(super) fn add_scaled_outer<S: Scalar>(p: &mut [S], a: S, rows: &[S], cols: &
         .zip(rows.chunks(band))
         .collect();
     for_each_part(parts, |(p, rows)| add_scaled_outer_here(p, a, rows, cols));
+}
+
+/// Rows from which [`add_scaled_outer`] copies a misaligned `cols` to an aligned buffer first.
+const ALIGNED_COPY_MIN_ROWS: usize = 8;
+
+/// A copy of a slice that starts on a 64-byte boundary (inside a slightly longer vector, since
+/// a `Vec` is only aligned to its element).
+struct AlignedCopy<S> {
+    buf: Vec<S>,
+    start: usize,
+    len: usize,
+}
+
+impl<S: Scalar> AlignedCopy<S> {
+    fn of(src: &[S]) -> Self {
+        let size = std::mem::size_of::<S>();
+        let mut buf = vec![S::ZERO; src.len() + 64 / size];
+        let start = (64 - buf.as_ptr() as usize % 64) % 64 / size;
+        buf[start..start + src.len()].copy_from_slice(src);
+        AlignedCopy {
+            buf,
+            start,
+            len: src.len(),
+        }
+    }
+
+    fn as_slice(&self) -> &[S] {
+        &self.buf[self.start..self.start + self.len]
+    }
 }
 
 /// [`add_scaled_outer`] on this thread.
@@ -162,5 +201,38 @@ mod tests {
             );
         }
         set_num_threads(1);
+    }
+
+    /// The outer-product update reads `cols` from an aligned copy when it is misaligned: the
+    /// same values, so the same bits as the plain loop, wherever `cols` starts.
+    #[test]
+    fn outer_update_gives_the_plain_loops_bits_at_every_alignment() {
+        let (rows_n, cols_n) = (ALIGNED_COPY_MIN_ROWS + 3, 37);
+        let rows: Vec<f32> = (0..rows_n).map(|i| 0.3 - 0.07 * i as f32).collect();
+        let backing: Vec<f32> = (0..cols_n + 16).map(|j| (j as f32 * 0.61).sin()).collect();
+        let start: Vec<f32> = (0..rows_n * cols_n)
+            .map(|k| (k as f32 * 0.13).cos())
+            .collect();
+        let a = -0.01f32;
+        for offset in 0..16 {
+            let cols = &backing[offset..offset + cols_n];
+            let mut want = start.clone();
+            for (row, &gi) in want.chunks_exact_mut(cols_n).zip(&rows) {
+                for (p, &xj) in row.iter_mut().zip(cols) {
+                    *p += a * (gi * xj);
+                }
+            }
+            let mut got = start.clone();
+            add_scaled_outer(&mut got, a, &rows, cols);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&got),
+                bits(&want),
+                "cols {offset} elements into its buffer"
+            );
+        }
+        let copy = AlignedCopy::of(&backing[3..]);
+        assert_eq!(copy.as_slice(), &backing[3..]);
+        assert_eq!(copy.as_slice().as_ptr() as usize % 64, 0);
     }
 }
