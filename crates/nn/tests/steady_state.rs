@@ -2,8 +2,9 @@
 //! activation, gradient and cotangent buffer of an MLP step (eager and compiled backends, SGD,
 //! f32 and f64) comes from the tensor buffer pool. A counting global allocator watches the
 //! test's own thread. The GEMM library packs its operands into scratch it allocates per call,
-//! 128-byte aligned; tapegrad never asks for more than 16-byte alignment, so over-aligned
-//! allocations are counted apart as the library's.
+//! 128-byte aligned, next to a `Vec<bool>` of flags; tapegrad never asks for more than 16-byte
+//! alignment, nor for large byte vectors in a step, so over-aligned allocations and large
+//! byte-aligned ones are counted apart as the library's.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -16,7 +17,7 @@ use tapegrad_tensor::{pool, Scalar, Shape, Tensor};
 
 /// Allocations of at least this many bytes count as large (the pool's own threshold).
 const LARGE: usize = pool::MIN_POOLED_BYTES;
-/// Allocations at least this aligned are the GEMM library's packing scratch.
+/// Allocations at least this aligned (and large byte-aligned ones) are the GEMM library's scratch.
 const GEMM_SCRATCH_ALIGN: usize = 64;
 
 thread_local! {
@@ -33,7 +34,8 @@ fn count(layout: Layout) {
     // `try_with`: the allocator also runs while thread-locals are torn down.
     let _ = WATCHING.try_with(|w| {
         if w.get() {
-            let counter = if layout.align() >= GEMM_SCRATCH_ALIGN {
+            let gemm_flags = layout.align() == 1 && layout.size() >= LARGE;
+            let counter = if layout.align() >= GEMM_SCRATCH_ALIGN || gemm_flags {
                 &SCRATCH_ALLOCS
             } else if layout.size() >= LARGE {
                 &LARGE_ALLOCS
@@ -155,10 +157,16 @@ impl<S: Scalar> Run<S> {
 
 /// After two warm-up steps, four more steps make no large allocation, and the pool served them.
 fn assert_steady<S: Scalar>(kind: BackendKind, rows: usize, momentum: bool) {
-    assert_steady_run(Run::<S>::new(kind, rows, momentum), kind, rows);
+    assert_steady_run(Run::<S>::new(kind, rows, momentum), kind, rows, 3);
 }
 
-fn assert_steady_run<S: Scalar>(mut run: Run<S>, kind: BackendKind, rows: usize) {
+/// `weight_grads`: the large gradient buffers a step must have taken from the pool.
+fn assert_steady_run<S: Scalar>(
+    mut run: Run<S>,
+    kind: BackendKind,
+    rows: usize,
+    weight_grads: u64,
+) {
     let first = run.step();
     run.step();
     let before = pool::stats::<S>();
@@ -178,12 +186,16 @@ fn assert_steady_run<S: Scalar>(mut run: Run<S>, kind: BackendKind, rows: usize)
     );
     assert_eq!(counted.large, 0, "{what}: in 4 steady steps {counted:?}");
     // The step's own bookkeeping (shapes beyond rank 4, tape and context lists) stays small;
-    // the GEMM library packs its operands once per product at most (9 products a step).
+    // the GEMM library packs its operands once per product at most (9 products a step), with
+    // one flag vector beside each packing buffer.
     assert!(counted.small <= 4 * 64, "{what}: {counted:?}");
-    assert!(counted.gemm_scratch <= 4 * 9, "{what}: {counted:?}");
+    assert!(counted.gemm_scratch <= 4 * 9 * 2, "{what}: {counted:?}");
     assert_eq!(after.allocated, before.allocated, "{what}: pool misses");
-    // At least the three weight gradients of each step.
-    assert!(after.reused >= before.reused + 4 * 3, "{what}: {after:?}");
+    // At least the weight gradients of each step.
+    assert!(
+        after.reused >= before.reused + 4 * weight_grads,
+        "{what}: {after:?}"
+    );
     // The steps really trained (the same batch, so the loss falls).
     assert!(last < first, "{what}: loss {first} -> {last}");
 }
@@ -230,7 +242,67 @@ fn every_optimizer_steps_in_place() {
     ];
     for config in configs {
         let run = Run::<f32>::with_optimizer(BackendKind::Eager, 16, config);
-        assert_steady_run(run, BackendKind::Eager, 16);
+        assert_steady_run(run, BackendKind::Eager, 16, 3);
+    }
+}
+
+/// Plain SGD with factored gradients (as the trainer and the bench run it) steps in place at any
+/// batch size and wherever the batch's buffer starts: a one-row batch off a 32-byte boundary
+/// makes the outer-product update read an aligned copy of it, which must come from the pool.
+#[test]
+fn factored_plain_sgd_steps_in_place_at_any_batch_alignment() {
+    const INPUTS: usize = 300; // a row of 1,200 bytes: above the pool's large threshold
+    let batch_at = |rows: usize, misaligned: bool| {
+        // Keep every candidate alive until one lands where asked, so each is a new allocation.
+        let mut kept = Vec::new();
+        for attempt in 0..256 {
+            let x: Vec<f32> = (0..rows * INPUTS)
+                .map(|i| ((i * 37 + attempt) % 23) as f32 / 11.0 - 1.0)
+                .collect();
+            let x = Tensor::new(&[rows, INPUTS], x).unwrap();
+            if (x.data().as_ptr() as usize % 32 != 0) == misaligned {
+                return x;
+            }
+            kept.push(x);
+        }
+        panic!("no {rows}-row batch with misaligned = {misaligned} in 256 allocations");
+    };
+    for kind in [BackendKind::Eager, BackendKind::Compiled] {
+        for (rows, misaligned) in [(1, false), (5, true), (1, true)] {
+            let spec = ModelSpec::Mlp {
+                inputs: INPUTS,
+                hidden: vec![64, 32],
+                outputs: 10,
+                activation: Activation::Relu,
+                dropout: 0.0,
+            };
+            let model = Model::new(&spec, 3).unwrap();
+            let config = OptimizerConfig::by_name("sgd", 0.01).unwrap();
+            let config = match config {
+                OptimizerConfig::Sgd { lr, .. } => OptimizerConfig::Sgd {
+                    lr,
+                    momentum: 0.0,
+                    dampening: 0.0,
+                    nesterov: false,
+                    weight_decay: 0.0,
+                },
+                other => panic!("sgd is {other:?}"),
+            };
+            let optimizer = Optimizer::new(config, &model.params).unwrap();
+            let mut backend = make_backend(kind).unwrap();
+            backend.set_factored_grads(true);
+            let run = Run {
+                model,
+                batch: Batch {
+                    x: batch_at(rows, misaligned),
+                    y: BatchTargets::Classes((0..rows).map(|i| (i * 7) % 10).collect()),
+                },
+                backend,
+                optimizer,
+            };
+            // The first layer's weight gradient is handed over as its two factors.
+            assert_steady_run(run, kind, rows, 2);
+        }
     }
 }
 
