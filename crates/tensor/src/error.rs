@@ -32,9 +32,9 @@ pub enum Error {
         shape: Box<Shape>,
         numel: usize,
     },
-    /// A shape whose element count does not fit in `usize`.
-    #[error("shape {dims:?} has too many elements")]
-    Overflow { dims: Vec<usize> },
+    /// A shape whose element count (or its byte count) does not fit in `usize`.
+    #[error("{op}: shape {dims:?} has too many elements")]
+    Overflow { op: &'static str, dims: Vec<usize> },
     /// An axis outside `-rank..rank`.
     #[error("{op}: axis {axis} is out of range for a tensor of rank {rank}")]
     Axis {

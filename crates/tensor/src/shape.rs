@@ -60,8 +60,14 @@ impl std::hash::Hash for Shape {
 }
 
 impl Shape {
-    /// A shape from its dimensions; errors when the element count overflows `usize`.
+    /// A shape from its dimensions; errors when the element count overflows `usize`. The error
+    /// names `Shape::new`; [`Shape::for_op`] names the op whose shape it is.
     pub fn new(dims: impl AsRef<[usize]>) -> Result<Shape> {
+        Shape::for_op("Shape::new", dims)
+    }
+
+    /// [`Shape::new`] for the result or attribute of `op`, which an overflow error names.
+    pub fn for_op(op: &'static str, dims: impl AsRef<[usize]>) -> Result<Shape> {
         let dims = dims.as_ref();
         // The bound is on the product of the non-zero dims, not on numel: strides are products of
         // trailing dims, so `[0, usize::MAX, 2]` (numel 0) would overflow in `strides()`, and
@@ -69,12 +75,14 @@ impl Shape {
         let mut nonzero: usize = 1;
         for &d in dims.iter().filter(|&&d| d > 0) {
             nonzero = nonzero.checked_mul(d).ok_or_else(|| Error::Overflow {
+                op,
                 dims: dims.to_vec(),
             })?;
         }
         // Byte counts are computed from numel later; keep headroom so `numel * 8` cannot overflow.
         if nonzero > isize::MAX as usize / 16 {
             return Err(Error::Overflow {
+                op,
                 dims: dims.to_vec(),
             });
         }

@@ -168,7 +168,7 @@ impl<S: PartialEq> PartialEq for Buffer<S> {
 impl<S: Scalar> Tensor<S> {
     /// A tensor from a shape and row-major data; errors when the lengths differ.
     pub fn new(dims: &[usize], data: Vec<S>) -> Result<Self> {
-        let shape = Shape::new(dims)?;
+        let shape = Shape::for_op("Tensor::new", dims)?;
         Self::from_shape(shape, data)
     }
 
@@ -373,7 +373,7 @@ impl<S: Scalar> Tensor<S> {
 
     /// Same buffer, new shape with the same element count (shares the buffer).
     pub fn reshape(&self, dims: &[usize]) -> Result<Self> {
-        let shape = Shape::new(dims)?;
+        let shape = Shape::for_op("reshape", dims)?;
         self.reshape_to(&shape)
     }
 

@@ -56,7 +56,7 @@ proptest! {
                 prop_assert_eq!(s.strides(), want);
                 prop_assert_eq!(s.numel(), d.iter().product::<usize>());
             }
-            Err(e) => prop_assert_eq!(e, Error::Overflow { dims: d.clone() }),
+            Err(e) => prop_assert_eq!(e, Error::Overflow { op: "Shape::new", dims: d.clone() }),
         }
     }
 
@@ -116,13 +116,19 @@ fn shape_overflow_is_an_error() {
     ] {
         assert_eq!(
             Shape::new(dims.clone()),
-            Err(Error::Overflow { dims: dims.clone() }),
+            Err(Error::Overflow {
+                op: "Shape::new",
+                dims: dims.clone()
+            }),
             "{dims:?}"
         );
     }
     assert_eq!(
         Shape::new(vec![usize::MAX, 2]).unwrap_err().to_string(),
-        format!("shape [{}, 2] has too many elements", usize::MAX)
+        format!(
+            "Shape::new: shape [{}, 2] has too many elements",
+            usize::MAX
+        )
     );
     assert!(Shape::new(vec![(isize::MAX as usize) / 16]).is_ok());
     assert_eq!(Shape::new(vec![0, 1 << 40]).unwrap().numel(), 0);
@@ -170,10 +176,21 @@ fn tensor_data_length_mismatch_names_both_counts() {
     );
     assert!(Tensor::<f32>::new(&[], vec![]).is_err());
     assert!(Tensor::<f32>::new(&[0], vec![1.0]).is_err());
-    assert!(matches!(
-        Tensor::<f32>::new(&[usize::MAX, 2], vec![]),
-        Err(Error::Overflow { .. })
-    ));
+    let err = Tensor::<f32>::new(&[usize::MAX, 2], vec![]).unwrap_err();
+    assert_eq!(
+        err,
+        Error::Overflow {
+            op: "Tensor::new",
+            dims: vec![usize::MAX, 2]
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "Tensor::new: shape [{}, 2] has too many elements",
+            usize::MAX
+        )
+    );
 }
 
 #[test]
@@ -181,7 +198,7 @@ fn reshape_to_an_overflowing_shape_is_an_error() {
     let x = tensor::<f64>(&[0], &[]);
     assert!(matches!(
         x.reshape(&[usize::MAX, 2, 0]),
-        Err(Error::Overflow { .. })
+        Err(Error::Overflow { op: "reshape", .. })
     ));
 }
 

@@ -101,7 +101,7 @@ pub struct Mask {
 impl Mask {
     /// A mask from a shape and row-major booleans.
     pub fn new(dims: &[usize], data: Vec<bool>) -> Result<Mask> {
-        let shape = Shape::new(dims)?;
+        let shape = Shape::for_op("mask", dims)?;
         if data.len() != shape.numel() {
             return Err(Error::DataLength {
                 op: "mask",

@@ -299,7 +299,9 @@ impl OpRules for StructureOp {
                 let shape = self.output_shape(&[x[0].shape()])?;
                 x[0].reshape_to(&shape)?
             }
-            St::BroadcastTo { shape } => broadcast_to(x[0], &Shape::new(shape.clone())?)?,
+            St::BroadcastTo { shape } => {
+                broadcast_to(x[0], &Shape::for_op("broadcast_to", shape)?)?
+            }
             St::Concat { axis } => concat(x, *axis)?,
             St::Slice {
                 axis,

@@ -59,7 +59,7 @@ impl<'a, S: Scalar> Builder<'a, S> {
         init: Init,
         kind: ParamKind,
     ) -> Result<ParamId> {
-        let shape = Shape::new(dims)?;
+        let shape = Shape::for_op("parameter", dims)?;
         let value = init.tensor(&shape, self.rng)?;
         let full = if prefix.is_empty() {
             name.to_string()

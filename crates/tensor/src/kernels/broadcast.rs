@@ -40,7 +40,7 @@ pub fn broadcast_shape(op: &'static str, a: &Shape, b: &Shape) -> Result<Shape> 
             }
         };
     }
-    Shape::new(&*dims)
+    Shape::for_op(op, &*dims)
 }
 
 fn dim_from_right(s: &Shape, from_right: usize) -> usize {

@@ -40,7 +40,7 @@ pub fn permute<S: Scalar>(t: &Tensor<S>, dims: &[usize]) -> Result<Tensor<S>> {
     let out_dims: Vec<usize> = dims.iter().map(|&d| t.dims()[d]).collect();
     let walk: Vec<usize> = dims.iter().map(|&d| in_strides[d]).collect();
     let src = t.data();
-    let shape = Shape::new(&out_dims)?;
+    let shape = Shape::for_op("permute", &out_dims)?;
     Ok(Tensor::from_writer(shape, |dst| {
         strided_walk(&out_dims, [&walk], |lin, [i]| dst[lin] = src[i])
     }))
@@ -62,7 +62,7 @@ fn transpose_last_two<S: Scalar>(t: &Tensor<S>) -> Result<Tensor<S>> {
     let (r, c) = (t.dims()[rank - 2], t.dims()[rank - 1]);
     let mut out_dims = t.dims().to_vec();
     out_dims.swap(rank - 2, rank - 1);
-    let shape = Shape::new(&out_dims)?;
+    let shape = Shape::for_op("transpose", &out_dims)?;
     let src = t.data();
     Ok(Tensor::from_writer(shape, |dst| {
         let matrix = r * c;
@@ -161,7 +161,7 @@ pub fn slice<S: Scalar>(
     walk[axis] = strides[axis] * step;
     let base = start * strides[axis];
     let src = t.data();
-    let shape = Shape::new(&out_dims)?;
+    let shape = Shape::for_op("slice", &out_dims)?;
     Ok(Tensor::from_writer(shape, |dst| {
         strided_walk(&out_dims, [&walk], |lin, [i]| dst[lin] = src[base + i])
     }))
@@ -192,10 +192,11 @@ pub fn concat<S: Scalar>(parts: &[&Tensor<S>], axis: isize) -> Result<Tensor<S>>
         out_dims[ax] = out_dims[ax]
             .checked_add(p.dims()[ax])
             .ok_or_else(|| Error::Overflow {
+                op: "concat",
                 dims: out_dims.clone(),
             })?;
     }
-    let shape = Shape::new(out_dims)?;
+    let shape = Shape::for_op("concat", out_dims)?;
     let outer: usize = first.dims()[..ax].iter().product();
     // The parts' runs tile the output in order, so every element is written once.
     Ok(Tensor::from_writer(shape, |dst| {

@@ -43,7 +43,7 @@ pub fn reduced_shape(shape: &Shape, axes: &[usize], keepdim: bool) -> Result<Sha
             (true, false) => None,
         })
         .collect();
-    Shape::new(dims)
+    Shape::for_op("reduce", dims)
 }
 
 /// Folds `t` over `axes` (normalised, distinct) with `f`, starting every output slot at `init`.

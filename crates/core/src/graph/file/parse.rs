@@ -83,7 +83,7 @@ fn shape(map: &Map<String, Value>, what: &str) -> Result<Shape> {
                 })
         })
         .collect::<Result<Vec<_>>>()?;
-    Shape::new(dims)
+    Shape::new(&dims).map_err(|_| invalid(format!("{what}: shape {dims:?} has too many elements")))
 }
 
 fn data(map: &Map<String, Value>, shape: &Shape, what: &str) -> Result<Vec<f64>> {

@@ -19,7 +19,7 @@ pub struct IndexTensor {
 impl IndexTensor {
     /// Indices of shape `dims`, row-major; errors when the length does not match.
     pub fn new(dims: &[usize], data: Vec<usize>) -> Result<Self> {
-        let shape = Shape::new(dims)?;
+        let shape = Shape::for_op("indices", dims)?;
         if data.len() != shape.numel() {
             return Err(Error::DataLength {
                 op: "index",

@@ -404,7 +404,7 @@ impl OpRules for LayerNorm {
     }
     fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
         self.grouping(inputs[0])?;
-        let param = Shape::new(self.normalized_shape.clone())?;
+        let param = Shape::for_op("layer_norm", &self.normalized_shape)?;
         check_affine_shapes(self.name(), &inputs[1..], self.weight, &param)?;
         Ok(inputs[0].clone())
     }
