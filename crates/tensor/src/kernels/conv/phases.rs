@@ -104,6 +104,14 @@ impl Phases {
                 for qy in first..end {
                     let iy = qy * sh + ry - ph;
                     let src = &channel[iy * self.in_w..][..self.in_w];
+                    if sw == 2 && self.cols == [0, 1] {
+                        // Both column phases, planes side by side: one pass over the row.
+                        let both = &mut buf[self.at(c, [sy, 0], [0, 0])..][..2 * self.plane];
+                        let (even, odd) = both.split_at_mut(self.plane);
+                        let row = qy * self.wq..(qy + 1) * self.wq;
+                        split_pairs(src, pw, &mut even[row.clone()], &mut odd[row]);
+                        continue;
+                    }
                     for (sx, &(q0, q1, ix0)) in col_runs.iter().enumerate() {
                         if q0 == q1 {
                             continue;
@@ -120,6 +128,29 @@ impl Phases {
                 }
             }
         }
+    }
+}
+
+/// Input row `src`, whose element `ix` is padded column `ix + pad`, into the even and odd padded
+/// columns of stride 2: element `ix` to `even` or `odd` at `(ix + pad) / 2`.
+fn split_pairs<S: Copy>(src: &[S], pad: usize, even: &mut [S], odd: &mut [S]) {
+    let mut src = src;
+    if pad % 2 == 1 {
+        if let Some((&first, rest)) = src.split_first() {
+            odd[pad / 2] = first;
+            src = rest;
+        }
+    }
+    // Now src[0] is an even padded column, pad.div_ceil(2) in phase columns.
+    let (q, n) = (pad.div_ceil(2), src.len() / 2);
+    let pairs = src.chunks_exact(2);
+    let tail = pairs.remainder();
+    for ((pair, e), o) in pairs.zip(&mut even[q..q + n]).zip(&mut odd[q..q + n]) {
+        *e = pair[0];
+        *o = pair[1];
+    }
+    if let [last] = tail {
+        even[q + n] = *last;
     }
 }
 
