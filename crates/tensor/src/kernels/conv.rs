@@ -229,6 +229,14 @@ impl Conv2dGeometry {
         self.kernel == [1, 1] && self.stride == [1, 1] && self.padding == [0, 0]
     }
 
+    /// Whether the direct kernels (`direct`) run this convolution: not when pointwise, and not for
+    /// a strided 1x1 kernel, whose column matrix is a cheap gather of C rows and whose GEMMs beat
+    /// the direct kernels (release build, one thread, (32, 64, 28, 28) x 128 1x1 at stride 2:
+    /// forward 1.9 against 2.2 ms, input gradient 2.0 against 3.4, weight gradient 1.7 against 2.5).
+    fn runs_direct(&self) -> bool {
+        !self.is_pointwise() && !(self.kernel == [1, 1] && self.stride != [1, 1])
+    }
+
     fn check_len<S: Scalar>(&self, what: &str, t: &Tensor<S>, expected: usize) -> Result<()> {
         if t.numel() != expected {
             return Err(Error::invalid(
@@ -341,9 +349,10 @@ impl Conv2dGeometry {
     }
 }
 
-/// `y[n, o] = sum_c w[o, c] * x[n, c] (+ b[o])`. Unless pointwise (a 1x1 kernel, unit stride, no
-/// padding: one GEMM per sample and group on the input itself), straight from a padded copy of
-/// each image, split into stride phases when the stride is not 1 (see `forward_direct`).
+/// `y[n, o] = sum_c w[o, c] * x[n, c] (+ b[o])`. Straight from a padded copy of each image, split
+/// into stride phases when the stride is not 1 (see `forward_direct`), except for 1x1 kernels
+/// that are pointwise (unit stride, no padding: one GEMM per sample and group on the input itself)
+/// or strided (one GEMM per sample and group on the column matrix, see `runs_direct`).
 pub fn conv2d_forward<S: Scalar>(
     geo: &Conv2dGeometry,
     x: &Tensor<S>,
@@ -434,7 +443,7 @@ fn forward_into_on<S: Scalar>(
         geo.check_len("bias", b, geo.out_channels)?;
     }
     check_out(geo, "output", out, geo.output_numel())?;
-    if !geo.is_pointwise() {
+    if geo.runs_direct() {
         if let Some(runs) = phases::InputRuns::new(geo)? {
             return forward_direct(geo, &runs, x, weight, bias, out, threads);
         }
@@ -608,7 +617,7 @@ fn grad_input_into_on<S: Scalar>(
     }
     // A tap reading padding multiplies the weight by zero, which a non-finite weight would turn
     // into NaN where the column matrix adds nothing: such weights keep the column matrix.
-    if geo.stride != [1, 1] && direct::all_finite(weight.data()) {
+    if geo.runs_direct() && geo.stride != [1, 1] && direct::all_finite(weight.data()) {
         if let Some(plan) = grad_phases::GradPhases::new(geo)? {
             return grad_input_phases(geo, &plan, grad_out, weight, dx, threads);
         }
@@ -804,7 +813,7 @@ fn conv2d_grad_weight_on<S: Scalar>(
 ) -> Result<Vec<S>> {
     geo.check_len("output gradient", grad_out, geo.output_numel())?;
     geo.check_len("input", x, geo.input_numel())?;
-    if !geo.is_pointwise() && direct::all_finite(x.data()) {
+    if geo.runs_direct() && direct::all_finite(x.data()) {
         if let Some(runs) = phases::InputRuns::new(geo)? {
             return grad_weight_direct(geo, &runs, grad_out, x, threads);
         }
@@ -1260,10 +1269,11 @@ mod tests {
     }
 
     /// The strided paths without a column matrix (`phases`, `grad_phases`): strides 2 and 3 and
-    /// unequal ones, padding 0, 1, 2 and past the kernel extent, odd sizes, 1x1 (whose other
-    /// phases no tap reads), 3x3, 5x5 and non-square kernels, dilation (2 with stride 2: every
-    /// tap in one phase, the other input phases get no gradient), groups, a height-1 image,
-    /// outputs narrower than a vector, several batch and channel counts.
+    /// unequal ones, padding 0, 1, 2 and past the kernel extent, odd sizes, 1x1 (which keeps the
+    /// column matrix) and 1x3 (whose odd row phase no tap reads), 3x3, 5x5 and non-square
+    /// kernels, dilation (2 with stride 2: every tap in one phase, the other input phases get no
+    /// gradient), groups, a height-1 image, outputs narrower than a vector, several batch and
+    /// channel counts.
     #[test]
     fn strided_paths_match_the_definition_on_every_thread_count() {
         let cases = [
@@ -1271,6 +1281,7 @@ mod tests {
             ([2, 3, 28, 28], [8, 3, 3, 3], [2, 2], [1, 1], [1, 1], 1),
             ([5, 3, 13, 7], [6, 3, 5, 5], [2, 2], [2, 2], [1, 1], 1),
             ([2, 5, 10, 9], [7, 5, 1, 1], [2, 2], [0, 0], [1, 1], 1),
+            ([2, 5, 10, 9], [7, 5, 1, 3], [2, 2], [0, 1], [1, 1], 1),
             ([3, 2, 17, 16], [4, 2, 3, 2], [3, 3], [0, 1], [1, 1], 1),
             ([2, 4, 11, 13], [6, 4, 2, 3], [3, 2], [2, 0], [1, 1], 1),
             ([2, 2, 12, 12], [3, 2, 3, 3], [2, 2], [2, 2], [2, 2], 1),
