@@ -13,7 +13,9 @@ import sys
 # Targets of issue #7, as ours / PyTorch's time: MLP by (batch, threads), and the chain per op.
 MLP_TARGETS = {(1, 1): 0.35, (32, 1): 0.5, (256, 1): 0.65, (256, 2): 0.7}
 CHAIN_TARGET = 0.02
-SIZE_KEY = {"mlp": "batch", "chain": "numel", "matmul": "n"}
+SIZE_KEY = {"mlp": "batch", "chain": "numel", "matmul": "n", "conv": "stride"}
+# The size a row without its key has: conv rows from before `--stride` are stride 1.
+SIZE_DEFAULT = {"conv": 1}
 
 
 def load(path):
@@ -28,7 +30,7 @@ def find(rows, workload, size, threads, backend):
             r["workload"] == workload
             and r["threads"] == threads
             and r["backend"] == backend
-            and (key is None or r.get(key) == size)
+            and (key is None or r.get(key, SIZE_DEFAULT.get(workload)) == size)
         ):
             return r
     return None
@@ -103,8 +105,9 @@ def main(paths):
             # sgemm target is against the Rust GEMM crates: bench/gemm_peers measures that.
             e, _ = ratio_cell(runs, "matmul", n, t, "eager", None)
             print(f"| sgemm {n} (GFLOP/s ours / PyTorch) | {t} | {e} | | | |")
-        e, _ = ratio_cell(runs, "conv", None, t, "eager", None)
-        print(f"| conv2d fwd + bwd | {t} | {e} | | | |")
+        for stride in (1, 2):
+            e, _ = ratio_cell(runs, "conv", stride, t, "eager", None)
+            print(f"| conv2d stride {stride} fwd + bwd | {t} | {e} | | | |")
     print()
     print("Vector instruction sets (one per run, ours / PyTorch's):")
     for rows in runs:

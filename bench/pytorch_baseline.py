@@ -7,7 +7,8 @@ Usage (needs `pip install torch`):
 
 Workloads: an MLP 784-256-128-10 training step (ReLU, softmax cross entropy, SGD) at batch 1, 32, 256;
 the tape-overhead chain 1,000 x (x = x * 1.0001 + 0.0001) forward + backward on 1 and 16 elements;
-square sgemm at 512 and 1024; conv2d (32, 16, 28, 28) x 32 3x3, padding 1, forward + backward.
+square sgemm at 512 and 1024; conv2d (32, 16, 28, 28) x 32 3x3, padding 1, forward + backward, at
+stride 1 and at stride 2 (14 x 14 outputs; JSON key "stride", as `tapegrad bench conv --stride`).
 Timings: median, min and max over --reps repetitions after warm-up (default: at least
 50 and at least one second, as `tapegrad bench`).
 """
@@ -112,21 +113,24 @@ def main():
         rows.append({"workload": "matmul", "n": n, "threads": args.threads, "backend": "pytorch",
                      "gflops": flops / med / 1e9, "gflops_min": flops / hi / 1e9, "gflops_max": flops / lo / 1e9})
 
-    # conv2d (32, 16, 28, 28) with 32 3x3 filters, padding 1, bias: forward + backward.
-    x0 = torch.rand(32, 16, 28, 28) * 2 - 1
-    w0 = (torch.rand(32, 16, 3, 3) * 2 - 1) * 0.1
-    b0 = (torch.rand(32) * 2 - 1) * 0.1
-    seed = torch.rand(32, 32, 28, 28) * 2 - 1
+    # conv2d (32, 16, 28, 28) with 32 3x3 filters, padding 1, bias: forward + backward, at stride 1
+    # (28 x 28 outputs) and stride 2 (14 x 14).
+    for stride in (1, 2):
+        out = (28 + 2 - 3) // stride + 1
+        x0 = torch.rand(32, 16, 28, 28) * 2 - 1
+        w0 = (torch.rand(32, 16, 3, 3) * 2 - 1) * 0.1
+        b0 = (torch.rand(32) * 2 - 1) * 0.1
+        seed = torch.rand(32, 32, out, out) * 2 - 1
 
-    def conv():
-        x, w, b = (t.clone().requires_grad_(True) for t in (x0, w0, b0))
-        torch.nn.functional.conv2d(x, w, b, padding=1).backward(seed)
+        def conv():
+            x, w, b = (t.clone().requires_grad_(True) for t in (x0, w0, b0))
+            torch.nn.functional.conv2d(x, w, b, stride=stride, padding=1).backward(seed)
 
-    med, lo, hi = timed(args.reps, conv)
-    flops = 3 * 2 * 32 * 32 * 28 * 28 * 16 * 9
-    rows.append({"workload": "conv", "threads": args.threads, "backend": "pytorch",
-                 "ms_per_step": med * 1e3, "ms_min": lo * 1e3, "ms_max": hi * 1e3,
-                 "gflops": flops / med / 1e9})
+        med, lo, hi = timed(args.reps, conv)
+        flops = 3 * 2 * 32 * 32 * out * out * 16 * 9
+        rows.append({"workload": "conv", "stride": stride, "threads": args.threads, "backend": "pytorch",
+                     "ms_per_step": med * 1e3, "ms_min": lo * 1e3, "ms_max": hi * 1e3,
+                     "gflops": flops / med / 1e9})
 
     # The vector instruction set PyTorch's CPU kernels dispatch to, beside tapegrad's `simd` field.
     capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "unknown")()

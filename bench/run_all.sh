@@ -19,6 +19,7 @@ for t in ${threads[@]}; do
   $T bench matmul --n 512 --threads "$t" --json
   $T bench matmul --n 1024 --threads "$t" --json
   $T bench conv --threads "$t" --json
+  $T bench conv --stride 2 --threads "$t" --json
   if python3 -c "import torch" 2>/dev/null; then
     python3 bench/pytorch_baseline.py --threads "$t" --json 2>/dev/null
   else

@@ -58,7 +58,11 @@ pub enum Workload {
     },
     /// conv2d of a (32, 16, 28, 28) f32 input with 32 3x3 filters, padding 1, bias: forward and
     /// backward (input, weight, bias gradients), next to the same-shape GEMMs it is made of.
-    Conv,
+    /// `--stride 2` halves the image (14 x 14 outputs), as a ResNet-style downsampling.
+    Conv {
+        #[arg(long, default_value_t = 1)]
+        stride: usize,
+    },
     /// The f32 fused multiply-add peak of --threads cores (register-resident chains on the widest
     /// vector path this CPU has, the best of --reps short bursts per core, 50,000 by default:
     /// about half a second): the ceiling the other workloads' GFLOP/s are measured against.
@@ -391,7 +395,7 @@ pub fn run(args: BenchArgs) -> CliResult {
                 backend,
             )
         }
-        Workload::Conv => conv(&args, backend)?,
+        Workload::Conv { stride } => conv(&args, backend, stride)?,
         Workload::Peak => {
             let bursts = args.reps.unwrap_or(50_000);
             let gflops = fma_peak_gflops(args.threads, bursts);
@@ -419,22 +423,29 @@ pub fn run(args: BenchArgs) -> CliResult {
 }
 
 /// The conv2d workload: forward + backward on a session tape, and the same-shape GEMMs (the
-/// forward's weight (32 x 144) by each sample's columns (144 x 784), three times for forward,
-/// input and weight gradients) as the ceiling the convolution is measured against.
-fn conv(args: &BenchArgs, backend: &str) -> Result<Report, CliError> {
+/// forward's weight (32 x 144) by each sample's columns (144 x oH oW, 784 at stride 1), three
+/// times for forward, input and weight gradients) as the ceiling the convolution is measured
+/// against. Padding 1 keeps the 28 x 28 image at stride 1 and halves it at stride 2.
+fn conv(args: &BenchArgs, backend: &str, stride: usize) -> Result<Report, CliError> {
     const N: usize = 32;
     const C: usize = 16;
     const HW: usize = 28;
     const O: usize = 32;
     const K: usize = 3;
+    if stride == 0 {
+        return Err(CliError::Usage("--stride must be at least 1".into()));
+    }
+    // (28 + 2 padding - 3) / stride + 1 outputs per side.
+    let out = (HW + 2 - K) / stride + 1;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
     let x0 = random(&mut rng, &[N, C, HW, HW], 1.0)?;
     let w0 = random(&mut rng, &[O, C, K, K], 0.1)?;
     let b0 = random(&mut rng, &[O], 0.1)?;
-    let seed = random(&mut rng, &[N, O, HW, HW], 1.0)?;
+    let seed = random(&mut rng, &[N, O, out, out], 1.0)?;
     let mut s = Session::new();
     let options = Conv2d {
         padding: [1, 1],
+        stride: [stride, stride],
         ..Conv2d::default()
     };
     let mut kept = 0;
@@ -448,14 +459,14 @@ fn conv(args: &BenchArgs, backend: &str) -> Result<Report, CliError> {
         std::hint::black_box(s.backward_with(y, &seed)?);
         Ok(())
     })?;
-    // Forward: N * O * 28 * 28 outputs, each C * 3 * 3 multiply-adds; backward: two more such
+    // Forward: N * O * out * out outputs, each C * 3 * 3 multiply-adds; backward: two more such
     // products (input and weight gradients); the bias gradient is a sum, not counted.
-    let gemm_flops = 2.0 * (N * O * HW * HW * C * K * K) as f64;
+    let gemm_flops = 2.0 * (N * O * out * out * C * K * K) as f64;
     let flops = 3.0 * gemm_flops;
     let st = Stats::of(secs.iter().map(|t| flops / t / 1e9).collect());
     let ms = Stats::of(secs.iter().map(|t| t * 1e3).collect());
     let wm = random(&mut rng, &[O, C * K * K], 1.0)?;
-    let cols = random(&mut rng, &[N, C * K * K, HW * HW], 1.0)?;
+    let cols = random(&mut rng, &[N, C * K * K, out * out], 1.0)?;
     let gemm_secs = time_it(args.reps, || {
         std::hint::black_box(batched_matmul(&wm, false, &cols, false)?);
         Ok(())
@@ -463,7 +474,7 @@ fn conv(args: &BenchArgs, backend: &str) -> Result<Report, CliError> {
     let gemm = Stats::of(gemm_secs.iter().map(|t| gemm_flops / t / 1e9).collect());
     let share = st.median / gemm.median;
     let mut fields = serde_json::json!({"workload": "conv", "input": [N, C, HW, HW], "weight": [O, C, K, K],
-        "padding": 1, "ms_per_step": ms.median, "ms_min": ms.min, "ms_max": ms.max});
+        "padding": 1, "stride": stride, "ms_per_step": ms.median, "ms_min": ms.min, "ms_max": ms.max});
     if let serde_json::Value::Object(m) = &mut fields {
         st.json("gflops", "gflops", m);
         m.insert("gemm_gflops".into(), gemm.median.into());
@@ -472,7 +483,7 @@ fn conv(args: &BenchArgs, backend: &str) -> Result<Report, CliError> {
         m.insert("kept_bytes".into(), kept.into());
     }
     Ok(report(
-        "conv2d (32,16,28,28) x 32x3x3 pad 1, fwd + bwd".into(),
+        format!("conv2d (32,16,28,28) x 32x3x3 pad 1 stride {stride}, fwd + bwd"),
         fields,
         format!(
             "{:.2} ms/step, {}; same-shape GEMM {:.1} GFLOP/s, conv at {:.0}% of it",

@@ -1,9 +1,8 @@
-//! Unit-stride convolution without a column matrix: on a zero-padded copy of the input, flattened
-//! row by row, every kernel tap of a run of output positions reads a contiguous run of the copy,
-//! so the forward pass and the weight gradient are register-tiled loops of fused multiply-adds.
+//! Convolution without a column matrix: on a zero-padded copy of the input, split into stride
+//! phases and flattened row by row (`super::phases`), every kernel tap of a run of output positions
+//! reads a contiguous run of the copy, so the forward pass and the weight gradient are
+//! register-tiled loops of fused multiply-adds.
 
-use super::Conv2dGeometry;
-use crate::kernels::alloc::try_zeroed;
 use crate::{Error, Result, Scalar};
 use pulp::bytemuck::{self, Pod};
 use pulp::Simd;
@@ -23,92 +22,69 @@ const WGRAD_LANES_F64: usize = 8;
 /// A multiple of every tile's width in positions (2 vectors of up to 16 f32, or 16 partial sums).
 const MAX_TILE: usize = 64;
 
-/// One group's input, zero-padded to `hp x wp` per channel and flattened: output position
-/// `(oy, ox)` is flat position `p = oy * wp + ox`, and kernel tap `t = (c, ki, kj)` of every
-/// position reads element `offsets[t] + p` with `offsets[t] = c hp wp + ki dh wp + kj dw`. The
-/// positions with `ox >= out_w` (the `wp - out_w` at the end of each row) read real elements too;
-/// their results are never stored, and the weight gradient gives them a zero output gradient.
+/// The runs of flat positions the kernels read: output position `(oy, ox)` is flat position
+/// `p = oy * pitch + ox`, and kernel tap `t` of every position reads element `offsets[t] + p` of
+/// the buffer (built by [`super::phases`]). The positions with `ox >= out_w` (the `pitch - out_w`
+/// at the end of each row) read real elements too; their results are never stored, and the weight
+/// gradient gives them a zero output gradient.
 pub(super) struct Flat {
-    wp: usize,
-    plane: usize,
-    pad: [usize; 2],
-    in_h: usize,
-    in_w: usize,
-    in_len: usize,
+    pitch: usize,
     out_w: usize,
     out_len: usize,
-    /// `(out_h - 1) * wp + out_w`: the flat positions from the first output to the last.
+    /// `(out_h - 1) * pitch + out_w`: the flat positions from the first output to the last.
     positions: usize,
     /// `positions` rounded up to whole tiles (of the forward tile and the gradient's lanes).
     span: usize,
     offsets: Vec<usize>,
-    /// Elements of a padded buffer: the planes plus zero slack for the last tile's overrun.
-    len: usize,
+    /// `max(offsets) + span`: the elements a buffer needs for every tap's run (zero slack past
+    /// the data for the last tile's overrun).
+    reach: usize,
 }
 
 impl Flat {
-    /// The layout for `geo`, or `None` unless the convolution has unit stride (and at least one
-    /// output): the only case whose taps read contiguous runs.
-    pub(super) fn new(geo: &Conv2dGeometry) -> Result<Option<Flat>> {
-        if geo.stride != [1, 1] || geo.out_len() == 0 || geo.col_rows() == 0 {
-            return Ok(None);
-        }
+    /// The runs of `out_h x out_w` outputs at row pitch `pitch` (at least `out_w`; both sizes at
+    /// least 1) whose taps start at `offsets`.
+    pub(super) fn new(
+        pitch: usize,
+        [out_h, out_w]: [usize; 2],
+        offsets: Vec<usize>,
+    ) -> Result<Flat> {
+        assert!(
+            out_h > 0 && out_w > 0 && out_w <= pitch,
+            "conv: empty or overlapping rows"
+        );
         let too_big = || {
             Error::invalid(
                 "conv2d",
-                format!("the padded input of {geo:?} has too many elements"),
+                format!("{out_h} x {out_w} outputs at row pitch {pitch} are too many"),
             )
         };
-        let padded = |len: usize, pad: usize| pad.checked_mul(2).and_then(|p| p.checked_add(len));
-        let hp = padded(geo.in_h, geo.padding[0]).ok_or_else(too_big)?;
-        let wp = padded(geo.in_w, geo.padding[1]).ok_or_else(too_big)?;
-        let plane = hp.checked_mul(wp).ok_or_else(too_big)?;
-        let planes = plane.checked_mul(geo.group_in()).ok_or_else(too_big)?;
-        // out_h <= hp and out_w <= wp, so these fit once `planes` does.
-        let positions = (geo.out_h - 1) * wp + geo.out_w;
+        let positions = (out_h - 1)
+            .checked_mul(pitch)
+            .and_then(|p| p.checked_add(out_w))
+            .ok_or_else(too_big)?;
         let span = positions
             .checked_next_multiple_of(MAX_TILE)
             .ok_or_else(too_big)?;
-        let len = (planes - positions).checked_add(span).ok_or_else(too_big)?;
-        let [kh, kw] = geo.kernel;
-        let [dh, dw] = geo.dilation;
-        let mut offsets = Vec::with_capacity(geo.col_rows());
-        for c in 0..geo.group_in() {
-            for ki in 0..kh {
-                for kj in 0..kw {
-                    offsets.push(c * plane + ki * dh * wp + kj * dw);
-                }
-            }
-        }
-        Ok(Some(Flat {
-            wp,
-            plane,
-            pad: geo.padding,
-            in_h: geo.in_h,
-            in_w: geo.in_w,
-            in_len: geo.in_len(),
-            out_w: geo.out_w,
-            out_len: geo.out_len(),
+        let reach = offsets
+            .iter()
+            .max()
+            .map_or(Some(span), |m| m.checked_add(span))
+            .ok_or_else(too_big)?;
+        Ok(Flat {
+            pitch,
+            out_w,
+            out_len: out_h * out_w,
             positions,
             span,
             offsets,
-            len,
-        }))
+            reach,
+        })
     }
 
-    /// A zeroed buffer for [`Flat::pad_into`]; its borders and slack stay zero for every image.
-    pub(super) fn buffer<S: Scalar>(&self) -> Result<Vec<S>> {
-        try_zeroed("conv2d", self.len)
-    }
-
-    /// Copies one group's input channels `x` (C/groups x H x W) into the interior of `buf`.
-    pub(super) fn pad_into<S: Scalar>(&self, x: &[S], buf: &mut [S]) {
-        let [ph, pw] = self.pad;
-        for (plane, channel) in buf.chunks_mut(self.plane).zip(x.chunks(self.in_len)) {
-            for (iy, row) in channel.chunks(self.in_w).enumerate().take(self.in_h) {
-                plane[(iy + ph) * self.wp + pw..][..row.len()].copy_from_slice(row);
-            }
-        }
+    /// The elements a buffer the taps read must have.
+    pub(super) fn reach(&self) -> usize {
+        self.reach
     }
 
     /// The flat output rows of a group's output gradient (`og x out_len`): `og` rows of `span`
@@ -129,7 +105,7 @@ impl Flat {
     fn flatten_rows<S: Scalar>(&self, dy: &[S], flat: &mut [S]) {
         for (dst, src) in flat.chunks_mut(self.span).zip(dy.chunks(self.out_len)) {
             for (oy, row) in src.chunks(self.out_w).enumerate() {
-                dst[oy * self.wp..][..row.len()].copy_from_slice(row);
+                dst[oy * self.pitch..][..row.len()].copy_from_slice(row);
             }
         }
     }
@@ -140,13 +116,13 @@ impl Flat {
         let end = (p0 + width).min(self.positions);
         let mut p = p0;
         while p < end {
-            let (oy, ox) = (p / self.wp, p % self.wp);
+            let (oy, ox) = (p / self.pitch, p % self.pitch);
             if ox < self.out_w {
                 let len = (self.out_w - ox).min(end - p);
                 f(p - p0, oy * self.out_w + ox, len);
                 p += len;
             } else {
-                p = (oy + 1) * self.wp;
+                p = (oy + 1) * self.pitch;
             }
         }
     }
@@ -227,11 +203,10 @@ unsafe fn load<T: Pod, V: Pod, const N: usize>(v: &[T], at: usize) -> [V; N] {
 }
 
 /// Checks what the unchecked loads of the tile loops rely on: every tap's run of `span` flat
-/// positions lies inside `xp` (offsets rise, so the last one is the largest).
+/// positions lies inside `xp` (`reach` is the largest offset plus `span`).
 fn assert_taps_fit<T>(flat: &Flat, xp: &[T]) {
-    let last = flat.offsets.last().copied().unwrap_or(0);
     assert!(
-        flat.span % MAX_TILE == 0 && last + flat.span <= xp.len(),
+        flat.span % MAX_TILE == 0 && flat.reach <= xp.len(),
         "conv: padded input buffer too small"
     );
 }
@@ -248,12 +223,36 @@ pub(super) fn forward<S: Scalar>(
     bias: Option<&[S]>,
     out: &mut [S],
 ) {
+    forward_on(flat, xp, wt, bias, out, false);
+}
+
+/// [`forward`] on pulp's one-lane path, whatever this CPU has.
+#[cfg(test)]
+pub(super) fn forward_one_lane<S: Scalar>(
+    flat: &Flat,
+    xp: &[S],
+    wt: &[S],
+    bias: Option<&[S]>,
+    out: &mut [S],
+) {
+    forward_on(flat, xp, wt, bias, out, true);
+}
+
+fn forward_on<S: Scalar>(
+    flat: &Flat,
+    xp: &[S],
+    wt: &[S],
+    bias: Option<&[S]>,
+    out: &mut [S],
+    one_lane: bool,
+) {
     fn run<S: Scalar, T: Lanes>(
         flat: &Flat,
         xp: &[S],
         wt: &[S],
         bias: Option<&[S]>,
         out: &mut [S],
+        one_lane: bool,
     ) -> bool {
         let (Some(xp), Some(wt), Some(out)) = (cast::<S, T>(xp), cast::<S, T>(wt), cast_mut(out))
         else {
@@ -264,16 +263,23 @@ pub(super) fn forward<S: Scalar>(
             return false;
         }
         let bias = bias.flatten();
-        pulp::Arch::new().dispatch(ForwardTiles {
+        let tiles = ForwardTiles {
             flat,
             xp,
             wt,
             bias,
             out,
-        });
+        };
+        if one_lane {
+            pulp::WithSimd::with_simd(tiles, pulp::Scalar::new());
+        } else {
+            pulp::Arch::new().dispatch(tiles);
+        }
         true
     }
-    if !run::<S, f32>(flat, xp, wt, bias, out) && !run::<S, f64>(flat, xp, wt, bias, out) {
+    if !run::<S, f32>(flat, xp, wt, bias, out, one_lane)
+        && !run::<S, f64>(flat, xp, wt, bias, out, one_lane)
+    {
         unreachable!("Scalar is f32 or f64");
     }
 }
@@ -434,22 +440,58 @@ pub(super) fn weight_gradient<S: Scalar>(
     dy_flat: &mut [S],
     dw: &mut [S],
 ) {
+    weight_gradient_on(flat, xp, dy, dy_flat, dw, false);
+}
+
+/// [`weight_gradient`] on pulp's one-lane path, whatever this CPU has.
+#[cfg(test)]
+pub(super) fn weight_gradient_one_lane<S: Scalar>(
+    flat: &Flat,
+    xp: &[S],
+    dy: &[S],
+    dy_flat: &mut [S],
+    dw: &mut [S],
+) {
+    weight_gradient_on(flat, xp, dy, dy_flat, dw, true);
+}
+
+fn weight_gradient_on<S: Scalar>(
+    flat: &Flat,
+    xp: &[S],
+    dy: &[S],
+    dy_flat: &mut [S],
+    dw: &mut [S],
+    one_lane: bool,
+) {
     flat.flatten_rows(dy, dy_flat);
-    fn run<S: Scalar, T: Lanes>(flat: &Flat, xp: &[S], dy_flat: &[S], dw: &mut [S]) -> bool {
+    fn run<S: Scalar, T: Lanes>(
+        flat: &Flat,
+        xp: &[S],
+        dy_flat: &[S],
+        dw: &mut [S],
+        one_lane: bool,
+    ) -> bool {
         let (Some(xp), Some(dy_flat), Some(dw)) =
             (cast::<S, T>(xp), cast::<S, T>(dy_flat), cast_mut(dw))
         else {
             return false;
         };
-        pulp::Arch::new().dispatch(WgradTiles {
+        let tiles = WgradTiles {
             flat,
             xp,
             dy_flat,
             dw,
-        });
+        };
+        if one_lane {
+            pulp::WithSimd::with_simd(tiles, pulp::Scalar::new());
+        } else {
+            pulp::Arch::new().dispatch(tiles);
+        }
         true
     }
-    if !run::<S, f32>(flat, xp, dy_flat, dw) && !run::<S, f64>(flat, xp, dy_flat, dw) {
+    if !run::<S, f32>(flat, xp, dy_flat, dw, one_lane)
+        && !run::<S, f64>(flat, xp, dy_flat, dw, one_lane)
+    {
         unreachable!("Scalar is f32 or f64");
     }
 }
@@ -607,8 +649,9 @@ pub(super) fn all_finite<S: Scalar>(v: &[S]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::phases::InputRuns;
+    use super::super::Conv2dGeometry;
     use super::*;
-    use pulp::WithSimd;
 
     fn values<T: Scalar>(n: usize, salt: usize) -> Vec<T> {
         (0..n)
@@ -627,57 +670,48 @@ mod tests {
     /// path gives the bits of the path this CPU dispatches to (AVX2 here), forward and weight
     /// gradient. AVX-512's 16 lanes run the same generic code, which this cannot execute here;
     /// a third width that agrees is the check on it that this machine allows.
-    fn widths_agree<T: Lanes>() {
-        // Dilated, asymmetric kernel and padding, 7 channels (a 6-tile and a 1-tile), 6 taps
-        // per channel (two 3-tap tiles), and a row length that leaves a partial last tile.
-        let geo = Conv2dGeometry::new(
-            "conv2d",
-            [1, 3, 9, 11],
-            [7, 3, 3, 2],
-            [1, 1],
-            [1, 2],
-            [2, 1],
-            1,
-        )
-        .unwrap();
-        let flat = Flat::new(&geo).unwrap().unwrap();
+    fn widths_agree<T: Scalar>(geo: &Conv2dGeometry) {
+        let runs = InputRuns::new(geo).unwrap().unwrap();
+        let flat = &runs.flat;
         let (og, taps) = (geo.out_channels, geo.col_rows());
-        let mut xp = flat.buffer::<T>().unwrap();
-        flat.pad_into(&values::<T>(geo.input_numel(), 1), &mut xp);
+        let mut xp = runs.buffer::<T>().unwrap();
+        runs.phases
+            .copy_into(&values::<T>(geo.input_numel(), 1), &mut xp);
         let wt = taps_major(&values::<T>(og * taps, 2), og, taps);
         let bias = values::<T>(og, 3);
 
         let mut dispatched = vec![T::ZERO; og * geo.out_len()];
-        forward(&flat, &xp, &wt, Some(&bias), &mut dispatched);
+        forward(flat, &xp, &wt, Some(&bias), &mut dispatched);
         let mut one_lane = vec![T::ZERO; og * geo.out_len()];
-        ForwardTiles {
-            flat: &flat,
-            xp: &xp,
-            wt: &wt,
-            bias: Some(&bias),
-            out: &mut one_lane,
-        }
-        .with_simd(pulp::Scalar::new());
-        assert!(same_bits(&dispatched, &one_lane), "forward");
+        forward_one_lane(flat, &xp, &wt, Some(&bias), &mut one_lane);
+        assert!(same_bits(&dispatched, &one_lane), "forward, {geo:?}");
 
         let dy = values::<T>(og * geo.out_len(), 4);
         let mut dy_flat = vec![T::ZERO; flat.flat_rows_len(og).unwrap()];
         let mut dw_dispatched = values::<T>(og * taps, 5);
         let mut dw_one_lane = dw_dispatched.clone();
-        weight_gradient(&flat, &xp, &dy, &mut dy_flat, &mut dw_dispatched);
-        WgradTiles {
-            flat: &flat,
-            xp: &xp,
-            dy_flat: &dy_flat,
-            dw: &mut dw_one_lane,
-        }
-        .with_simd(pulp::Scalar::new());
-        assert!(same_bits(&dw_dispatched, &dw_one_lane), "weight gradient");
+        weight_gradient(flat, &xp, &dy, &mut dy_flat, &mut dw_dispatched);
+        weight_gradient_one_lane(flat, &xp, &dy, &mut dy_flat, &mut dw_one_lane);
+        assert!(
+            same_bits(&dw_dispatched, &dw_one_lane),
+            "weight gradient, {geo:?}"
+        );
     }
 
     #[test]
     fn every_vector_width_gives_the_same_bits() {
-        widths_agree::<f32>();
-        widths_agree::<f64>();
+        // Dilated, asymmetric kernel and padding, 7 channels (a 6-tile and a 1-tile), 6 taps
+        // per channel (two 3-tap tiles), and a row length that leaves a partial last tile; then
+        // strides 2 and 3 (split into phases), one of them dilated.
+        let cases = [
+            ([1, 3, 9, 11], [7, 3, 3, 2], [1, 1], [1, 2], [2, 1]),
+            ([1, 3, 13, 11], [7, 3, 3, 3], [2, 2], [1, 1], [1, 1]),
+            ([1, 2, 14, 17], [5, 2, 5, 2], [3, 2], [2, 0], [1, 2]),
+        ];
+        for (xs, ws, stride, padding, dilation) in cases {
+            let geo = Conv2dGeometry::new("conv2d", xs, ws, stride, padding, dilation, 1).unwrap();
+            widths_agree::<f32>(&geo);
+            widths_agree::<f64>(&geo);
+        }
     }
 }

@@ -1,0 +1,273 @@
+//! The input gradient of a strided convolution without a column matrix. Along one axis, padded
+//! input position `R` receives the output gradient at `(R - k d) / s` from each tap `k` with
+//! `k d = R (mod s)`: the input positions of one residue modulo the stride (one phase) see only
+//! that residue's taps, at unit stride. So each phase is a forward pass of the direct kernels over
+//! a zero-padded copy of the output gradient with those taps, then interleaved into the gradient.
+
+use super::direct::{self, Flat};
+use super::phases::{inside, Phases};
+use super::Conv2dGeometry;
+use crate::kernels::alloc::try_zeroed;
+use crate::{Result, Scalar};
+
+/// The input positions of one residue along one axis and the taps that reach them.
+struct AxisPhase {
+    residue: usize,
+    /// Phase indices `first..first + count` (padded position `q s + residue`) are input positions.
+    first: usize,
+    count: usize,
+    /// The kernel indices of this residue, descending (so that their reads ascend).
+    taps: Vec<usize>,
+}
+
+/// The phases of one axis, the zero rows the output gradient needs before its first row (`lead`,
+/// the largest `k d / s`), and the phase positions up to which some phase reads.
+fn axis_phases(
+    kernel: usize,
+    dilation: usize,
+    stride: usize,
+    pad: usize,
+    len: usize,
+) -> (Vec<AxisPhase>, usize, usize) {
+    let phases: Vec<AxisPhase> = (0..stride)
+        .map(|residue| {
+            let (first, end) = inside(residue, stride, pad, len);
+            let taps = (0..kernel)
+                .rev()
+                .filter(|k| k * dilation % stride == residue)
+                .collect();
+            AxisPhase {
+                residue,
+                first,
+                count: end - first,
+                taps,
+            }
+        })
+        .collect();
+    let end = phases.iter().map(|p| p.first + p.count).max().unwrap_or(0);
+    (phases, (kernel - 1) * dilation / stride, end)
+}
+
+/// One phase of the input gradient: its rows and columns (indices into the axis phases) and the
+/// runs its taps read, `None` when no tap reaches it (its gradient is zero).
+struct Phase {
+    rows: usize,
+    cols: usize,
+    flat: Option<Flat>,
+}
+
+/// The plan of a strided input gradient: the layout of each group's padded output gradient and
+/// the phases, each a forward pass whose output channels are the group's input channels and
+/// whose taps are `(o, ky, kx)` for the group's output channels `o` and the phase's kernel rows
+/// `ky` and columns `kx` (descending), in that order.
+pub(super) struct GradPhases {
+    geo: Conv2dGeometry,
+    dy: Phases,
+    rows: Vec<AxisPhase>,
+    cols: Vec<AxisPhase>,
+    phases: Vec<Phase>,
+    /// Elements of the padded output gradient buffer (every phase's reach).
+    len: usize,
+    /// The largest phase's positions per channel.
+    most_positions: usize,
+}
+
+impl GradPhases {
+    /// The plan for `geo`, or `None` when it has no outputs, inputs or taps.
+    pub(super) fn new(geo: &Conv2dGeometry) -> Result<Option<GradPhases>> {
+        if geo.out_len() == 0 || geo.in_len() == 0 || geo.col_rows() == 0 || geo.group_out() == 0 {
+            return Ok(None);
+        }
+        let [kh, kw] = geo.kernel;
+        let [sh, sw] = geo.stride;
+        let [dh, dw] = geo.dilation;
+        let (rows, lead_y, end_y) = axis_phases(kh, dh, sh, geo.padding[0], geo.in_h);
+        let (cols, lead_x, end_x) = axis_phases(kw, dw, sw, geo.padding[1], geo.in_w);
+        // Phase row `k` of residue r reads output gradient row `first + k - ky dh / sh`: stored
+        // at `lead` rows down, rows up to `lead + end_y - 1` are read, zero past the gradient.
+        let plane = [lead_y + geo.out_h.max(end_y), lead_x + geo.out_w.max(end_x)];
+        let og = geo.group_out();
+        let dy = Phases::new(
+            og,
+            [geo.out_h, geo.out_w],
+            [lead_y, lead_x],
+            [1, 1],
+            [vec![0], vec![0]],
+            plane,
+        )?;
+        let mut phases = Vec::with_capacity(rows.len() * cols.len());
+        let (mut len, mut most_positions) = (0, 0);
+        for (ri, ry) in rows.iter().enumerate() {
+            for (ci, rx) in cols.iter().enumerate() {
+                if ry.count == 0 || rx.count == 0 {
+                    continue;
+                }
+                most_positions = most_positions.max(ry.count * rx.count);
+                let flat = if ry.taps.is_empty() || rx.taps.is_empty() {
+                    None
+                } else {
+                    let mut offsets = Vec::with_capacity(og * ry.taps.len() * rx.taps.len());
+                    for o in 0..og {
+                        for &ky in &ry.taps {
+                            for &kx in &rx.taps {
+                                let at = [
+                                    ry.first + lead_y - ky * dh / sh,
+                                    rx.first + lead_x - kx * dw / sw,
+                                ];
+                                offsets.push(dy.at(o, [0, 0], at));
+                            }
+                        }
+                    }
+                    let flat = Flat::new(plane[1], [ry.count, rx.count], offsets)?;
+                    len = len.max(flat.reach());
+                    Some(flat)
+                };
+                phases.push(Phase {
+                    rows: ri,
+                    cols: ci,
+                    flat,
+                });
+            }
+        }
+        Ok(Some(GradPhases {
+            geo: *geo,
+            dy,
+            rows,
+            cols,
+            phases,
+            len,
+            most_positions,
+        }))
+    }
+
+    /// Group `g`'s weights for each phase (in the order of [`GradPhases::run`]'s `weights`), taps
+    /// major: row `t` holds tap `t`'s weights for each of the group's input channels.
+    pub(super) fn weights<S: Scalar>(&self, w: &[S], g: usize) -> Vec<Vec<S>> {
+        let geo = &self.geo;
+        let (og, cg, [kh, kw]) = (geo.group_out(), geo.group_in(), geo.kernel);
+        self.phases
+            .iter()
+            .map(|phase| {
+                let (ry, rx) = (&self.rows[phase.rows], &self.cols[phase.cols]);
+                let mut wt = Vec::with_capacity(og * ry.taps.len() * rx.taps.len() * cg);
+                for o in 0..og {
+                    for &ky in &ry.taps {
+                        for &kx in &rx.taps {
+                            let tap = ((g * og + o) * cg * kh + ky) * kw + kx;
+                            wt.extend((0..cg).map(|c| w[tap + c * kh * kw]));
+                        }
+                    }
+                }
+                wt
+            })
+            .collect()
+    }
+
+    /// A zeroed buffer for the padded output gradient of one group.
+    pub(super) fn buffer<S: Scalar>(&self) -> Result<Vec<S>> {
+        self.dy.buffer(self.len)
+    }
+
+    /// Scratch for one phase's gradient.
+    pub(super) fn scratch<S: Scalar>(&self) -> Result<Vec<S>> {
+        try_zeroed(
+            "conv2d",
+            self.geo.group_in().saturating_mul(self.most_positions),
+        )
+    }
+
+    /// Sets one group's input gradient `dx` (C/groups x H x W) of one image from its output
+    /// gradient `dy` (O/groups x oH x oW): element by element, the sum over the taps of its phase
+    /// in order of `dy * w`, from zero, one fused multiply-add each (zero for the padding rows
+    /// and columns of the copy, which the taps read at the borders). `weights` is
+    /// [`GradPhases::weights`] of the group, `buf` [`GradPhases::buffer`], `tmp`
+    /// [`GradPhases::scratch`].
+    pub(super) fn run<S: Scalar>(
+        &self,
+        dy: &[S],
+        weights: &[Vec<S>],
+        buf: &mut [S],
+        tmp: &mut [S],
+        dx: &mut [S],
+    ) {
+        let geo = &self.geo;
+        let [sh, sw] = geo.stride;
+        let [ph, pw] = geo.padding;
+        let (cg, in_len) = (geo.group_in(), geo.in_len());
+        self.dy.copy_into(dy, buf);
+        for (phase, wt) in self.phases.iter().zip(weights) {
+            let (ry, rx) = (&self.rows[phase.rows], &self.cols[phase.cols]);
+            let n = ry.count * rx.count;
+            let out = &mut tmp[..cg * n];
+            match &phase.flat {
+                Some(flat) => direct::forward(flat, buf, wt, None, out),
+                None => out.fill(S::ZERO),
+            }
+            // Phase position (k, j) is input row (first_y + k) sh + residue - pad (columns alike).
+            let ix0 = rx.first * sw + rx.residue - pw;
+            for (c, src) in out.chunks(n).enumerate() {
+                let channel = &mut dx[c * in_len..][..in_len];
+                for (k, src) in src.chunks(rx.count).enumerate() {
+                    let iy = (ry.first + k) * sh + ry.residue - ph;
+                    let row = &mut channel[iy * geo.in_w + ix0..];
+                    for (d, &s) in row.iter_mut().step_by(sw).zip(src) {
+                        *d = s;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values<T: Scalar>(n: usize, salt: usize) -> Vec<T> {
+        (0..n)
+            .map(|i| T::from_f64(((i * 37 + salt * 11) % 23) as f64 / 7.0 - 1.5))
+            .collect()
+    }
+
+    fn bits<T: Scalar>(v: &[T]) -> Vec<u64> {
+        v.iter().map(|x| x.to_f64().to_bits()).collect()
+    }
+
+    /// Each phase's forward pass on pulp's one-lane path gives the bits of the dispatched one
+    /// (see `direct`'s test of the same name): the phases' taps are another set of offsets.
+    fn widths_agree<T: Scalar>(geo: &Conv2dGeometry) {
+        let plan = GradPhases::new(geo).unwrap().unwrap();
+        let (og, cg) = (geo.group_out(), geo.group_in());
+        let mut buf = plan.buffer::<T>().unwrap();
+        plan.dy
+            .copy_into(&values::<T>(og * geo.out_len(), 1), &mut buf);
+        let weights = plan.weights(&values::<T>(geo.weight_numel(), 2), 0);
+        let mut phases_run = 0;
+        for (phase, wt) in plan.phases.iter().zip(&weights) {
+            let Some(flat) = &phase.flat else { continue };
+            let n = plan.rows[phase.rows].count * plan.cols[phase.cols].count;
+            let mut dispatched = vec![T::ZERO; cg * n];
+            direct::forward(flat, &buf, wt, None, &mut dispatched);
+            let mut one_lane = vec![T::ZERO; cg * n];
+            direct::forward_one_lane(flat, &buf, wt, None, &mut one_lane);
+            assert_eq!(bits(&dispatched), bits(&one_lane), "{geo:?}");
+            phases_run += 1;
+        }
+        assert!(phases_run > 1, "{geo:?}");
+    }
+
+    #[test]
+    fn every_vector_width_gives_the_same_bits() {
+        // 7 input channels (a 6-tile and a 1-tile as the phases' output channels), phases of
+        // 1 to 9 taps per output channel, rows that leave partial tiles.
+        let cases = [
+            ([1, 7, 13, 11], [3, 7, 3, 3], [2, 2], [1, 1], [1, 1]),
+            ([1, 7, 14, 17], [2, 7, 5, 4], [3, 2], [2, 0], [1, 1]),
+        ];
+        for (xs, ws, stride, padding, dilation) in cases {
+            let geo = Conv2dGeometry::new("conv2d", xs, ws, stride, padding, dilation, 1).unwrap();
+            widths_agree::<f32>(&geo);
+            widths_agree::<f64>(&geo);
+        }
+    }
+}
