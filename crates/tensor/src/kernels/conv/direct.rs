@@ -648,12 +648,13 @@ pub(super) fn all_finite<S: Scalar>(v: &[S]) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::phases::InputRuns;
     use super::super::Conv2dGeometry;
     use super::*;
 
-    fn values<T: Scalar>(n: usize, salt: usize) -> Vec<T> {
+    /// Deterministic values k / 7 - 1.5 for k in 0..23, a different run per `salt`.
+    pub(in crate::kernels::conv) fn values<T: Scalar>(n: usize, salt: usize) -> Vec<T> {
         (0..n)
             .map(|i| T::from_f64(((i * 37 + salt * 11) % 23) as f64 / 7.0 - 1.5))
             .collect()

@@ -221,13 +221,8 @@ impl GradPhases {
 
 #[cfg(test)]
 mod tests {
+    use super::super::direct::tests::values;
     use super::*;
-
-    fn values<T: Scalar>(n: usize, salt: usize) -> Vec<T> {
-        (0..n)
-            .map(|i| T::from_f64(((i * 37 + salt * 11) % 23) as f64 / 7.0 - 1.5))
-            .collect()
-    }
 
     fn bits<T: Scalar>(v: &[T]) -> Vec<u64> {
         v.iter().map(|x| x.to_f64().to_bits()).collect()
