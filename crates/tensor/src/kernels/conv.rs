@@ -1086,17 +1086,11 @@ mod tests {
             let mut got = vec![0.0; geo.input_numel()];
             grad_input_gemm(&geo, &dy, &w, &mut got, 2).unwrap();
             assert_eq!(got, want, "col2im, {geo:?}");
-            let got = grad_weight_gemm(
-                &geo,
-                &dy,
-                &Tensor::new(&xs, values(geo.input_numel(), 1)).unwrap(),
-                2,
-            )
-            .unwrap();
-            let x = values(geo.input_numel(), 1);
+            let x = Tensor::new(&xs, values(geo.input_numel(), 1)).unwrap();
+            let got = grad_weight_gemm(&geo, &dy, &x, 2).unwrap();
             assert_eq!(
                 got,
-                naive_grad_weight(&geo, dy.data(), &x),
+                naive_grad_weight(&geo, dy.data(), x.data()),
                 "im2col weight gradient, {geo:?}"
             );
         }

@@ -20,6 +20,9 @@ pub(super) struct Phases {
     in_w: usize,
     rows: Vec<usize>,
     cols: Vec<usize>,
+    /// Per column phase: the phase columns `first..end` that hold input columns, and the input
+    /// column at `first` (fixed by the layout, so worked out once, not per image).
+    col_runs: Vec<(usize, usize, usize)>,
     wq: usize,
     plane: usize,
     /// Elements per channel: one plane per phase.
@@ -53,6 +56,14 @@ impl Phases {
         let planes = channel
             .checked_mul(channels)
             .ok_or_else(|| too_big(what()))?;
+        let [sw, pw] = [stride[1], pad[1]];
+        let col_runs = cols
+            .iter()
+            .map(|&rx| {
+                let (first, end) = inside(rx, sw, pw, in_hw[1]);
+                (first, end, (first * sw + rx).saturating_sub(pw))
+            })
+            .collect();
         Ok(Phases {
             channels,
             stride,
@@ -61,6 +72,7 @@ impl Phases {
             in_w: in_hw[1],
             rows,
             cols,
+            col_runs,
             wq,
             plane,
             channel,
@@ -86,15 +98,6 @@ impl Phases {
         let [sh, sw] = self.stride;
         let [ph, pw] = self.pad;
         let in_len = self.in_h * self.in_w;
-        // Per column phase: the phase columns that hold input columns, and the first input column.
-        let col_runs: Vec<(usize, usize, usize)> = self
-            .cols
-            .iter()
-            .map(|&rx| {
-                let (first, end) = inside(rx, sw, pw, self.in_w);
-                (first, end, (first * sw + rx).saturating_sub(pw))
-            })
-            .collect();
         if in_len == 0 {
             return;
         }
@@ -112,7 +115,7 @@ impl Phases {
                         split_pairs(src, pw, &mut even[row.clone()], &mut odd[row]);
                         continue;
                     }
-                    for (sx, &(q0, q1, ix0)) in col_runs.iter().enumerate() {
+                    for (sx, &(q0, q1, ix0)) in self.col_runs.iter().enumerate() {
                         if q0 == q1 {
                             continue;
                         }
@@ -201,14 +204,19 @@ impl InputRuns {
             [rows, cols],
             [hp.div_ceil(sh), wp.div_ceil(sw)],
         )?;
-        let slot = |residues: &[usize], r: usize| residues.iter().position(|&v| v == r);
+        // Every tap's residue is among the kept ones (`residues` lists exactly those).
+        let slot = |residues: &[usize], r: usize| {
+            residues.iter().position(|&v| v == r).ok_or_else(|| {
+                Error::invalid("conv2d", format!("no stride phase {r} kept for {geo:?}"))
+            })
+        };
         let mut offsets = Vec::with_capacity(geo.col_rows());
         for c in 0..geo.group_in() {
             for ky in 0..kh {
                 for kx in 0..kw {
                     let (y, x) = (ky * dh, kx * dw);
-                    let sy = slot(&phases.rows, y % sh).expect("every tap's row phase is kept");
-                    let sx = slot(&phases.cols, x % sw).expect("every tap's column phase is kept");
+                    let sy = slot(&phases.rows, y % sh)?;
+                    let sx = slot(&phases.cols, x % sw)?;
                     offsets.push(phases.at(c, [sy, sx], [y / sh, x / sw]));
                 }
             }
