@@ -2,14 +2,14 @@
 //! leading axes, column sums, softmax bands) give the same bits on 1 to 4 threads, on ragged sizes
 //! around their split thresholds, and equal plain serial loops. Maps split anywhere (each element
 //! on its own); reductions split by output column only, so each output keeps its one order of
-//! additions; softmax splits between whole rows.
+//! additions; softmax (and cross entropy's fused softmax) splits between whole rows.
 
 mod common;
 
 use common::*;
 use tapegrad_tensor::kernels::par_map::{map_in_place, zip_in_place, MIN_MAP_PER_THREAD};
 use tapegrad_tensor::kernels::{
-    column_sums, log_softmax, max_axes, set_num_threads, softmax, sum_axes,
+    column_sums, cross_entropy_rows, log_softmax, max_axes, set_num_threads, softmax, sum_axes,
 };
 use tapegrad_tensor::{Scalar, Tensor};
 
@@ -203,4 +203,64 @@ fn softmax_bands_are_whole_rows_on_every_thread_count() {
             }
         }
     }
+}
+
+/// Cross entropy's one-pass kernel on `(rows, classes)` logits: its probabilities are `softmax`'s
+/// bits and its losses are `-log_softmax` at the label, bit for bit, on 1 to 4 threads, on sizes
+/// on both sides of where it splits, with labels anywhere in the row and logits of +-1000.
+#[test]
+fn cross_entropy_rows_is_softmax_and_picked_log_softmax_bit_for_bit() {
+    fn check<S: Scalar>(rows: usize, classes: usize, shift: f64) {
+        let n = rows * classes;
+        let values: Vec<f64> = floats(n, n as u64 + 7, 4.0)
+            .into_iter()
+            .map(|v| v + shift)
+            .collect();
+        let x = tensor::<S>(&[rows, classes], &values);
+        let targets: Vec<usize> = (0..rows).map(|i| (i * 7 + 3) % classes).collect();
+        let run = || {
+            let (mut probs, mut losses) = (vec![S::ZERO; n], vec![S::ZERO; rows]);
+            cross_entropy_rows(x.data(), classes, &targets, &mut probs, &mut losses).unwrap();
+            probs.extend(losses);
+            probs
+        };
+        let what = format!("cross entropy {rows} x {classes}, shift {shift}");
+        let got = same_on_every_thread_count(&what, run);
+        let sm = softmax(&x, 1).unwrap();
+        let lsm = log_softmax(&x, 1).unwrap();
+        assert_eq!(bits(&got[..n]), bits(sm.data()), "{what}: probabilities");
+        let picked: Vec<S> = (0..rows)
+            .map(|i| -lsm.data()[i * classes + targets[i]])
+            .collect();
+        assert_eq!(bits(&got[n..]), bits(&picked), "{what}: losses");
+    }
+    for (rows, classes) in [
+        (1, 1),
+        (1, 10),
+        (3, 5),
+        (101, 10),
+        (256, 10),
+        (257, 9),
+        (64, 1000),
+    ] {
+        for shift in [0.0, 1000.0, -1000.0] {
+            check::<f32>(rows, classes, shift);
+            check::<f64>(rows, classes, shift);
+        }
+    }
+}
+
+/// What cross entropy's kernel is handed must fit: a wrong count or a label past the classes is
+/// an error naming the op, never an out-of-bounds index.
+#[test]
+fn cross_entropy_rows_rejects_what_does_not_fit() {
+    let x = [0.0f32; 6];
+    let (mut p, mut l) = ([0.0f32; 6], [0.0f32; 2]);
+    for (classes, targets) in [(3, vec![0, 3]), (3, vec![0]), (4, vec![0, 1])] {
+        let err = cross_entropy_rows(&x, classes, &targets, &mut p, &mut l).unwrap_err();
+        assert!(err.to_string().contains("cross_entropy"), "{err}");
+    }
+    let mut short = [0.0f32; 5];
+    let err = cross_entropy_rows(&x, 3, &[0, 1], &mut short, &mut l).unwrap_err();
+    assert!(err.to_string().contains("5 probabilities"), "{err}");
 }

@@ -5,7 +5,7 @@
 use super::{Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use std::sync::Arc;
-use tapegrad_tensor::kernels::log_softmax;
+use tapegrad_tensor::kernels::cross_entropy_rows;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// How a loss reduces over elements: PyTorch's `reduction` argument.
@@ -296,16 +296,17 @@ impl OpRules for LossOp {
             }
             Lo::CrossEntropy { targets, .. } => {
                 let cl = classes(name, x.shape(), targets)?;
-                let lsm = log_softmax(x, x.rank() - 1)?;
-                let per: Vec<S> = targets
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &t)| -lsm.data()[i * cl.c + t])
-                    .collect();
+                // The VJP is (softmax - onehot) * g: keep the softmax, made in the same pass as
+                // the losses (one `exp` per logit).
+                let mut per = vec![S::ZERO; cl.n];
+                let mut failed = None;
+                let probs = Tensor::from_writer(x.shape().clone(), |p| {
+                    failed = cross_entropy_rows(x.data(), cl.c, targets, p, &mut per).err();
+                });
+                if let Some(e) = failed {
+                    return Err(e);
+                }
                 let value = reduction.forward(per, &cl.per_sample)?;
-                // The VJP is (softmax - onehot) * g; keep exp(log_softmax), as PyTorch's
-                // log_softmax_backward does.
-                let probs = lsm.map(|v| v.exp());
                 Ok(Forward {
                     value,
                     aux: Aux::Tensors(vec![probs]),

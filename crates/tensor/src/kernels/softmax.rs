@@ -1,7 +1,7 @@
 //! Numerically stable softmax and log-softmax along one axis: the maximum is subtracted before
 //! exponentiating, so large logits neither overflow nor lose the small ones.
 
-use super::workers::for_each_band_mut;
+use super::workers::{for_each_band_mut, for_each_part};
 use crate::{Error, Result, Scalar, Tensor};
 
 /// Elements per thread below which softmax stays on one thread: an `exp` and a few flops each,
@@ -85,4 +85,77 @@ pub fn log_softmax<S: Scalar>(t: &Tensor<S>, axis: usize) -> Result<Tensor<S>> {
             x[j * stride] = (x[j * stride] - m) - log_total;
         }
     })
+}
+
+/// Cross entropy's forward on `(rows, classes)` logits in one pass over each row: `probs` gets
+/// the row's softmax (the same bits as [`softmax`] along the last axis) and `losses[i]` gets
+/// `-log_softmax(x)[i, targets[i]]` (the same bits as [`log_softmax`] picked at the label), so
+/// each logit is exponentiated once, where a log-softmax followed by `exp` of it took two.
+/// Rows are independent, so long inputs are cut into bands of rows for the GEMM threads: the
+/// same bits on every thread count.
+///
+/// The caller checks the shapes: `x` and `probs` hold `rows * classes` elements, `losses` and
+/// `targets` hold `rows`, every label is below `classes` (else an error naming the op, no panic).
+pub fn cross_entropy_rows<S: Scalar>(
+    x: &[S],
+    classes: usize,
+    targets: &[usize],
+    probs: &mut [S],
+    losses: &mut [S],
+) -> Result<()> {
+    let rows = targets.len();
+    let fits = rows.checked_mul(classes) == Some(x.len())
+        && probs.len() == x.len()
+        && losses.len() == rows
+        && targets.iter().all(|&t| t < classes);
+    if !fits {
+        return Err(Error::invalid(
+            "cross_entropy",
+            format!(
+                "{} logits, {} probabilities and {} losses do not make {rows} rows of {classes} classes with labels below {classes}",
+                x.len(),
+                probs.len(),
+                losses.len()
+            ),
+        ));
+    }
+    if rows == 0 || classes == 0 {
+        return Ok(());
+    }
+    let band = |first: usize, probs: &mut [S], losses: &mut [S]| {
+        let rows_here = probs.chunks_exact_mut(classes).zip(losses.iter_mut());
+        for (i, (p, loss)) in rows_here.enumerate() {
+            let row = first + i;
+            let xs = &x[row * classes..(row + 1) * classes];
+            let m = xs.iter().fold(S::NEG_INFINITY, |m, &v| m.max_nan(v));
+            let m = if m.is_finite() { m } else { S::ZERO };
+            let mut total = S::ZERO;
+            for (p, &v) in p.iter_mut().zip(xs) {
+                let e = (v - m).exp();
+                *p = e;
+                total += e;
+            }
+            for p in p.iter_mut() {
+                *p /= total;
+            }
+            // As `log_softmax`: `(x - m) - ln(total)`, negated.
+            *loss = -((xs[targets[row]] - m) - total.ln());
+        }
+    };
+    let threads = super::num_threads()
+        .min(x.len() / MIN_SOFTMAX_PER_THREAD)
+        .max(1);
+    if threads == 1 {
+        band(0, probs, losses);
+        return Ok(());
+    }
+    let per_band = rows.div_ceil(threads);
+    let parts: Vec<_> = probs
+        .chunks_mut(per_band * classes)
+        .zip(losses.chunks_mut(per_band))
+        .enumerate()
+        .map(|(k, (p, l))| (k * per_band, p, l))
+        .collect();
+    for_each_part(parts, |(first, p, l)| band(first, p, l));
+    Ok(())
 }
