@@ -63,9 +63,10 @@ pub enum Workload {
         #[arg(long, default_value_t = 1)]
         stride: usize,
     },
-    /// The f32 fused multiply-add peak of --threads cores (register-resident chains on the widest
-    /// vector path this CPU has, the best of --reps short bursts per core, 50,000 by default:
-    /// about half a second): the ceiling the other workloads' GFLOP/s are measured against.
+    /// The f32 fused multiply-add peak of --threads cores at once (register-resident chains on
+    /// the widest vector path this CPU has, the best of --reps rounds, 50,000 by default, in
+    /// which every core runs one short burst together, timed from the first start to the last
+    /// end: about half a second): the ceiling the other workloads' GFLOP/s are measured against.
     Peak,
 }
 
