@@ -1,0 +1,102 @@
+//! The operand gradients of matmul and linear give the same bits on 1 to 4 GEMM threads, at
+//! sizes where they are made one after the other, side by side on two threads
+//! (`products_side_by_side`) and cut into bands: batched and broadcast matmuls, a shared matrix
+//! folded into rows, linear with and without bias, and only one operand needing a gradient.
+
+use tapegrad_core::ops::LinalgOp;
+use tapegrad_core::{Op, Tape, Tensor};
+use tapegrad_tensor::kernels::set_num_threads;
+
+fn values(dims: &[usize], salt: usize) -> Tensor<f32> {
+    let n: usize = dims.iter().product();
+    let data: Vec<f64> = (0..n)
+        .map(|i| ((i * 2654435761 + salt * 7919) % 1999) as f64 / 999.0 - 1.0)
+        .collect();
+    Tensor::from_f64(dims, &data).unwrap()
+}
+
+/// Every gradient's bits of `op` on leaves of `dims` (with `needs` saying which need one), for
+/// a seed of ones on `threads` threads.
+fn grads(op: &Op, dims: &[&[usize]], needs: &[bool], threads: usize) -> Vec<u32> {
+    set_num_threads(threads);
+    let mut tape = Tape::<f32>::new();
+    let leaves: Vec<usize> = dims
+        .iter()
+        .zip(needs)
+        .enumerate()
+        .map(|(i, (d, &need))| tape.leaf(values(d, i), need))
+        .collect();
+    let out = tape.apply(op.clone(), &leaves).unwrap();
+    let seed = values(tape.value(out).unwrap().dims(), 9);
+    let all = tape.backward_all(out, &seed).unwrap();
+    set_num_threads(1);
+    leaves
+        .iter()
+        .zip(needs)
+        .filter(|(_, &need)| need)
+        .flat_map(|(&leaf, _)| {
+            all[leaf]
+                .data()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// An op, its operands' shapes and which operands need a gradient.
+type Case = (Op, Vec<&'static [usize]>, Vec<bool>);
+
+#[test]
+fn operand_gradients_are_bit_identical_on_every_thread_count() {
+    let matmul = Op::Linalg(LinalgOp::Matmul);
+    let linear = |bias| Op::Linalg(LinalgOp::Linear { bias });
+    // (op, operand shapes, which need a gradient); multiply-adds per gradient in the comments.
+    let cases: Vec<Case> = vec![
+        (matmul.clone(), vec![&[40, 30], &[30, 20]], vec![true, true]), // 24k: one after the other
+        (
+            matmul.clone(),
+            vec![&[3, 64, 80], &[80, 70]],
+            vec![true, true],
+        ), // 1.1M: side by side
+        (
+            matmul.clone(),
+            vec![&[64, 80], &[2, 80, 70]],
+            vec![true, true],
+        ), // broadcast a
+        (
+            matmul.clone(),
+            vec![&[2, 300, 160], &[2, 160, 200]],
+            vec![true, true],
+        ), // 19M: bands
+        (
+            matmul.clone(),
+            vec![&[3, 64, 80], &[80, 70]],
+            vec![false, true],
+        ), // one operand
+        (
+            linear(true),
+            vec![&[128, 96], &[64, 96], &[64]],
+            vec![true, true, true],
+        ), // 0.8M
+        (
+            linear(false),
+            vec![&[256, 300], &[200, 300]],
+            vec![true, true],
+        ), // 15M: bands
+        (
+            linear(true),
+            vec![&[128, 96], &[64, 96], &[64]],
+            vec![false, true, true],
+        ),
+    ];
+    for (op, dims, needs) in cases {
+        let one = grads(&op, &dims, &needs, 1);
+        for threads in 2..=4 {
+            assert!(
+                grads(&op, &dims, &needs, threads) == one,
+                "{op:?} on {dims:?}: {threads} threads differ from 1"
+            );
+        }
+    }
+}
