@@ -1,6 +1,6 @@
 //! `AlignedBuf<S>`: a tensor's shared element storage, one allocation holding a reference count
-//! and the elements, which start on a [`BUFFER_ALIGN`]-byte boundary (a cache line), so no
-//! vector load of a buffer's leading rows straddles two lines. It is `Arc<[S]>` with that
+//! and the elements, which start on a [`BUFFER_ALIGN`]-byte boundary (a cache line), so vector
+//! loads that walk a buffer from its start never straddle two lines. It is `Arc<[S]>` with that
 //! alignment (an `Arc` puts its elements 16 bytes into an allocation aligned to 8 or 16 only).
 
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};

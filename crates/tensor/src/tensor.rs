@@ -1,7 +1,8 @@
 //! `Tensor<S>`: a shape plus a shared, row-major, contiguous buffer. Cloning shares the buffer
-//! (an [`AlignedBuf`]: count and elements in one allocation, the elements 64-byte aligned),
-//! writing through `data_mut` copies it only when it is shared. The last holder of a buffer hands it to the thread's [`crate::pool`],
-//! and new tensors take their buffers from there. A one-element tensor holds its element itself.
+//! (an `AlignedBuf`: count and elements in one allocation, the elements 64-byte aligned), writing
+//! through `data_mut` copies it only when it is shared. The last holder of a buffer hands it to
+//! the thread's [`crate::pool`], and new tensors take their buffers from there. A one-element
+//! tensor holds its element itself.
 
 use crate::buffer::AlignedBuf;
 use crate::{pool, Error, Result, Scalar, Shape};
