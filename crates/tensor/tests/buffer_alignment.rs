@@ -205,3 +205,26 @@ fn a_tensor_is_still_72_bytes() {
     assert_eq!(std::mem::size_of::<Tensor<f32>>(), 72);
     assert_eq!(std::mem::size_of::<Tensor<f64>>(), 72);
 }
+
+/// A clone read and dropped on another thread while this one writes: each write either copies
+/// the buffer (still shared) or, once the other holder is gone, writes it in place, which the
+/// count's release and acquire must order after the other thread's reads (Miri's race detector
+/// checks that ordering when it runs this).
+#[test]
+fn a_clone_dropped_on_another_thread_is_ordered_before_the_last_holders_write() {
+    let mut a = Tensor::<f32>::new(&[64], (0..64).map(|i| i as f32).collect()).unwrap();
+    let b = a.clone();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let sum: f32 = b.data().iter().sum();
+            assert_eq!(sum, 2016.0);
+            drop(b);
+        });
+        for _ in 0..20 {
+            a.data_mut()[0] += 1.0;
+        }
+    });
+    assert_eq!(a.data()[0], 20.0);
+    assert_eq!(a.data()[63], 63.0);
+    assert_eq!(a.data().as_ptr() as usize % BUFFER_ALIGN, 0);
+}
