@@ -14,10 +14,10 @@
 //! each backend from the same state is checked to give the same loss and gradients, bit for bit.
 //!
 //! `cargo run --release -p tapegrad-nn --example backend_ab -- --batch 1 [--pairs N]
-//! [--threads T] [--models shared|separate] [--sides KIND,KIND] [--only eager|compiled]
-//! [--batch-align BYTES]` (`--only` steps one backend alone, for profilers and for comparing
-//! processes; `--batch-align` puts the batch's buffer that many bytes past a 64-byte boundary, a
-//! placement probe: where it lands moves the whole step by several percent on either backend).
+//! [--threads T] [--models shared|separate] [--sides KIND,KIND] [--only eager|compiled]` (`--only`
+//! steps one backend alone, for profilers and for comparing processes). The batch's placement
+//! once moved the whole step by several percent (a `--batch-align` probe put it off a 64-byte
+//! boundary); every tensor buffer now starts on one, so there is no placement left to probe.
 
 use rand::{Rng, SeedableRng};
 use std::hint::black_box;
@@ -37,7 +37,7 @@ struct State {
 }
 
 impl State {
-    fn new(rows: usize, align: Option<usize>) -> NnResult<State> {
+    fn new(rows: usize) -> NnResult<State> {
         let spec = ModelSpec::Mlp {
             inputs: 784,
             hidden: vec![256, 128],
@@ -51,7 +51,7 @@ impl State {
         let data: Vec<f32> = (0..shape.numel())
             .map(|_| rng.random_range(-1.0f32..1.0))
             .collect();
-        let x = batch_at(align, shape, data)?;
+        let x = Tensor::from_shape(shape, data)?;
         let labels = (0..rows).map(|_| rng.random_range(0..10)).collect();
         // `torch.optim.SGD(params, lr=0.01)`: no momentum, as the benchmark runs it.
         let plain_sgd = OptimizerConfig::Sgd {
@@ -71,27 +71,6 @@ impl State {
             optimizer,
         })
     }
-}
-
-/// The batch tensor, its buffer at `align` bytes past a 64-byte boundary when asked (a
-/// placement probe: the allocator aligns to 16 bytes only, so some tries are needed).
-fn batch_at(align: Option<usize>, shape: Shape, data: Vec<f32>) -> NnResult<Tensor<f32>> {
-    let Some(align) = align else {
-        return Ok(Tensor::from_shape(shape, data)?);
-    };
-    let mut rejected = Vec::new();
-    for _ in 0..256 {
-        let x = Tensor::from_shape(shape.clone(), data.clone())?;
-        if x.data().as_ptr() as usize % 64 == align {
-            return Ok(x);
-        }
-        rejected.push(x);
-    }
-    Err(tapegrad_tensor::Error::invalid(
-        "backend_ab",
-        format!("found no batch buffer {align} bytes past a 64-byte boundary"),
-    )
-    .into())
 }
 
 /// A phase's name and its time from a step's (train_step, update) times.
@@ -180,7 +159,6 @@ struct Args {
     separate: bool,
     sides: (BackendKind, BackendKind),
     only: Option<BackendKind>,
-    align: Option<usize>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -191,7 +169,6 @@ fn parse() -> Result<Args, String> {
         separate: false,
         sides: (BackendKind::Eager, BackendKind::Compiled),
         only: None,
-        align: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -219,7 +196,6 @@ fn parse() -> Result<Args, String> {
                 args.sides = (a.parse()?, b.parse()?);
             }
             "--only" => args.only = Some(value.parse()?),
-            "--batch-align" => args.align = Some(number()? % 64),
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -237,7 +213,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .pairs
         .unwrap_or_else(|| (20_000 / args.batch).clamp(200, 10_000));
     if let Some(kind) = args.only {
-        let mut state = State::new(args.batch, args.align)?;
+        let mut state = State::new(args.batch)?;
         let mut side = Side::new(kind)?;
         for _ in 0..3 {
             side.step(&mut state, false)?;
@@ -259,9 +235,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         return Ok(());
     }
-    let mut states = vec![State::new(args.batch, args.align)?];
+    let mut states = vec![State::new(args.batch)?];
     if args.separate {
-        states.push(State::new(args.batch, args.align)?);
+        states.push(State::new(args.batch)?);
     }
     let mut sides = [Side::new(args.sides.0)?, Side::new(args.sides.1)?];
     let [a, b] = &mut sides;

@@ -9,19 +9,20 @@
 //! [`capacity`] bytes per scalar type. Reused buffers keep the values of the tensor that dropped
 //! them: constructors either overwrite every element or say so.
 
+use crate::buffer::AlignedBuf;
 use crate::{DType, Scalar};
 use std::any::Any;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::thread::LocalKey;
 
 /// Buffers of at least this many bytes are pooled by exact length, with LRU eviction; smaller
 /// (non-empty) ones go to the small size classes, counted apart in [`PoolStats`].
 pub const MIN_POOLED_BYTES: usize = 1024;
 
-/// What a small buffer is charged against [`capacity`] besides its elements: the `Arc`'s two
-/// counts, so that many tiny buffers cannot hide behind their element bytes.
+/// What a small buffer is charged against [`capacity`] besides its elements, so that many tiny
+/// buffers cannot hide behind their element bytes (two words; the buffer's header, a count padded
+/// to a cache line, is larger).
 const SMALL_OVERHEAD: usize = 2 * std::mem::size_of::<usize>();
 
 /// The default [`capacity`]: room for a few steps' worth of activations and gradients of a
@@ -59,7 +60,7 @@ pub struct PoolStats {
     pub small_reused: u64,
     /// Small buffers taken back from dropped tensors.
     pub small_returned: u64,
-    /// Bytes held now (small buffers with their `Arc` counts).
+    /// Bytes held now (small buffers with their per-buffer charge).
     pub held_bytes: usize,
 }
 
@@ -92,7 +93,7 @@ pub(crate) fn is_pooled<S>(len: usize) -> bool {
 /// An unshared buffer of exactly `len` elements holding a dropped tensor's values, if the pool
 /// has one (the caller overwrites it).
 #[inline]
-pub(crate) fn take<S: Scalar>(len: usize) -> Option<Arc<[S]>> {
+pub(crate) fn take<S: Scalar>(len: usize) -> Option<AlignedBuf<S>> {
     if len == 0 {
         return None;
     }
@@ -102,10 +103,9 @@ pub(crate) fn take<S: Scalar>(len: usize) -> Option<Arc<[S]>> {
 /// Takes `buf` into the pool when it is the last holder of a non-empty buffer; otherwise (or
 /// when the pool declines it) drops it, which frees it or lowers its count as usual.
 #[inline]
-pub(crate) fn give_back<S: Scalar>(buf: Arc<[S]>) {
-    // No `Weak` is ever made of a tensor buffer, so one strong count means this is the last
-    // holder (and a plain load is cheaper than `Arc::get_mut`'s compare-and-swap).
-    if buf.is_empty() || Arc::strong_count(&buf) != 1 {
+pub(crate) fn give_back<S: Scalar>(buf: AlignedBuf<S>) {
+    // A tensor buffer has no weak references, so a count of one means this is the last holder.
+    if buf.len() == 0 || !buf.is_unique() {
         return;
     }
     // A pool that cannot be reached (thread teardown, in use further up) drops the buffer here.
@@ -119,7 +119,7 @@ pub(crate) fn give_back<S: Scalar>(buf: Arc<[S]>) {
 
 struct Bucket<S> {
     len: usize,
-    bufs: Vec<Arc<[S]>>,
+    bufs: Vec<AlignedBuf<S>>,
     last_use: u64,
 }
 
@@ -127,7 +127,7 @@ struct Pool<S> {
     /// Exact lengths of at least `MIN_POOLED_BYTES`.
     buckets: Vec<Bucket<S>>,
     /// Small buffers, `small[len - 1]` holding those of `len` elements.
-    small: Vec<Vec<Arc<[S]>>>,
+    small: Vec<Vec<AlignedBuf<S>>>,
     held: usize,
     clock: u64,
     stats: PoolStats,
@@ -153,7 +153,7 @@ impl<S: Scalar> Pool<S> {
     }
 
     #[inline]
-    fn take(&mut self, len: usize) -> Option<Arc<[S]>> {
+    fn take(&mut self, len: usize) -> Option<AlignedBuf<S>> {
         if !is_pooled::<S>(len) {
             let buf = self.small.get_mut(len - 1)?.pop()?;
             self.held -= small_charge::<S>(len);
@@ -171,7 +171,7 @@ impl<S: Scalar> Pool<S> {
             });
         match &found {
             Some(buf) => {
-                self.held -= std::mem::size_of_val::<[S]>(buf);
+                self.held -= buf.nbytes();
                 self.stats.reused += 1;
             }
             None => self.stats.allocated += 1,
@@ -180,7 +180,7 @@ impl<S: Scalar> Pool<S> {
     }
 
     #[inline]
-    fn put(&mut self, buf: Arc<[S]>) {
+    fn put(&mut self, buf: AlignedBuf<S>) {
         let len = buf.len();
         let cap = capacity();
         if !is_pooled::<S>(len) {
@@ -198,7 +198,7 @@ impl<S: Scalar> Pool<S> {
             self.stats.small_returned += 1;
             return;
         }
-        let bytes = std::mem::size_of_val::<[S]>(&*buf);
+        let bytes = buf.nbytes();
         if bytes > cap {
             return;
         }
@@ -233,7 +233,7 @@ impl<S: Scalar> Pool<S> {
             return;
         };
         if let Some(buf) = self.buckets[i].bufs.pop() {
-            self.held -= std::mem::size_of_val::<[S]>(&buf);
+            self.held -= buf.nbytes();
             self.stats.evicted += 1;
         }
         if self.buckets[i].bufs.is_empty() {

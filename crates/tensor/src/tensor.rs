@@ -1,10 +1,11 @@
 //! `Tensor<S>`: a shape plus a shared, row-major, contiguous buffer. Cloning shares the buffer
-//! (an `Arc<[S]>`: count and elements in one allocation), writing through `data_mut` copies it
-//! only when it is shared. The last holder of a buffer hands it to the thread's [`crate::pool`],
-//! and new tensors take their buffers from there. A one-element tensor holds its element itself.
+//! (an `AlignedBuf`: count and elements in one allocation, the elements 64-byte aligned), writing
+//! through `data_mut` copies it only when it is shared. The last holder of a buffer hands it to
+//! the thread's [`crate::pool`], and new tensors take their buffers from there. A one-element
+//! tensor holds its element itself.
 
+use crate::buffer::AlignedBuf;
 use crate::{pool, Error, Result, Scalar, Shape};
-use std::sync::Arc;
 
 /// A dense row-major tensor whose buffer is shared between clones (copy-on-write).
 #[derive(Clone, PartialEq)]
@@ -26,14 +27,14 @@ enum Buffer<S> {
     One(S),
     Shared {
         /// `None` only while the buffer is being dropped (it has gone to the pool or been
-        /// freed): taking it out by value lets `Drop` hand it over without a placeholder `Arc`.
-        elems: Option<Arc<[S]>>,
-        give_back: fn(Arc<[S]>),
+        /// freed): taking it out by value lets `Drop` hand it over without a placeholder.
+        elems: Option<AlignedBuf<S>>,
+        give_back: fn(AlignedBuf<S>),
     },
 }
 
 impl<S: Scalar> Buffer<S> {
-    fn new(elems: Arc<[S]>) -> Self {
+    fn new(elems: AlignedBuf<S>) -> Self {
         Buffer::Shared {
             elems: Some(elems),
             give_back: pool::give_back::<S>,
@@ -79,7 +80,7 @@ impl<S: Scalar> Buffer<S> {
     #[inline]
     fn for_overwrite(len: usize) -> Self {
         Buffer::recycled(len)
-            .unwrap_or_else(|| Buffer::new(std::iter::repeat_n(Self::unwritten(), len).collect()))
+            .unwrap_or_else(|| Buffer::new(AlignedBuf::filled(len, Self::unwritten())))
     }
 
     /// `len` copies of `v`.
@@ -93,7 +94,7 @@ impl<S: Scalar> Buffer<S> {
                 buf.elems_mut().fill(v);
                 buf
             }
-            None => Buffer::new(std::iter::repeat_n(v, len).collect()),
+            None => Buffer::new(AlignedBuf::filled(len, v)),
         }
     }
 
@@ -108,7 +109,7 @@ impl<S: Scalar> Buffer<S> {
                 buf.elems_mut().copy_from_slice(src);
                 buf
             }
-            None => Buffer::new(Arc::from(src)),
+            None => Buffer::new(AlignedBuf::copied(src)),
         }
     }
 
@@ -117,14 +118,13 @@ impl<S: Scalar> Buffer<S> {
     #[inline(always)]
     fn elems_mut(&mut self) -> &mut [S] {
         // No `Weak` is ever made of a tensor buffer, so one strong count means unshared.
-        if matches!(self, Buffer::Shared { elems: Some(e), .. } if Arc::strong_count(e) != 1) {
+        if matches!(self, Buffer::Shared { elems: Some(e), .. } if !e.is_unique()) {
             self.unshare();
         }
-        // Unshared now, so `get_mut` succeeds (`make_mut` would inline a clone path that never
-        // runs, and the register saves it needs).
+        // Unshared now, so `get_mut` succeeds (the copy stays out of line: see `unshare`).
         match self {
             Buffer::One(v) => std::slice::from_mut(v),
-            Buffer::Shared { elems: Some(e), .. } => Arc::get_mut(e).unwrap_or_default(),
+            Buffer::Shared { elems: Some(e), .. } => e.get_mut().unwrap_or_default(),
             Buffer::Shared { elems: None, .. } => &mut [],
         }
     }
@@ -143,7 +143,7 @@ impl<S> Buffer<S> {
     fn elems(&self) -> &[S] {
         match self {
             Buffer::One(v) => std::slice::from_ref(v),
-            Buffer::Shared { elems, .. } => elems.as_deref().unwrap_or(&[]),
+            Buffer::Shared { elems, .. } => elems.as_ref().map_or(&[], AlignedBuf::as_slice),
         }
     }
 }
@@ -201,24 +201,15 @@ impl<S: Scalar> Tensor<S> {
     {
         let mut iter = iter.into_iter();
         let numel = shape.numel();
-        let (data, yielded) = match Buffer::recycled(numel) {
-            Some(mut buf) => {
-                let mut written = 0;
-                for (d, v) in buf.elems_mut().iter_mut().zip(&mut iter) {
-                    *d = v;
-                    written += 1;
-                }
-                // Anything left over is counted, for the error (`zip` polls the buffer's side
-                // first, so nothing was lost when it ran out).
-                let yielded = written + iter.count();
-                (buf, yielded)
-            }
-            None => {
-                let elems: Arc<[S]> = iter.collect();
-                let yielded = elems.len();
-                (Buffer::new(elems), yielded)
-            }
-        };
+        let mut data = Buffer::for_overwrite(numel);
+        let mut written = 0;
+        for (d, v) in data.elems_mut().iter_mut().zip(&mut iter) {
+            *d = v;
+            written += 1;
+        }
+        // Anything left over is counted, for the error (`zip` polls the buffer's side first, so
+        // nothing was lost when it ran out).
+        let yielded = written + iter.count();
         if yielded != numel {
             return Err(Error::DataLength {
                 op: "tensor",
@@ -324,7 +315,8 @@ impl<S: Scalar> Tensor<S> {
         self.shape.numel()
     }
 
-    /// The row-major elements.
+    /// The row-major elements. When there are two or more, the first sits on a
+    /// [`crate::BUFFER_ALIGN`]-byte boundary (a one-element tensor holds its element itself).
     #[inline]
     pub fn data(&self) -> &[S] {
         self.data.elems()
@@ -453,7 +445,7 @@ impl<S: Scalar> Tensor<S> {
     pub fn shares_buffer_with(&self, other: &Self) -> bool {
         match (&self.data, &other.data) {
             (Buffer::Shared { elems: Some(a), .. }, Buffer::Shared { elems: Some(b), .. }) => {
-                Arc::ptr_eq(a, b)
+                AlignedBuf::ptr_eq(a, b)
             }
             _ => false,
         }

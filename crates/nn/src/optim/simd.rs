@@ -7,7 +7,7 @@
 
 use pulp::{Arch, Simd, WithSimd};
 use tapegrad_tensor::kernels::{for_each_part, num_threads};
-use tapegrad_tensor::{Scalar, Shape, Tensor};
+use tapegrad_tensor::Scalar;
 
 /// Elements per thread below which a split loses to the hand-off: at memory speed a pass over
 /// 32k f32 elements (read two, write one) takes about 10 us, a few times the hand-off to a
@@ -78,14 +78,12 @@ pub(super) fn add_scaled<S: Scalar>(p: &mut [S], a: S, g: &[S]) {
 /// `kernels::outer_product` rounds it and then scaled and added as [`add_scaled`] does, so the
 /// bits equal those two passes while the gradient is never written. Long ones are cut into bands
 /// of whole rows, one per GEMM thread (each element is computed on its own).
+///
+/// Every row reads all of `cols` again, so where `cols` starts matters: off a 32-byte boundary,
+/// half of those vector loads would straddle two cache lines (15% slower on a 256 x 784 weight
+/// on Zen 3). `cols` is a whole one-row tensor's data, and tensor buffers start on a 64-byte
+/// boundary (`tapegrad_tensor::BUFFER_ALIGN`), so it is read in place.
 pub(super) fn add_scaled_outer<S: Scalar>(p: &mut [S], a: S, rows: &[S], cols: &[S]) {
-    // Every row reads all of `cols` again: from a buffer off a 32-byte boundary, half of those
-    // vector loads straddle two cache lines, which made the one-row update of a 256 x 784 weight
-    // 15% slower (18.4 us against 21.3 on Zen 3). One aligned copy costs a pass over one row.
-    let aligned = (cols.as_ptr() as usize % 32 != 0 && rows.len() >= ALIGNED_COPY_MIN_ROWS)
-        .then(|| AlignedCopy::of(cols))
-        .flatten();
-    let cols = aligned.as_ref().map_or(cols, AlignedCopy::as_slice);
     let threads = num_threads().min(p.len() / MIN_PER_THREAD).max(1);
     if threads == 1 || cols.is_empty() {
         return add_scaled_outer_here(p, a, rows, cols);
@@ -96,44 +94,6 @@ pub(super) fn add_scaled_outer<S: Scalar>(p: &mut [S], a: S, rows: &[S], cols: &
         .zip(rows.chunks(band))
         .collect();
     for_each_part(parts, |(p, rows)| add_scaled_outer_here(p, a, rows, cols));
-}
-
-/// Rows from which [`add_scaled_outer`] copies a misaligned `cols` to an aligned buffer first.
-const ALIGNED_COPY_MIN_ROWS: usize = 8;
-
-/// A copy of a slice that starts on a 64-byte boundary, inside a slightly longer pooled tensor
-/// (a buffer is aligned only to its element), so after the first step the copy allocates
-/// nothing. `None` when the padded length does not fit a shape.
-struct AlignedCopy<S: Scalar> {
-    buf: Tensor<S>,
-    start: usize,
-    len: usize,
-}
-
-impl<S: Scalar> AlignedCopy<S> {
-    fn of(src: &[S]) -> Option<Self> {
-        let size = std::mem::size_of::<S>();
-        let shape = Shape::new([src.len().checked_add(64 / size)?]).ok()?;
-        let mut start = 0;
-        let buf = Tensor::from_writer(shape, |buf| {
-            start = (64 - buf.as_ptr() as usize % 64) % 64 / size;
-            let (head, rest) = buf.split_at_mut(start);
-            let (copy, tail) = rest.split_at_mut(src.len());
-            copy.copy_from_slice(src);
-            // from_writer's contract: every element is written.
-            head.fill(S::ZERO);
-            tail.fill(S::ZERO);
-        });
-        Some(AlignedCopy {
-            buf,
-            start,
-            len: src.len(),
-        })
-    }
-
-    fn as_slice(&self) -> &[S] {
-        &self.buf.data()[self.start..self.start + self.len]
-    }
 }
 
 /// [`add_scaled_outer`] on this thread.
@@ -209,11 +169,10 @@ mod tests {
         set_num_threads(1);
     }
 
-    /// The outer-product update reads `cols` from an aligned copy when it is misaligned: the
-    /// same values, so the same bits as the plain loop, wherever `cols` starts.
+    /// The outer-product update gives the plain loop's bits wherever `cols` starts.
     #[test]
     fn outer_update_gives_the_plain_loops_bits_at_every_alignment() {
-        let (rows_n, cols_n) = (ALIGNED_COPY_MIN_ROWS + 3, 37);
+        let (rows_n, cols_n) = (11, 37);
         let rows: Vec<f32> = (0..rows_n).map(|i| 0.3 - 0.07 * i as f32).collect();
         let backing: Vec<f32> = (0..cols_n + 16).map(|j| (j as f32 * 0.61).sin()).collect();
         let start: Vec<f32> = (0..rows_n * cols_n)
@@ -237,8 +196,5 @@ mod tests {
                 "cols {offset} elements into its buffer"
             );
         }
-        let copy = AlignedCopy::of(&backing[3..]).unwrap();
-        assert_eq!(copy.as_slice(), &backing[3..]);
-        assert_eq!(copy.as_slice().as_ptr() as usize % 64, 0);
     }
 }
