@@ -11,6 +11,9 @@ use std::ops::Range;
 mod direct;
 mod grad_phases;
 mod phases;
+#[cfg(test)]
+mod random_geometry;
+mod rows;
 
 /// The per-axis window parameters of a sliding-window op (convolution or pooling).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
