@@ -3,6 +3,7 @@
 //! `k d = R (mod s)`: the input positions of one residue modulo the stride (one phase) see only
 //! that residue's taps, at unit stride. So each phase is a forward pass of the direct kernels over
 //! a zero-padded copy of the output gradient with those taps, then interleaved into the gradient.
+//! A unit stride whose padding exceeds the kernel extent (no transposed form) is the one phase.
 
 use super::direct::{self, Flat};
 use super::phases::{inside, Phases};
