@@ -11,6 +11,9 @@ use std::ops::Range;
 mod direct;
 mod grad_phases;
 mod phases;
+#[cfg(test)]
+mod random_geometry;
+mod rows;
 
 /// The per-axis window parameters of a sliding-window op (convolution or pooling).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -568,8 +571,9 @@ fn forward_direct<S: Scalar>(
 /// Gradient with respect to the input. With unit stride it is itself a convolution: of the output
 /// gradient, padded by `dilation * (kernel - 1) - padding`, with the weight flipped and its channel
 /// axes swapped, on the forward pass's path. With a larger stride each stride phase of the input
-/// is such a convolution with the taps of its phase (`grad_phases`), when the weight is finite.
-/// Otherwise `col2im(W_g^T @ dy_g)` per sample and group.
+/// is such a convolution with the taps of its phase (`grad_phases`), when the weight is finite;
+/// so is the one phase of a unit stride whose padding exceeds the kernel extent. Otherwise
+/// `col2im(W_g^T @ dy_g)` per sample and group.
 pub fn conv2d_grad_input<S: Scalar>(
     geo: &Conv2dGeometry,
     grad_out: &Tensor<S>,
@@ -617,8 +621,9 @@ fn grad_input_into_on<S: Scalar>(
         }
     }
     // A tap reading padding multiplies the weight by zero, which a non-finite weight would turn
-    // into NaN where the column matrix adds nothing: such weights keep the column matrix.
-    if geo.runs_direct() && geo.stride != [1, 1] && direct::all_finite(weight.data()) {
+    // into NaN where the column matrix adds nothing: such weights keep the column matrix. With
+    // unit stride (padding past the kernel extent, so no transposed form) the plan has one phase.
+    if geo.runs_direct() && direct::all_finite(weight.data()) {
         if let Some(plan) = grad_phases::GradPhases::new(geo)? {
             return grad_input_phases(geo, &plan, grad_out, weight, dx, threads);
         }
@@ -1067,7 +1072,7 @@ mod tests {
             // Unit stride: the transposed-convolution path.
             ([2, 4, 5, 7], [6, 2, 3, 2], [1, 1], [1, 0], [1, 2], 2),
             ([1, 3, 6, 6], [2, 3, 3, 3], [1, 1], [2, 1], [1, 1], 1),
-            // Padding beyond the kernel extent: the col2im path; strides 2 and 3: the phases.
+            // Padding beyond the kernel extent: one phase; strides 2 and 3: the phases.
             ([1, 2, 4, 4], [3, 2, 1, 2], [1, 1], [1, 1], [1, 1], 1),
             ([1, 4, 7, 9], [4, 1, 2, 3], [2, 3], [1, 1], [2, 1], 4),
         ];
@@ -1247,7 +1252,7 @@ mod tests {
 
     /// The unit-stride paths without a column matrix (`direct`): remainder tiles of output
     /// channels (6 = 4 + 1 + 1 per group) and taps (not a multiple of 3), groups, dilation,
-    /// padding past the kernel extent (the input gradient then takes the col2im path), a
+    /// padding past the kernel extent (the input gradient then takes `grad_phases`' one phase), a
     /// height-1 image (conv1d), a batch split unevenly over threads; forward with a bias.
     #[test]
     fn unit_stride_paths_match_the_definition_on_every_thread_count() {

@@ -4,6 +4,7 @@
 //! reads a contiguous run. With unit stride the one phase is the padded image itself.
 
 use super::direct::Flat;
+use super::rows;
 use super::Conv2dGeometry;
 use crate::kernels::alloc::try_zeroed;
 use crate::{Error, Result, Scalar};
@@ -93,40 +94,52 @@ impl Phases {
     }
 
     /// Copies a group's channels `x` (channels x in_h x in_w) into their places in `buf`; every
-    /// other element keeps its value (zero).
+    /// other element keeps its value (zero). Each phase row is a gather from one input row (a
+    /// de-interleave into both column phases at stride 2), compiled for the CPU's vectors.
     pub(super) fn copy_into<S: Scalar>(&self, x: &[S], buf: &mut [S]) {
+        rows::vectorised(
+            #[inline(always)]
+            || self.copy_rows(x, buf),
+        )
+    }
+
+    #[inline(always)]
+    fn copy_rows<S: Scalar>(&self, x: &[S], buf: &mut [S]) {
         let [sh, sw] = self.stride;
         let [ph, pw] = self.pad;
         let in_len = self.in_h * self.in_w;
         if in_len == 0 {
             return;
         }
+        let both_of_two = sw == 2 && self.cols == [0, 1];
         for (c, channel) in x.chunks(in_len).enumerate().take(self.channels) {
             for (sy, &ry) in self.rows.iter().enumerate() {
                 let (first, end) = inside(ry, sh, ph, self.in_h);
-                for qy in first..end {
-                    let iy = qy * sh + ry - ph;
-                    let src = &channel[iy * self.in_w..][..self.in_w];
-                    if sw == 2 && self.cols == [0, 1] {
-                        // Both column phases, planes side by side: one pass over the row.
-                        let both = &mut buf[self.at(c, [sy, 0], [0, 0])..][..2 * self.plane];
-                        let (even, odd) = both.split_at_mut(self.plane);
-                        let row = qy * self.wq..(qy + 1) * self.wq;
-                        split_pairs(src, pw, &mut even[row.clone()], &mut odd[row]);
+                if first == end {
+                    continue;
+                }
+                let rows_in = first * sh + ry - ph..(end - 1) * sh + ry - ph + 1;
+                let input = channel[rows_in.start * self.in_w..rows_in.end * self.in_w]
+                    .chunks(sh * self.in_w);
+                if both_of_two {
+                    // Both column phases, planes side by side: one pass over each row.
+                    let both = &mut buf[self.at(c, [sy, 0], [0, 0])..][..2 * self.plane];
+                    let (even, odd) = both.split_at_mut(self.plane);
+                    let (even, odd) = (&mut even[first * self.wq..], &mut odd[first * self.wq..]);
+                    let planes = even.chunks_mut(self.wq).zip(odd.chunks_mut(self.wq));
+                    for (src, (even, odd)) in input.zip(planes) {
+                        split_pairs(&src[..self.in_w], pw, even, odd);
+                    }
+                    continue;
+                }
+                for (sx, &(q0, q1, ix0)) in self.col_runs.iter().enumerate() {
+                    if q0 == q1 {
                         continue;
                     }
-                    for (sx, &(q0, q1, ix0)) in self.col_runs.iter().enumerate() {
-                        if q0 == q1 {
-                            continue;
-                        }
-                        let dst = &mut buf[self.at(c, [sy, sx], [qy, q0])..][..q1 - q0];
-                        if sw == 1 {
-                            dst.copy_from_slice(&src[ix0..ix0 + (q1 - q0)]);
-                        } else {
-                            for (d, &s) in dst.iter_mut().zip(src[ix0..].iter().step_by(sw)) {
-                                *d = s;
-                            }
-                        }
+                    let plane = &mut buf[self.at(c, [sy, sx], [first, 0])..]
+                        [..self.plane - first * self.wq];
+                    for (src, dst) in input.clone().zip(plane.chunks_mut(self.wq)) {
+                        rows::gather(&src[ix0..], sw, &mut dst[q0..q1]);
                     }
                 }
             }
@@ -136,6 +149,7 @@ impl Phases {
 
 /// Input row `src`, whose element `ix` is padded column `ix + pad`, into the even and odd padded
 /// columns of stride 2: element `ix` to `even` or `odd` at `(ix + pad) / 2`.
+#[inline(always)]
 fn split_pairs<S: Copy>(src: &[S], pad: usize, even: &mut [S], odd: &mut [S]) {
     let mut src = src;
     if pad % 2 == 1 {
@@ -146,15 +160,11 @@ fn split_pairs<S: Copy>(src: &[S], pad: usize, even: &mut [S], odd: &mut [S]) {
     }
     // Now src[0] is an even padded column, pad.div_ceil(2) in phase columns.
     let (q, n) = (pad.div_ceil(2), src.len() / 2);
-    let pairs = src.chunks_exact(2);
-    let tail = pairs.remainder();
-    for ((pair, e), o) in pairs.zip(&mut even[q..q + n]).zip(&mut odd[q..q + n]) {
-        *e = pair[0];
-        *o = pair[1];
-    }
-    if let [last] = tail {
-        even[q + n] = *last;
-    }
+    rows::deinterleave(
+        src,
+        &mut even[q..q + src.len().div_ceil(2)],
+        &mut odd[q..q + n],
+    );
 }
 
 /// The phase indices `first..end` of residue `r` (stride `s`) whose padded position `q * s + r`
@@ -239,4 +249,63 @@ fn residues(kernel: usize, dilation: usize, stride: usize) -> Vec<usize> {
     r.sort_unstable();
     r.dedup();
     r
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::super::random_geometry::random_geometries;
+    use super::*;
+
+    /// The definition of [`Phases::copy_into`], one element at a time: every position of every
+    /// kept phase whose padded position lies inside the input gets that input element.
+    pub(in crate::kernels::conv) fn copy_reference<S: Scalar>(p: &Phases, x: &[S], buf: &mut [S]) {
+        let ([sh, sw], [ph, pw]) = (p.stride, p.pad);
+        let hq = p.plane / p.wq.max(1);
+        for c in 0..p.channels {
+            for (sy, &ry) in p.rows.iter().enumerate() {
+                for (sx, &rx) in p.cols.iter().enumerate() {
+                    for qy in 0..hq {
+                        for qx in 0..p.wq {
+                            let (py, px) = (qy * sh + ry, qx * sw + rx);
+                            if (ph..ph + p.in_h).contains(&py) && (pw..pw + p.in_w).contains(&px) {
+                                let i = (c * p.in_h + py - ph) * p.in_w + px - pw;
+                                buf[p.at(c, [sy, sx], [qy, qx])] = x[i];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Distinct values `offset + i` (exact in f32 below 2^24), so that any misplaced move shows.
+    fn distinct<S: Scalar>(n: usize, offset: f64) -> Vec<S> {
+        (0..n).map(|i| S::from_f64(offset + i as f64)).collect()
+    }
+
+    fn copies_agree<S: Scalar>(phases: &Phases, len: usize, what: &str) {
+        let x = distinct::<S>(phases.channels * phases.in_h * phases.in_w, 1.0);
+        // Both buffers start from the same non-zero values: what the copy does not write must
+        // keep its value.
+        let start = distinct::<S>(len.max(phases.planes), -1e6);
+        let (mut fast, mut reference) = (start.clone(), start);
+        phases.copy_into(&x, &mut fast);
+        copy_reference(phases, &x, &mut reference);
+        let bits = |v: &[S]| v.iter().map(|e| e.to_f64().to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&fast), bits(&reference), "{what}");
+    }
+
+    /// The fast copy (de-interleaves, strided gathers, row copies) moves exactly the elements
+    /// its definition does, for the forward pass's phase layouts and the input gradient's
+    /// padded output gradient, f32 and f64.
+    #[test]
+    fn copy_matches_its_definition_on_random_geometries() {
+        for geo in random_geometries(300, 0x9e37_79b9_7f4a_7c15) {
+            if let Some(runs) = InputRuns::new(&geo).unwrap() {
+                let len = runs.flat.reach();
+                copies_agree::<f32>(&runs.phases, len, &format!("input of {geo:?}"));
+                copies_agree::<f64>(&runs.phases, len, &format!("input of {geo:?}"));
+            }
+        }
+    }
 }
