@@ -1,7 +1,7 @@
 //! The operand gradients of matmul and linear give the same bits on 1 to 4 GEMM threads, at
-//! sizes where they are made one after the other, side by side on two threads
-//! (`products_side_by_side`) and cut into bands: batched and broadcast matmuls, a shared matrix
-//! folded into rows, linear with and without bias, and only one operand needing a gradient.
+//! sizes where they stay on one thread and where they are cut into bands: batched and broadcast
+//! matmuls, a shared matrix folded into rows, linear with and without bias, and only one operand
+//! needing a gradient.
 
 use tapegrad_core::ops::LinalgOp;
 use tapegrad_core::{Op, Tape, Tensor};
@@ -53,12 +53,12 @@ fn operand_gradients_are_bit_identical_on_every_thread_count() {
     let linear = |bias| Op::Linalg(LinalgOp::Linear { bias });
     // (op, operand shapes, which need a gradient); multiply-adds per gradient in the comments.
     let cases: Vec<Case> = vec![
-        (matmul.clone(), vec![&[40, 30], &[30, 20]], vec![true, true]), // 24k: one after the other
+        (matmul.clone(), vec![&[40, 30], &[30, 20]], vec![true, true]), // 24k: one thread
         (
             matmul.clone(),
             vec![&[3, 64, 80], &[80, 70]],
             vec![true, true],
-        ), // 1.1M: side by side
+        ), // 1.1M: one thread
         (
             matmul.clone(),
             vec![&[64, 80], &[2, 80, 70]],
@@ -78,7 +78,7 @@ fn operand_gradients_are_bit_identical_on_every_thread_count() {
             linear(true),
             vec![&[128, 96], &[64, 96], &[64]],
             vec![true, true, true],
-        ), // 0.8M
+        ), // 0.8M: one thread
         (
             linear(false),
             vec![&[256, 300], &[200, 300]],

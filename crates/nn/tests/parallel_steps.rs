@@ -1,8 +1,7 @@
 //! A whole training step gives the same bits on 1 to 4 GEMM threads: loss, gradients and updated
 //! parameters, on both backends, with dense and factored gradients. The layer sizes put the
-//! step's products on every thread path: products cut into bands, a layer's two operand
-//! gradients made side by side (`products_side_by_side`, from 2^18 multiply-adds each) and
-//! products too small for either.
+//! step's products on both thread paths: products cut into bands over the threads, and products
+//! too small to split, next to element loops and bias sums that split or not by their length.
 
 use std::sync::{Mutex, MutexGuard};
 use tapegrad_nn::data::{Batch, BatchTargets};
@@ -19,16 +18,16 @@ fn thread_count_lock() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// 200-160-96-24 at 128 rows: 4.1M multiply-adds in the first layer's products (cut into bands
-/// on 2+ threads), 2.0M in each of the second layer's gradients and 0.29M in the last layer's
-/// (side by side), and the last layer's 24-wide bias sums below any split.
+/// 200-160-112-24 at 128 rows: 4.1M multiply-adds in the first layer's products and 2.3M in the
+/// second's (cut into bands on 2+ threads, from 2^21), 0.34M in the last layer's (one thread),
+/// and the last layer's 24-wide bias sums below any split.
 const INPUTS: usize = 200;
 const ROWS: usize = 128;
 
 fn spec() -> ModelSpec {
     ModelSpec::Mlp {
         inputs: INPUTS,
-        hidden: vec![160, 96],
+        hidden: vec![160, 112],
         outputs: 24,
         activation: Activation::Relu,
         dropout: 0.0,

@@ -9,8 +9,7 @@ mod common;
 use common::*;
 use tapegrad_tensor::kernels::par_map::{map_in_place, zip_in_place, MIN_MAP_PER_THREAD};
 use tapegrad_tensor::kernels::{
-    column_sums, cross_entropy_rows, join_products, log_softmax, max_axes, num_threads,
-    set_num_threads, softmax, sum_axes, with_num_threads,
+    column_sums, cross_entropy_rows, log_softmax, max_axes, set_num_threads, softmax, sum_axes,
 };
 use tapegrad_tensor::{Scalar, Tensor};
 
@@ -24,16 +23,12 @@ fn bits<S: Scalar>(t: &[S]) -> Vec<u64> {
     t.iter().map(|v| v.to_f64().to_bits()).collect()
 }
 
-/// The thread count is process-wide and this file's tests run concurrently: every test that sets
-/// or reads it takes its turn, so a run meant for one count is never made on another test's.
-fn thread_count_turn() -> std::sync::MutexGuard<'static, ()> {
-    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// `run()` on 1, 2, 3 and 4 threads; asserts every result has the bits of the first and returns it.
 fn same_on_every_thread_count<S: Scalar>(what: &str, run: impl Fn() -> Vec<S>) -> Vec<S> {
-    let _turn = thread_count_turn();
+    // The thread count is process-wide and this file's tests run concurrently: they take turns,
+    // so a run meant for one count is never made on another test's.
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     set_num_threads(1);
     let one = run();
     for threads in 2..=4 {
@@ -268,48 +263,4 @@ fn cross_entropy_rows_rejects_what_does_not_fit() {
     let mut short = [0.0f32; 5];
     let err = cross_entropy_rows(&x, 3, &[0, 1], &mut short, &mut l).unwrap_err();
     assert!(err.to_string().contains("5 probabilities"), "{err}");
-}
-
-/// `join_products` returns its two results in order on every thread count, runs each job with
-/// its share of the threads (the larger half first), and leaves the count as it found it.
-#[test]
-fn join_products_splits_the_threads_between_its_two_jobs() {
-    let _turn = thread_count_turn();
-    for (threads, shares) in [(1, (1, 1)), (2, (1, 1)), (3, (2, 1)), (4, (2, 2))] {
-        set_num_threads(threads);
-        let (a, b) = join_products(|| ("first", num_threads()), || ("second", num_threads()));
-        assert_eq!((a.0, b.0), ("first", "second"), "{threads} threads");
-        assert_eq!((a.1, b.1), shares, "{threads} threads");
-        assert_eq!(num_threads(), threads, "{threads} threads: count restored");
-        // A product made inside a job gives the bits it gives outside.
-        let x = Tensor::new(&[300, 40], f32s(12_000, 3)).unwrap();
-        let w = Tensor::new(&[40, 70], f32s(2_800, 4)).unwrap();
-        let whole = tapegrad_tensor::kernels::matmul(&x, &w).unwrap();
-        let (p, q) = join_products(
-            || tapegrad_tensor::kernels::matmul(&x, &w).unwrap(),
-            || tapegrad_tensor::kernels::matmul(&x, &w).unwrap(),
-        );
-        assert_eq!(bits(p.data()), bits(whole.data()), "{threads} threads");
-        assert_eq!(bits(q.data()), bits(whole.data()), "{threads} threads");
-    }
-    set_num_threads(1);
-}
-
-/// The share set by `with_num_threads` is this thread's alone and comes back off when the job
-/// returns or unwinds.
-#[test]
-fn with_num_threads_restores_the_count_even_on_a_panic() {
-    let _turn = thread_count_turn();
-    let outside = num_threads();
-    assert_eq!(with_num_threads(7, num_threads), 7);
-    assert_eq!(with_num_threads(0, num_threads), 1, "at least one thread");
-    assert_eq!(with_num_threads(3, || with_num_threads(2, num_threads)), 2);
-    let unwound = std::panic::catch_unwind(|| with_num_threads(5, || panic!("inside the job")));
-    assert!(unwound.is_err());
-    assert_eq!(num_threads(), outside);
-    let elsewhere = with_num_threads(6, || std::thread::spawn(num_threads).join().unwrap());
-    assert_ne!(
-        elsewhere, 6,
-        "another thread does not see this thread's share"
-    );
 }

@@ -5,8 +5,8 @@ use super::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::layout::inverse_permutation;
 use tapegrad_tensor::kernels::{
-    batched_matmul, broadcast_shape, column_sums, join_products, matvec_rows, outer_product,
-    permute, products_side_by_side, sum_to, transpose,
+    batched_matmul, broadcast_shape, column_sums, matvec_rows, outer_product, permute, sum_to,
+    transpose,
 };
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
@@ -346,22 +346,6 @@ pub fn linear_weight_grad<S: Scalar>(g2: &Tensor<S>, x2: &Tensor<S>) -> Result<T
     }))
 }
 
-/// A product's two operand gradients, `work` multiply-adds each: side by side on two threads
-/// when both are wanted and that pays (`products_side_by_side`), else one after the other. The
-/// same bits either way: each GEMM's result does not depend on the threads it runs on.
-fn operand_grads<A: Send, B: Send>(
-    both: bool,
-    work: usize,
-    first: impl FnOnce() -> A + Send,
-    second: impl FnOnce() -> B + Send,
-) -> (A, B) {
-    if both && products_side_by_side(work) {
-        join_products(first, second)
-    } else {
-        (first(), second())
-    }
-}
-
 /// The bias gradient of linear: `g` `(rows, out)` summed over its rows, row by row in order
 /// (as `sum_axes` over axis 0 adds them), without the general reduction's strided walk; long
 /// ones split by columns over the GEMM threads (`kernels::column_sums`), same bits.
@@ -448,73 +432,47 @@ impl OpRules for LinalgOp {
                 let a2_shape = promoted_shape(a_shape, true)?;
                 let b2_shape = promoted_shape(b_shape, false)?;
                 let g2 = promote_cotangent(a_shape, b_shape, &a2_shape, &b2_shape, cot)?;
-                let b2 = if ctx.needs(0) {
-                    Some(ctx.input(name, 1)?.reshape_to(&b2_shape)?)
+                let da = if ctx.needs(0) {
+                    // dA = G @ B^T, with broadcast batch axes summed back.
+                    let b2 = ctx.input(name, 1)?.reshape_to(&b2_shape)?;
+                    let full = batched_matmul(&g2, false, &b2, true)?;
+                    Some(sum_to(&full, &a2_shape)?.reshape_to(a_shape)?)
                 } else {
                     None
                 };
-                let a2 = if ctx.needs(1) {
-                    Some(ctx.input(name, 0)?.reshape_to(&a2_shape)?)
-                } else {
-                    None
-                };
-                // dA = G @ B^T, with broadcast batch axes summed back.
-                let da = || -> Result<Option<Tensor<S>>> {
-                    let Some(b2) = &b2 else { return Ok(None) };
-                    let full = batched_matmul(&g2, false, b2, true)?;
-                    Ok(Some(sum_to(&full, &a2_shape)?.reshape_to(a_shape)?))
-                };
-                let db = || -> Result<Option<Tensor<S>>> {
-                    let Some(a2) = &a2 else { return Ok(None) };
+                let db = if ctx.needs(1) {
+                    let a2 = ctx.input(name, 0)?.reshape_to(&a2_shape)?;
                     let full = if b2_shape.rank() == 2 && a2.rank() > 2 {
                         // A shared matrix: fold a's batch into rows so one GEMM does the sum.
                         let a_rows = a2.reshape(&as_rows(a2.shape()))?;
                         let g_rows = g2.reshape(&as_rows(g2.shape()))?;
                         batched_matmul(&a_rows, true, &g_rows, false)?
                     } else {
-                        sum_to(&batched_matmul(a2, true, &g2, false)?, &b2_shape)?
+                        sum_to(&batched_matmul(&a2, true, &g2, false)?, &b2_shape)?
                     };
-                    Ok(Some(full.reshape_to(b_shape)?))
+                    Some(full.reshape_to(b_shape)?)
+                } else {
+                    None
                 };
-                // Each gradient is a product of G's elements times the shared dimension.
-                let shared = a2_shape.dims().last().copied().unwrap_or(0);
-                let (da, db) = operand_grads(
-                    b2.is_some() && a2.is_some(),
-                    g2.numel().saturating_mul(shared),
-                    da,
-                    db,
-                );
-                smallvec![da?, db?]
+                smallvec![da, db]
             }
             L::Linear { bias } => {
                 let x_shape = &ctx.input_shapes[0];
                 let g2 = cot.reshape(&as_rows(cot.shape()))?;
-                // Each operand is read only for the other's gradient (see `saves_for`).
-                let w = ctx.needs(0).then(|| ctx.input(name, 1)).transpose()?;
-                let x2 = if ctx.needs(1) {
-                    let x = ctx.input(name, 0)?;
-                    Some(x.reshape(&as_rows(x.shape()))?)
+                let dx = if ctx.needs(0) {
+                    let w = ctx.input(name, 1)?;
+                    Some(batched_matmul(&g2, false, w, false)?.reshape_to(x_shape)?)
                 } else {
                     None
                 };
-                let dx = || -> Result<Option<Tensor<S>>> {
-                    w.map(|w| batched_matmul(&g2, false, w, false)?.reshape_to(x_shape))
-                        .transpose()
+                let dw = if ctx.needs(1) {
+                    let x = ctx.input(name, 0)?;
+                    let x2 = x.reshape(&as_rows(x.shape()))?;
+                    Some(linear_weight_grad(&g2, &x2)?)
+                } else {
+                    None
                 };
-                let dw = || {
-                    x2.as_ref()
-                        .map(|x2| linear_weight_grad(&g2, x2))
-                        .transpose()
-                };
-                // rows x out x in multiply-adds in each gradient.
-                let inn = x_shape.dims().last().copied().unwrap_or(0);
-                let (dx, dw) = operand_grads(
-                    w.is_some() && x2.is_some(),
-                    g2.numel().saturating_mul(inn),
-                    dx,
-                    dw,
-                );
-                let mut grads = smallvec![dx?, dw?];
+                let mut grads = smallvec![dx, dw];
                 if *bias {
                     grads.push(if ctx.needs(2) {
                         Some(linear_bias_grad(&g2)?)

@@ -5,87 +5,19 @@
 use super::broadcast::{broadcast_shape, broadcast_strides};
 use super::strided_walk;
 use crate::{Error, Result, Scalar, Shape, Tensor};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 static THREADS: AtomicUsize = AtomicUsize::new(1);
-
-thread_local! {
-    /// This thread's share of the threads while it runs one of several products side by side
-    /// (see [`with_num_threads`]); `None` outside such a job.
-    static SHARE: Cell<Option<usize>> = const { Cell::new(None) };
-}
 
 /// Sets how many threads a large GEMM may use (1 = single-threaded; the default).
 pub fn set_num_threads(n: usize) {
     THREADS.store(n.max(1), Ordering::Relaxed);
 }
 
-/// The GEMM thread count: the process-wide one, or this thread's share of it inside
-/// [`with_num_threads`].
+/// The GEMM thread count.
 pub fn num_threads() -> usize {
-    SHARE
-        .with(Cell::get)
-        .unwrap_or_else(|| THREADS.load(Ordering::Relaxed))
+    THREADS.load(Ordering::Relaxed)
 }
-
-/// Runs `f` with [`num_threads`] reading `threads` (at least 1) on this thread, for a job that
-/// runs next to others and should split its own kernels over its share of the threads only. The
-/// results are the same bits on any count, so this changes speed, never values. The previous
-/// share comes back when `f` returns or unwinds.
-pub fn with_num_threads<R>(threads: usize, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<usize>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            SHARE.with(|s| s.set(self.0));
-        }
-    }
-    let _restore = Restore(SHARE.with(|s| s.replace(Some(threads.max(1)))));
-    f()
-}
-
-/// Runs `first` and `second`, two products of about the same size, side by side, each on half
-/// of the [`num_threads`] threads (one each on two), and returns both results; on one thread,
-/// one after the other.
-pub fn join_products<A: Send, B: Send>(
-    first: impl FnOnce() -> A + Send,
-    second: impl FnOnce() -> B + Send,
-) -> (A, B) {
-    let threads = num_threads();
-    if threads < 2 {
-        return (first(), second());
-    }
-    let half = threads / 2;
-    let (mut a, mut b) = (None, None);
-    let jobs: Vec<Box<dyn FnOnce() + Send + '_>> = vec![
-        Box::new(|| a = Some(with_num_threads(threads - half, first))),
-        Box::new(|| b = Some(with_num_threads(half, second))),
-    ];
-    super::workers::run_jobs_on(1, jobs);
-    match (a, b) {
-        (Some(a), Some(b)) => (a, b),
-        // `run_jobs_on` returns only once every job has run (a panic in one is resumed there).
-        _ => unreachable!("run_jobs_on ran both jobs"),
-    }
-}
-
-/// Whether the two operand gradients of a product, `work` multiply-adds each (a product and its
-/// two gradients always have the same count), are better made side by side on two threads than
-/// one after the other, each cut into bands over all threads. Side by side, each gradient is one
-/// single-threaded GEMM: no band hand-offs and no operand packed twice (the MLP's batch-256
-/// 256 x 256 x 128 gradients: 190 us side by side against 199 us as two split products,
-/// bench/gemm_peers split-probe), and gradients too small to split at all (the 10-wide layer's,
-/// 0.3M multiply-adds, about 11 us each) still get a second core. Below `MIN_SIDE_BY_SIDE` the
-/// hand-off costs more than half the work; above `MAX_SIDE_BY_SIDE` the split keeps its edge of
-/// two bands per thread, which lets a free core take the band of a core that stalled.
-pub fn products_side_by_side(work: usize) -> bool {
-    num_threads() >= 2 && (MIN_SIDE_BY_SIDE..=MAX_SIDE_BY_SIDE).contains(&work)
-}
-
-/// About 5 us of single-threaded GEMM, a few hand-offs' worth.
-const MIN_SIDE_BY_SIDE: usize = 1 << 18;
-/// Four times `MIN_PARALLEL_WORK`: about 200 us of single-threaded GEMM per gradient.
-const MAX_SIDE_BY_SIDE: usize = 4 * MIN_PARALLEL_WORK;
 
 /// How one product is spread over threads: the rows (or columns) of the output cut into `parts`
 /// bands of `per_part` rows (columns; the last band may be narrower), each an independent

@@ -18,8 +18,7 @@ pub use broadcast::{binary_map, broadcast_shape, broadcast_to, sum_to};
 pub use isa::simd_level;
 pub use layout::{concat, permute, slice, transpose};
 pub use matmul::{
-    batched_matmul, join_products, matmul, matvec_rows, num_threads, outer_product,
-    products_side_by_side, set_num_threads, with_num_threads,
+    batched_matmul, matmul, matvec_rows, num_threads, outer_product, set_num_threads,
 };
 pub use reduce::{column_sums, expand_reduced, max_axes, mean_axes, reduced_shape, sum_axes};
 pub use softmax::{cross_entropy_rows, log_softmax, softmax};
