@@ -1295,6 +1295,34 @@ mod tests {
         }
     }
 
+    /// Strides past the padded input (one output per axis): the input gradient's plan keeps only
+    /// the residues that hold an input position (it once allocated one phase per residue).
+    #[test]
+    fn strides_longer_than_the_input_match_the_definition() {
+        const MAX: usize = usize::MAX;
+        const FAR: usize = 1 << 40;
+        let cases = [
+            ([2, 3, 5, 6], [4, 3, 3, 2], [MAX, FAR], [2, 1], [1, 1], 1),
+            ([1, 2, 4, 3], [3, 2, 2, 2], [7, MAX - 1], [1, 0], [2, 1], 1),
+            ([2, 4, 6, 5], [4, 2, 3, 3], [1 << 33, 9], [1, 3], [1, 2], 2),
+            // Padding as long as the stride: three output rows, two of them all padding.
+            ([1, 2, 3, 4], [2, 2, 2, 2], [FAR, 1], [FAR, 1], [1, 1], 1),
+        ];
+        for case in cases {
+            direct_paths_match_the_definition(case, &[1, 2]);
+            let (xs, ws, stride, padding, dilation, groups) = case;
+            let geo =
+                Conv2dGeometry::new("conv2d", xs, ws, stride, padding, dilation, groups).unwrap();
+            let plan = grad_phases::GradPhases::new(&geo).unwrap().unwrap();
+            let [rows, cols] = plan.axis_residues();
+            assert!(rows <= xs[2].min(stride[0]), "{rows} row residues, {geo:?}");
+            assert!(
+                cols <= xs[3].min(stride[1]),
+                "{cols} column residues, {geo:?}"
+            );
+        }
+    }
+
     /// Random geometries (a fixed sequence): strides 1 to 3, padding 0 to 2, kernels 1 to 5 per
     /// side, dilation 1 or 2, groups, sizes from the kernel extent up.
     #[test]

@@ -31,7 +31,18 @@ fn axis_phases(
     pad: usize,
     len: usize,
 ) -> (Vec<AxisPhase>, usize, usize) {
-    let phases: Vec<AxisPhase> = (0..stride)
+    // Only residues that hold an input position get a phase, ascending: a stride or padding can
+    // be any size, but there are at most `len` such residues.
+    let pad_residue = pad % stride;
+    let mut residues: Vec<usize> = (0..len.min(stride))
+        .map(|i| match stride - pad_residue {
+            left if i < left => pad_residue + i,
+            left => i - left,
+        })
+        .collect();
+    residues.sort_unstable();
+    let phases: Vec<AxisPhase> = residues
+        .into_iter()
         .map(|residue| {
             let (first, end) = inside(residue, stride, pad, len);
             let taps = (0..kernel)
@@ -144,6 +155,12 @@ impl GradPhases {
         }))
     }
 
+    /// The residues planned along each axis (tests bound them by the input's extent).
+    #[cfg(test)]
+    pub(super) fn axis_residues(&self) -> [usize; 2] {
+        [self.rows.len(), self.cols.len()]
+    }
+
     /// Group `g`'s weights for each phase (in the order of [`GradPhases::run`]'s `weights`), taps
     /// major: row `t` holds tap `t`'s weights for each of the group's input channels.
     pub(super) fn weights<S: Scalar>(&self, w: &[S], g: usize) -> Vec<Vec<S>> {
@@ -237,6 +254,8 @@ impl GradPhases {
         let ry = &self.rows[lead.rows];
         let iy0 = ry.first * sh + ry.residue - ph;
         let n_y = ry.count;
+        // Input rows `sh` apart; a stride past the input leaves one row (the step saturates).
+        let row_step = sh.saturating_mul(in_w);
         if let [first, second] = row_phases {
             if sw == 2 {
                 // Both column phases: the one whose first column is input column 0 gives the
@@ -251,7 +270,7 @@ impl GradPhases {
                 for (c, channel) in dx.chunks_mut(in_len).take(cg).enumerate() {
                     let even_rows = tmp[even_at + c * n_y * even..][..n_y * even].chunks(even);
                     let odd_rows = tmp[odd_at + c * n_y * odd..][..n_y * odd].chunks(odd);
-                    let dx_rows = channel[iy0 * in_w..].chunks_mut(sh * in_w);
+                    let dx_rows = channel[iy0 * in_w..].chunks_mut(row_step);
                     for ((e, o), row) in even_rows.zip(odd_rows).zip(dx_rows) {
                         rows::interleave(e, o, &mut row[..in_w]);
                     }
@@ -265,7 +284,7 @@ impl GradPhases {
             let ix0 = rx.first * sw + rx.residue - pw;
             for (c, channel) in dx.chunks_mut(in_len).take(cg).enumerate() {
                 let src_rows = tmp[at + c * n_y * rx.count..][..n_y * rx.count].chunks(rx.count);
-                let dx_rows = channel[iy0 * in_w..].chunks_mut(sh * in_w);
+                let dx_rows = channel[iy0 * in_w..].chunks_mut(row_step);
                 for (src, row) in src_rows.zip(dx_rows) {
                     rows::scatter(src, sw, &mut row[ix0..in_w]);
                 }

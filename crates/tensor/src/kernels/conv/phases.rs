@@ -62,7 +62,9 @@ impl Phases {
             .iter()
             .map(|&rx| {
                 let (first, end) = inside(rx, sw, pw, in_hw[1]);
-                (first, end, (first * sw + rx).saturating_sub(pw))
+                // An empty run's first position may lie past the padded input (and past usize).
+                let ix0 = if first < end { first * sw + rx - pw } else { 0 };
+                (first, end, ix0)
             })
             .collect();
         Ok(Phases {
@@ -119,8 +121,10 @@ impl Phases {
                     continue;
                 }
                 let rows_in = first * sh + ry - ph..(end - 1) * sh + ry - ph + 1;
+                // One input row per phase row; a stride past the input has one (and the
+                // chunk length saturates).
                 let input = channel[rows_in.start * self.in_w..rows_in.end * self.in_w]
-                    .chunks(sh * self.in_w);
+                    .chunks(sh.saturating_mul(self.in_w));
                 if both_of_two {
                     // Both column phases, planes side by side: one pass over each row.
                     let both = &mut buf[self.at(c, [sy, 0], [0, 0])..][..2 * self.plane];
