@@ -11,10 +11,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 use tapegrad_core::ops::nn::Conv2d;
 use tapegrad_core::{Session, Shape, Tensor};
-use tapegrad_nn::data::{Batch, BatchTargets};
-use tapegrad_nn::layers::Activation;
-use tapegrad_nn::{make_backend, Backend as StepBackend, BackendKind, Model, ModelSpec};
-use tapegrad_nn::{Optimizer, OptimizerConfig};
+use tapegrad_nn::workload::MlpStep;
+use tapegrad_nn::{make_backend, Backend as StepBackend, BackendKind};
 use tapegrad_tensor::kernels::peak::fma_peak_gflops;
 use tapegrad_tensor::kernels::{batched_matmul, matmul, set_num_threads, simd_level};
 
@@ -178,72 +176,31 @@ fn random(rng: &mut impl Rng, dims: &[usize], scale: f32) -> Result<Tensor<f32>,
     Ok(Tensor::from_shape(shape, data)?)
 }
 
-/// The MLP benchmark's state: a model, a fixed batch, a backend and plain SGD (lr 0.01, no
-/// momentum), as the trainer runs them.
+/// The MLP benchmark's state: the shared workload (model, fixed batch, plain SGD) and a backend
+/// with factored gradients, as the trainer runs plain SGD without clipping.
 struct Mlp {
-    model: Model<f32>,
-    batch: Batch<f32>,
+    work: MlpStep,
     backend: Box<dyn StepBackend<f32>>,
-    optimizer: Optimizer<f32>,
 }
 
 impl Mlp {
     fn new(batch: usize, kind: BackendKind) -> Result<Mlp, CliError> {
-        let spec = ModelSpec::Mlp {
-            inputs: 784,
-            hidden: vec![256, 128],
-            outputs: 10,
-            activation: Activation::Relu,
-            dropout: 0.0,
-        };
-        let model = Model::new(&spec, 0)?;
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
-        let x = random(&mut rng, &[batch, 784], 1.0)?;
-        let labels = (0..batch).map(|_| rng.random_range(0..10)).collect();
-        // PyTorch's `torch.optim.SGD(params, lr=0.01)`, the baseline's optimizer: no momentum
-        // (the trainer's `sgd` default has 0.9, which would add a velocity pass PyTorch skips).
-        let plain_sgd = OptimizerConfig::Sgd {
-            lr: 0.01,
-            momentum: 0.0,
-            dampening: 0.0,
-            nesterov: false,
-            weight_decay: 0.0,
-        };
-        let optimizer = Optimizer::new(plain_sgd, &model.params)?;
-        // As the trainer does for plain SGD without clipping.
+        let work = MlpStep::new(batch)?;
         let mut backend = make_backend(kind)?;
         backend.set_factored_grads(true);
-        Ok(Mlp {
-            model,
-            batch: Batch {
-                x,
-                y: BatchTargets::Classes(labels),
-            },
-            backend,
-            optimizer,
-        })
-    }
-
-    /// Floating-point operations of one step's matrix products (a multiply-add counts as two):
-    /// the forward's three, the three weight gradients, and the input gradients of the second
-    /// and third layers (nothing asks for the first layer's). The elementwise work (bias, ReLU,
-    /// softmax, the update) is not counted, so at batch 1, where the update's pass over the
-    /// weights is as large as the products, the figure understates the work done.
-    fn gemm_flops(batch: usize) -> f64 {
-        let layers = [(784.0, 256.0), (256.0, 128.0), (128.0, 10.0)];
-        let products: f64 = layers.iter().map(|(i, o)| i * o).sum();
-        let first = layers[0].0 * layers[0].1;
-        2.0 * batch as f64 * (2.0 * products + (products - first))
+        Ok(Mlp { work, backend })
     }
 
     fn step(&mut self) -> Result<(), CliError> {
-        let out = self.backend.train_step(
-            &self.model,
-            &self.batch,
-            tapegrad_nn::rng::dropout_rng(0, 0),
-        )?;
-        self.optimizer
-            .step_grads(&mut self.model.params, out.grads, 0.01)?;
+        let MlpStep {
+            model,
+            batch,
+            optimizer,
+        } = &mut self.work;
+        let out = self
+            .backend
+            .train_step(model, batch, tapegrad_nn::rng::dropout_rng(0, 0))?;
+        optimizer.step_grads(&mut model.params, out.grads, 0.01)?;
         Ok(())
     }
 }
@@ -325,7 +282,7 @@ pub fn run(args: BenchArgs) -> CliResult {
                     .collect(),
             );
             let kept = mlp.backend.kept_bytes();
-            let flops = Mlp::gemm_flops(batch);
+            let flops = MlpStep::gemm_flops(batch);
             let gflops = flops / (st.median * 1e-3) / 1e9;
             let mut fields = serde_json::json!({"workload": "mlp", "batch": batch});
             if let serde_json::Value::Object(m) = &mut fields {

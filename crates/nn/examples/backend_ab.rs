@@ -19,59 +19,13 @@
 //! once moved the whole step by several percent (a `--batch-align` probe put it off a 64-byte
 //! boundary); every tensor buffer now starts on one, so there is no placement left to probe.
 
-use rand::{Rng, SeedableRng};
 use std::hint::black_box;
 use std::time::Instant;
-use tapegrad_nn::data::{Batch, BatchTargets};
-use tapegrad_nn::layers::Activation;
-use tapegrad_nn::{make_backend, Backend, BackendKind, Grad, Model, ModelSpec};
-use tapegrad_nn::{NnResult, Optimizer, OptimizerConfig};
+// What a step trains: the workload `tapegrad bench mlp` times.
+use tapegrad_nn::workload::MlpStep as State;
+use tapegrad_nn::{make_backend, Backend, BackendKind, Grad, NnResult};
 use tapegrad_tensor::kernels::set_num_threads;
-use tapegrad_tensor::{pool, Shape, Tensor};
-
-/// What a step trains: as `tapegrad bench mlp` sets it up.
-struct State {
-    model: Model<f32>,
-    batch: Batch<f32>,
-    optimizer: Optimizer<f32>,
-}
-
-impl State {
-    fn new(rows: usize) -> NnResult<State> {
-        let spec = ModelSpec::Mlp {
-            inputs: 784,
-            hidden: vec![256, 128],
-            outputs: 10,
-            activation: Activation::Relu,
-            dropout: 0.0,
-        };
-        let model = Model::new(&spec, 0)?;
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
-        let shape = Shape::new([rows, 784])?;
-        let data: Vec<f32> = (0..shape.numel())
-            .map(|_| rng.random_range(-1.0f32..1.0))
-            .collect();
-        let x = Tensor::from_shape(shape, data)?;
-        let labels = (0..rows).map(|_| rng.random_range(0..10)).collect();
-        // `torch.optim.SGD(params, lr=0.01)`: no momentum, as the benchmark runs it.
-        let plain_sgd = OptimizerConfig::Sgd {
-            lr: 0.01,
-            momentum: 0.0,
-            dampening: 0.0,
-            nesterov: false,
-            weight_decay: 0.0,
-        };
-        let optimizer = Optimizer::new(plain_sgd, &model.params)?;
-        Ok(State {
-            model,
-            batch: Batch {
-                x,
-                y: BatchTargets::Classes(labels),
-            },
-            optimizer,
-        })
-    }
-}
+use tapegrad_tensor::{pool, Tensor};
 
 /// A phase's name and its time from a step's (train_step, update) times.
 type Phase = (&'static str, fn(&(f64, f64)) -> f64);
