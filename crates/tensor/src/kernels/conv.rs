@@ -41,9 +41,11 @@ impl Window {
             })
     }
 
-    /// Number of windows along an axis of length `input`, PyTorch's formula: floor (or ceil when
-    /// `ceil_mode`) of `(input + 2 padding - span) / stride` plus one, where in ceil mode the last
-    /// window must start inside the input or its left padding.
+    /// Number of windows along an axis of length `input`, PyTorch's `pooling_output_shape`:
+    /// `(input + 2 padding - span (+ stride - 1 in ceil mode)) / stride + 1`, floored, where in
+    /// ceil mode the last window must start inside the input or its left padding. In ceil mode a
+    /// kernel may thus reach past the padded input (PyTorch pools a 1x1 input with kernel 2 and
+    /// ceil_mode to 1x1); the span must still fit in `isize`, as the padded extent must.
     pub fn count(
         &self,
         op: &'static str,
@@ -73,26 +75,36 @@ impl Window {
                 )
             })?;
         let span = self.span(op)?;
-        if span > padded {
+        // In u128: `padded + stride - 1` overflows usize for huge strides.
+        let stride = self.stride as u128;
+        let reach = padded as u128 + if ceil_mode { stride - 1 } else { 0 };
+        if span as u128 > reach || span > isize::MAX as usize {
+            let slack = if ceil_mode {
+                format!(" plus stride {} - 1 (ceil_mode)", self.stride)
+            } else {
+                String::new()
+            };
             return Err(Error::invalid(
                 op,
                 format!(
-                    "kernel extent {span} (kernel {}, dilation {}) is larger than the padded input {padded} (input {input}, padding {}) along {axis}",
+                    "kernel extent {span} (kernel {}, dilation {}) is larger than the padded input {padded}{slack} (input {input}, padding {}) along {axis}",
                     self.kernel, self.dilation, self.padding
                 ),
             ));
         }
-        let room = padded - span;
-        let mut count = if ceil_mode {
-            room.div_ceil(self.stride) + 1
-        } else {
-            room / self.stride + 1
-        };
+        let mut count = (reach - span as u128) / stride + 1;
         // In ceil mode a last window starting in the right padding would see only padding.
-        if ceil_mode && (count - 1) * self.stride >= input + self.padding {
+        if ceil_mode && (count - 1) * stride >= input as u128 + self.padding as u128 {
             count -= 1;
         }
-        Ok(count)
+        if count == 0 {
+            return Err(Error::invalid(
+                op,
+                format!("no window fits an input of {input} along {axis}"),
+            ));
+        }
+        // At most `reach / stride + 1 <= padded + 1`: it fits.
+        Ok(count as usize)
     }
 }
 
@@ -1468,5 +1480,31 @@ mod tests {
         assert!(w(5, 1, 0, 1).count("t", "h", 4, false).is_err());
         assert!(w(3, 1, usize::MAX, 1).count("t", "h", 4, false).is_err());
         assert!(w(usize::MAX, 1, 0, 2).count("t", "h", 4, false).is_err());
+    }
+
+    /// PyTorch's ceil mode adds `stride - 1` before flooring, so a kernel longer than the padded
+    /// input still gets a window when the stride covers the difference: `max_pool2d` of a 1x1
+    /// input with kernel 2 and ceil_mode is 1x1 (this was rejected as "kernel extent larger than
+    /// the padded input").
+    #[test]
+    fn ceil_mode_windows_may_reach_past_the_padded_input() {
+        let w = |kernel, stride, padding| Window {
+            kernel,
+            stride,
+            padding,
+            dilation: 1,
+        };
+        assert_eq!(w(2, 2, 0).count("t", "h", 1, true).unwrap(), 1);
+        assert_eq!(w(3, 3, 0).count("t", "h", 1, true).unwrap(), 1);
+        assert_eq!(w(3, 2, 0).count("t", "h", 2, true).unwrap(), 1);
+        assert_eq!(w(1 << 33, 1 << 33, 5).count("t", "h", 4, true).unwrap(), 1);
+        // Not when the stride does not cover it, and never in floor mode.
+        assert!(w(3, 1, 0).count("t", "h", 1, true).is_err());
+        assert!(w(2, 2, 0).count("t", "h", 1, false).is_err());
+        // Huge strides: `padded + stride - 1` is formed without overflow.
+        assert_eq!(w(2, usize::MAX, 0).count("t", "h", 1, true).unwrap(), 1);
+        assert_eq!(w(1, usize::MAX, 0).count("t", "h", 3, true).unwrap(), 1);
+        // The extent must still fit in isize.
+        assert!(w(usize::MAX, usize::MAX, 0).count("t", "h", 3, true).is_err());
     }
 }

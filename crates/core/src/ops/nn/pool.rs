@@ -380,7 +380,10 @@ impl AvgAxis {
         let AvgAxis { win, out, len } = self;
         (0..out).map(move |o| {
             let start = (o * win.stride) as isize - win.padding as isize;
-            let end = (start + win.kernel as isize).min((len + win.padding) as isize);
+            // In ceil mode the kernel may reach past the padded input (and its end past isize).
+            let end = start
+                .saturating_add(win.kernel as isize)
+                .min((len + win.padding) as isize);
             let padded_extent = (end - start) as usize;
             let start = start.max(0) as usize;
             let end = (end.max(0) as usize).min(len);
@@ -623,6 +626,24 @@ impl std::fmt::Display for AdaptiveAvgPool2d {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// PyTorch's ceil mode: a 1x1 input pooled by a 2x2 kernel gives one window, whose
+    /// count_include_pad divisor stops at the padded input's end.
+    #[test]
+    fn ceil_mode_pools_a_kernel_longer_than_the_input() {
+        let x = Tensor::<f64>::new(&[1, 1, 1], vec![5.0]).unwrap();
+        let max = MaxPool2d {
+            ceil_mode: true,
+            ..MaxPool2d::new([2, 2])
+        };
+        assert_eq!(max.forward(&[&x]).unwrap().value.data(), &[5.0]);
+        let avg = AvgPool2d {
+            ceil_mode: true,
+            ..AvgPool2d::new([2, 2])
+        };
+        let y = avg.forward(&[&x]).unwrap().value;
+        assert_eq!((y.dims(), y.data()), (&[1, 1, 1][..], &[5.0][..]));
+    }
 
     /// The edge windows are exactly the windows that reach outside the input, so checking only
     /// them finds an empty window whenever there is one.
