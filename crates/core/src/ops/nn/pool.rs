@@ -456,7 +456,10 @@ impl AvgPool2d {
         }
         Some(match self.divisor_override {
             Some(d) => S::from_f64(d as f64),
-            None if self.count_include_pad => S::from_usize(sh.padded_extent * sw.padded_extent),
+            // Each extent fits in isize, their product (huge kernels and padding) may not.
+            None if self.count_include_pad => {
+                S::from_f64((sh.padded_extent as u128 * sw.padded_extent as u128) as f64)
+            }
             None => S::from_usize(inside),
         })
     }
@@ -626,6 +629,26 @@ impl std::fmt::Display for AdaptiveAvgPool2d {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With count_include_pad the divisor is the product of two padded extents, each below
+    /// isize::MAX but not their product: kernels of 2^40 half in the padding overflowed it.
+    #[test]
+    fn huge_padded_windows_divide_by_the_exact_product() {
+        let op = AvgPool2d {
+            kernel_size: [1 << 40, 1 << 40],
+            stride: [usize::MAX, usize::MAX],
+            padding: [1 << 39, 1 << 39],
+            ceil_mode: false,
+            count_include_pad: true,
+            divisor_override: None,
+        };
+        let x = Tensor::<f64>::new(&[1, 1, 1], vec![3.0]).unwrap();
+        let y = op.forward(&[&x]).unwrap().value;
+        // The window runs from -2^39 to min(2^39, 1 + 2^39) along each axis.
+        let extent = (1u128 << 40) as f64;
+        assert_eq!(y.dims(), &[1, 1, 1]);
+        assert_eq!(y.data(), &[3.0 / (extent * extent)]);
+    }
 
     /// PyTorch's ceil mode: a 1x1 input pooled by a 2x2 kernel gives one window, whose
     /// count_include_pad divisor stops at the padded input's end.
