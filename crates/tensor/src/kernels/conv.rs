@@ -250,7 +250,28 @@ impl Conv2dGeometry {
     /// forward 1.9 against 2.2 ms, input gradient 2.0 against 3.4, weight gradient 1.7 against 2.5).
     fn runs_direct(&self) -> bool {
         // 1x1: only with unit stride and padding (not pointwise).
-        self.kernel != [1, 1] || (self.stride == [1, 1] && self.padding != [0, 0])
+        (self.kernel != [1, 1] || (self.stride == [1, 1] && self.padding != [0, 0]))
+            && self.padded_copy_is_modest()
+    }
+
+    /// Whether the padded, phase-split copies the direct kernels read (`phases`, `grad_phases`:
+    /// about `(len + 2 padding) / stride` positions per axis) stay near the input and output
+    /// sizes. Padding far longer than the input, with a dilation or stride that still leaves a
+    /// small output, would make them mostly zeros that no tap reads, terabytes for paddings of
+    /// 2^40; the GEMM path's column matrix has one row per tap and a column per output instead.
+    /// Ordinary convolutions (padding about half the kernel extent) are far inside the bound.
+    fn padded_copy_is_modest(&self) -> bool {
+        let axes = [
+            (self.in_h, self.out_h, self.padding[0], self.stride[0]),
+            (self.in_w, self.out_w, self.padding[1], self.stride[1]),
+        ];
+        axes.iter().all(|&(len, out, pad, stride)| {
+            let phased = pad
+                .saturating_mul(2)
+                .saturating_add(len)
+                .div_ceil(stride.max(1));
+            phased <= len.saturating_add(out).saturating_mul(4).saturating_add(64)
+        })
     }
 
     fn check_len<S: Scalar>(&self, what: &str, t: &Tensor<S>, expected: usize) -> Result<()> {
@@ -1332,6 +1353,28 @@ mod tests {
                 cols <= xs[3].min(stride[1]),
                 "{cols} column residues, {geo:?}"
             );
+        }
+    }
+
+    /// Padding and dilation far longer than the input with a small output (unit stride too): the
+    /// direct kernels' padded copy had about 2^41 positions per row (an allocation error, or
+    /// terabytes where memory is overcommitted); such geometries now take the GEMM path, whose
+    /// column matrix has one column per output.
+    #[test]
+    fn huge_padding_with_a_small_output_matches_the_definition() {
+        const FAR: usize = 1 << 40;
+        let cases = [
+            // Taps at -2^40, o + 1 and 2^40 + 2 + o: only the middle one reads the input.
+            ([1, 1, 1, 4], [1, 1, 1, 3], [1, 1], [0, FAR], [1, FAR + 1], 1),
+            ([2, 2, 3, 4], [2, 1, 3, 3], [1, 3], [FAR, FAR], [FAR + 1, FAR + 1], 2),
+            ([1, 2, 4, 4], [3, 2, 3, 3], [2, 1], [FAR, 1], [FAR + 1, 1], 1),
+        ];
+        for case in cases {
+            let (xs, ws, stride, padding, dilation, groups) = case;
+            let geo =
+                Conv2dGeometry::new("conv2d", xs, ws, stride, padding, dilation, groups).unwrap();
+            assert!(!geo.runs_direct(), "{geo:?}");
+            direct_paths_match_the_definition(case, &[1, 2]);
         }
     }
 
