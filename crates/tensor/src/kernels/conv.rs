@@ -1373,9 +1373,30 @@ mod tests {
         const FAR: usize = 1 << 40;
         let cases = [
             // Taps at -2^40, o + 1 and 2^40 + 2 + o: only the middle one reads the input.
-            ([1, 1, 1, 4], [1, 1, 1, 3], [1, 1], [0, FAR], [1, FAR + 1], 1),
-            ([2, 2, 3, 4], [2, 1, 3, 3], [1, 3], [FAR, FAR], [FAR + 1, FAR + 1], 2),
-            ([1, 2, 4, 4], [3, 2, 3, 3], [2, 1], [FAR, 1], [FAR + 1, 1], 1),
+            (
+                [1, 1, 1, 4],
+                [1, 1, 1, 3],
+                [1, 1],
+                [0, FAR],
+                [1, FAR + 1],
+                1,
+            ),
+            (
+                [2, 2, 3, 4],
+                [2, 1, 3, 3],
+                [1, 3],
+                [FAR, FAR],
+                [FAR + 1, FAR + 1],
+                2,
+            ),
+            (
+                [1, 2, 4, 4],
+                [3, 2, 3, 3],
+                [2, 1],
+                [FAR, 1],
+                [FAR + 1, 1],
+                1,
+            ),
         ];
         for case in cases {
             let (xs, ws, stride, padding, dilation, groups) = case;
@@ -1586,6 +1607,8 @@ mod tests {
         assert_eq!(w(2, usize::MAX, 0).count("t", "h", 1, true).unwrap(), 1);
         assert_eq!(w(1, usize::MAX, 0).count("t", "h", 3, true).unwrap(), 1);
         // The extent must still fit in isize.
-        assert!(w(usize::MAX, usize::MAX, 0).count("t", "h", 3, true).is_err());
+        assert!(w(usize::MAX, usize::MAX, 0)
+            .count("t", "h", 3, true)
+            .is_err());
     }
 }

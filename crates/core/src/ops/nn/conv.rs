@@ -509,16 +509,25 @@ mod tests {
         let x = Tensor::<f64>::new(&[1, 1, 3], vec![1.0, 2.0, 3.0]).unwrap();
         let w = Tensor::<f64>::new(&[1, 1, 2], vec![4.0, 5.0]).unwrap();
         let b = Tensor::<f64>::new(&[1], vec![6.0]).unwrap();
-        let plan = op.spec().geometry(&[x.shape(), w.shape(), b.shape()]).unwrap();
+        let plan = op
+            .spec()
+            .geometry(&[x.shape(), w.shape(), b.shape()])
+            .unwrap();
         let pad = plan.pad.unwrap();
         assert_eq!(pad.padded(), [1, 4]);
         assert_eq!(plan.geo.padding, [0, 1 << 39]);
         let fwd = OpRules::forward(&op, &[&x, &w, &b]).unwrap();
-        assert_eq!((fwd.value.dims(), fwd.value.data()), (&[1, 1, 3][..], &[6.0; 3][..]));
+        assert_eq!(
+            (fwd.value.dims(), fwd.value.data()),
+            (&[1, 1, 3][..], &[6.0; 3][..])
+        );
         let cot = Tensor::<f64>::new(&[1, 1, 3], vec![1.0, -2.0, 4.0]).unwrap();
         let saved = Saved::keep(op.saves(), &[&x, &w, &b], &fwd, [true; 3]);
         let grads = OpRules::vjp(&op, &saved.context(), &cot).unwrap();
         let data = |i: usize| grads[i].as_ref().unwrap().data().to_vec();
-        assert_eq!((data(0), data(1), data(2)), (vec![0.0; 3], vec![0.0; 2], vec![3.0]));
+        assert_eq!(
+            (data(0), data(1), data(2)),
+            (vec![0.0; 3], vec![0.0; 2], vec![3.0])
+        );
     }
 }
