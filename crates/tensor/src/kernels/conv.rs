@@ -41,9 +41,11 @@ impl Window {
             })
     }
 
-    /// Number of windows along an axis of length `input`, PyTorch's formula: floor (or ceil when
-    /// `ceil_mode`) of `(input + 2 padding - span) / stride` plus one, where in ceil mode the last
-    /// window must start inside the input or its left padding.
+    /// Number of windows along an axis of length `input`, PyTorch's `pooling_output_shape`:
+    /// `(input + 2 padding - span (+ stride - 1 in ceil mode)) / stride + 1`, floored, where in
+    /// ceil mode the last window must start inside the input or its left padding. In ceil mode a
+    /// kernel may thus reach past the padded input (PyTorch pools a 1x1 input with kernel 2 and
+    /// ceil_mode to 1x1); the span must still fit in `isize`, as the padded extent must.
     pub fn count(
         &self,
         op: &'static str,
@@ -73,26 +75,36 @@ impl Window {
                 )
             })?;
         let span = self.span(op)?;
-        if span > padded {
+        // In u128: `padded + stride - 1` overflows usize for huge strides.
+        let stride = self.stride as u128;
+        let reach = padded as u128 + if ceil_mode { stride - 1 } else { 0 };
+        if span as u128 > reach || span > isize::MAX as usize {
+            let slack = if ceil_mode {
+                format!(" plus stride {} - 1 (ceil_mode)", self.stride)
+            } else {
+                String::new()
+            };
             return Err(Error::invalid(
                 op,
                 format!(
-                    "kernel extent {span} (kernel {}, dilation {}) is larger than the padded input {padded} (input {input}, padding {}) along {axis}",
+                    "kernel extent {span} (kernel {}, dilation {}) is larger than the padded input {padded}{slack} (input {input}, padding {}) along {axis}",
                     self.kernel, self.dilation, self.padding
                 ),
             ));
         }
-        let room = padded - span;
-        let mut count = if ceil_mode {
-            room.div_ceil(self.stride) + 1
-        } else {
-            room / self.stride + 1
-        };
+        let mut count = (reach - span as u128) / stride + 1;
         // In ceil mode a last window starting in the right padding would see only padding.
-        if ceil_mode && (count - 1) * self.stride >= input + self.padding {
+        if ceil_mode && (count - 1) * stride >= input as u128 + self.padding as u128 {
             count -= 1;
         }
-        Ok(count)
+        if count == 0 {
+            return Err(Error::invalid(
+                op,
+                format!("no window fits an input of {input} along {axis}"),
+            ));
+        }
+        // At most `reach / stride + 1 <= padded + 1`: it fits.
+        Ok(count as usize)
     }
 }
 
@@ -237,8 +249,32 @@ impl Conv2dGeometry {
     /// the direct kernels (release build, one thread, (32, 64, 28, 28) x 128 1x1 at stride 2:
     /// forward 1.9 against 2.2 ms, input gradient 2.0 against 3.4, weight gradient 1.7 against 2.5).
     fn runs_direct(&self) -> bool {
-        // 1x1: only with unit stride and padding (not pointwise).
-        self.kernel != [1, 1] || (self.stride == [1, 1] && self.padding != [0, 0])
+        // 1x1: only with unit stride and padding (not pointwise). An empty batch has nothing to
+        // copy, but the direct kernels' plans and buffers are sized by the image, not the batch
+        // (an explicitly padded image may be huge when no sample has one).
+        (self.kernel != [1, 1] || (self.stride == [1, 1] && self.padding != [0, 0]))
+            && self.batch > 0
+            && self.padded_copy_is_modest()
+    }
+
+    /// Whether the padded, phase-split copies the direct kernels read (`phases`, `grad_phases`:
+    /// about `(len + 2 padding) / stride` positions per axis) stay near the input and output
+    /// sizes. Padding far longer than the input, with a dilation or stride that still leaves a
+    /// small output, would make them mostly zeros that no tap reads, terabytes for paddings of
+    /// 2^40; the GEMM path's column matrix has one row per tap and a column per output instead.
+    /// Ordinary convolutions (padding about half the kernel extent) are far inside the bound.
+    fn padded_copy_is_modest(&self) -> bool {
+        let axes = [
+            (self.in_h, self.out_h, self.padding[0], self.stride[0]),
+            (self.in_w, self.out_w, self.padding[1], self.stride[1]),
+        ];
+        axes.iter().all(|&(len, out, pad, stride)| {
+            let phased = pad
+                .saturating_mul(2)
+                .saturating_add(len)
+                .div_ceil(stride.max(1));
+            phased <= len.saturating_add(out).saturating_mul(4).saturating_add(64)
+        })
     }
 
     fn check_len<S: Scalar>(&self, what: &str, t: &Tensor<S>, expected: usize) -> Result<()> {
@@ -416,6 +452,11 @@ fn over_samples<S: Scalar>(
     work: usize,
     f: impl Fn(Range<usize>, &mut [S], usize) -> Result<()> + Sync,
 ) -> Result<()> {
+    // No sample, nothing to write; `f` would still size its column matrix by the image (which
+    // an explicit padding may make huge).
+    if batch == 0 {
+        return Ok(());
+    }
     let parts = threads.min(batch);
     if parts <= 1 || per_sample == 0 || !worth_threads(work) {
         return f(0..batch, buffer, threads);
@@ -1323,6 +1364,79 @@ mod tests {
         }
     }
 
+    /// Padding and dilation far longer than the input with a small output (unit stride too): the
+    /// direct kernels' padded copy had about 2^41 positions per row (an allocation error, or
+    /// terabytes where memory is overcommitted); such geometries now take the GEMM path, whose
+    /// column matrix has one column per output.
+    #[test]
+    fn huge_padding_with_a_small_output_matches_the_definition() {
+        const FAR: usize = 1 << 40;
+        let cases = [
+            // Taps at -2^40, o + 1 and 2^40 + 2 + o: only the middle one reads the input.
+            (
+                [1, 1, 1, 4],
+                [1, 1, 1, 3],
+                [1, 1],
+                [0, FAR],
+                [1, FAR + 1],
+                1,
+            ),
+            (
+                [2, 2, 3, 4],
+                [2, 1, 3, 3],
+                [1, 3],
+                [FAR, FAR],
+                [FAR + 1, FAR + 1],
+                2,
+            ),
+            (
+                [1, 2, 4, 4],
+                [3, 2, 3, 3],
+                [2, 1],
+                [FAR, 1],
+                [FAR + 1, 1],
+                1,
+            ),
+        ];
+        for case in cases {
+            let (xs, ws, stride, padding, dilation, groups) = case;
+            let geo =
+                Conv2dGeometry::new("conv2d", xs, ws, stride, padding, dilation, groups).unwrap();
+            assert!(!geo.runs_direct(), "{geo:?}");
+            direct_paths_match_the_definition(case, &[1, 2]);
+        }
+    }
+
+    /// An empty batch of huge images (as an explicitly padded input can be): nothing to compute,
+    /// and no plan or buffer sized by the image. The input gradient's plan listed 2^41 stride
+    /// residues (an allocation abort) and the column matrix of its transposed form had a column
+    /// per input position.
+    #[test]
+    fn an_empty_batch_of_huge_images_allocates_nothing() {
+        let len = (1usize << 41) + 3;
+        for (stride, out_w) in [(usize::MAX - 1, 1), (1, 3)] {
+            let geo = Conv2dGeometry::new(
+                "conv2d",
+                [0, 1, 1, len],
+                [1, 1, 1, 3],
+                [1, stride],
+                [0, 0],
+                [1, 1 << 40],
+                1,
+            )
+            .unwrap();
+            assert_eq!((geo.out_h, geo.out_w), (1, out_w));
+            let x = Tensor::<f64>::new(&[0, 1, 1, len], vec![]).unwrap();
+            let w = Tensor::<f64>::new(&[1, 1, 1, 3], vec![1.0, 2.0, 3.0]).unwrap();
+            let dy = Tensor::<f64>::new(&[0, 1, 1, out_w], vec![]).unwrap();
+            for t in [1, 2] {
+                assert!(conv2d_forward_on(&geo, &x, &w, None, t).unwrap().is_empty());
+                assert!(conv2d_grad_input_on(&geo, &dy, &w, t).unwrap().is_empty());
+                assert_eq!(conv2d_grad_weight_on(&geo, &dy, &x, t).unwrap(), [0.0; 3]);
+            }
+        }
+    }
+
     /// Random geometries (a fixed sequence): strides 1 to 3, padding 0 to 2, kernels 1 to 5 per
     /// side, dilation 1 or 2, groups, sizes from the kernel extent up.
     #[test]
@@ -1468,5 +1582,33 @@ mod tests {
         assert!(w(5, 1, 0, 1).count("t", "h", 4, false).is_err());
         assert!(w(3, 1, usize::MAX, 1).count("t", "h", 4, false).is_err());
         assert!(w(usize::MAX, 1, 0, 2).count("t", "h", 4, false).is_err());
+    }
+
+    /// PyTorch's ceil mode adds `stride - 1` before flooring, so a kernel longer than the padded
+    /// input still gets a window when the stride covers the difference: `max_pool2d` of a 1x1
+    /// input with kernel 2 and ceil_mode is 1x1 (this was rejected as "kernel extent larger than
+    /// the padded input").
+    #[test]
+    fn ceil_mode_windows_may_reach_past_the_padded_input() {
+        let w = |kernel, stride, padding| Window {
+            kernel,
+            stride,
+            padding,
+            dilation: 1,
+        };
+        assert_eq!(w(2, 2, 0).count("t", "h", 1, true).unwrap(), 1);
+        assert_eq!(w(3, 3, 0).count("t", "h", 1, true).unwrap(), 1);
+        assert_eq!(w(3, 2, 0).count("t", "h", 2, true).unwrap(), 1);
+        assert_eq!(w(1 << 33, 1 << 33, 5).count("t", "h", 4, true).unwrap(), 1);
+        // Not when the stride does not cover it, and never in floor mode.
+        assert!(w(3, 1, 0).count("t", "h", 1, true).is_err());
+        assert!(w(2, 2, 0).count("t", "h", 1, false).is_err());
+        // Huge strides: `padded + stride - 1` is formed without overflow.
+        assert_eq!(w(2, usize::MAX, 0).count("t", "h", 1, true).unwrap(), 1);
+        assert_eq!(w(1, usize::MAX, 0).count("t", "h", 3, true).unwrap(), 1);
+        // The extent must still fit in isize.
+        assert!(w(usize::MAX, usize::MAX, 0)
+            .count("t", "h", 3, true)
+            .is_err());
     }
 }

@@ -90,7 +90,8 @@ struct Spec {
 /// A convolution's geometry (on the padded input when `pad` is set) and output shape.
 struct Plan {
     geo: Conv2dGeometry,
-    /// Explicit padding to apply first; the kernels then pad nothing.
+    /// Explicit padding to apply first (any non-zero mode, and what one side of a zero padding
+    /// has more than the other); the kernels pad the rest.
     pad: Option<Pad>,
     out: Shape,
 }
@@ -249,10 +250,19 @@ impl Spec {
         }
         let shapes_text = format!("input {x}, weight {w}");
         let [(top, bottom), (left, right)] = self.resolve_padding([kh, kw], &shapes_text)?;
-        let symmetric = top == bottom && left == right;
-        let pad = if (symmetric && self.padding_mode == PaddingMode::Zeros)
-            || [top, bottom, left, right] == [0; 4]
-        {
+        // Zero padding goes to the kernels, all but what one side has more than the other (as
+        // PyTorch's "same": the odd element is padded explicitly): an explicit copy of a huge
+        // "same" padding (dilation 2^40) would need terabytes the kernels never read.
+        let kernel_pad = if self.padding_mode == PaddingMode::Zeros {
+            [top.min(bottom), left.min(right)]
+        } else {
+            [0, 0]
+        };
+        let [(top, bottom), (left, right)] = [
+            (top - kernel_pad[0], bottom - kernel_pad[0]),
+            (left - kernel_pad[1], right - kernel_pad[1]),
+        ];
+        let pad = if [top, bottom, left, right] == [0; 4] {
             None
         } else {
             let axis = |len, lo, hi| AxisPad { len, lo, hi };
@@ -271,16 +281,16 @@ impl Spec {
             .map_err(|e| with_shapes(e, &shapes_text))?;
             Some(pad)
         };
-        let (geo_in, geo_pad) = match &pad {
-            Some(p) => (p.padded(), [0, 0]),
-            None => ([in_h, in_w], [top, left]),
+        let geo_in = match &pad {
+            Some(p) => p.padded(),
+            None => [in_h, in_w],
         };
         let geo = Conv2dGeometry::new(
             op,
             [batch, channels, geo_in[0], geo_in[1]],
             [out_channels, group_in, kh, kw],
             self.stride,
-            geo_pad,
+            kernel_pad,
             self.dilation,
             g,
         )
@@ -476,5 +486,48 @@ impl std::fmt::Display for Conv1d {
             self.groups,
             self.bias
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::Saved;
+
+    /// `padding="same"` with an odd total (an even kernel, an odd dilation) pads one element more
+    /// on the right. Only that element is padded explicitly, as PyTorch does; the whole padding
+    /// was, 2^40 elements per row for dilation 2^40 + 1 (an allocation error, or terabytes). Every
+    /// tap then reads padding, so the output is the bias and only the bias has a gradient.
+    #[test]
+    fn same_padding_with_a_huge_odd_total_pads_one_element_explicitly() {
+        let op = Conv1d {
+            dilation: (1 << 40) + 1,
+            bias: true,
+            named_padding: Some(NamedPadding::Same),
+            ..Conv1d::default()
+        };
+        let x = Tensor::<f64>::new(&[1, 1, 3], vec![1.0, 2.0, 3.0]).unwrap();
+        let w = Tensor::<f64>::new(&[1, 1, 2], vec![4.0, 5.0]).unwrap();
+        let b = Tensor::<f64>::new(&[1], vec![6.0]).unwrap();
+        let plan = op
+            .spec()
+            .geometry(&[x.shape(), w.shape(), b.shape()])
+            .unwrap();
+        let pad = plan.pad.unwrap();
+        assert_eq!(pad.padded(), [1, 4]);
+        assert_eq!(plan.geo.padding, [0, 1 << 39]);
+        let fwd = OpRules::forward(&op, &[&x, &w, &b]).unwrap();
+        assert_eq!(
+            (fwd.value.dims(), fwd.value.data()),
+            (&[1, 1, 3][..], &[6.0; 3][..])
+        );
+        let cot = Tensor::<f64>::new(&[1, 1, 3], vec![1.0, -2.0, 4.0]).unwrap();
+        let saved = Saved::keep(op.saves(), &[&x, &w, &b], &fwd, [true; 3]);
+        let grads = OpRules::vjp(&op, &saved.context(), &cot).unwrap();
+        let data = |i: usize| grads[i].as_ref().unwrap().data().to_vec();
+        assert_eq!(
+            (data(0), data(1), data(2)),
+            (vec![0.0; 3], vec![0.0; 2], vec![3.0])
+        );
     }
 }

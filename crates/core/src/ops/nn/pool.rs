@@ -380,7 +380,10 @@ impl AvgAxis {
         let AvgAxis { win, out, len } = self;
         (0..out).map(move |o| {
             let start = (o * win.stride) as isize - win.padding as isize;
-            let end = (start + win.kernel as isize).min((len + win.padding) as isize);
+            // In ceil mode the kernel may reach past the padded input (and its end past isize).
+            let end = start
+                .saturating_add(win.kernel as isize)
+                .min((len + win.padding) as isize);
             let padded_extent = (end - start) as usize;
             let start = start.max(0) as usize;
             let end = (end.max(0) as usize).min(len);
@@ -453,7 +456,10 @@ impl AvgPool2d {
         }
         Some(match self.divisor_override {
             Some(d) => S::from_f64(d as f64),
-            None if self.count_include_pad => S::from_usize(sh.padded_extent * sw.padded_extent),
+            // Each extent fits in isize, their product (huge kernels and padding) may not.
+            None if self.count_include_pad => {
+                S::from_f64((sh.padded_extent as u128 * sw.padded_extent as u128) as f64)
+            }
             None => S::from_usize(inside),
         })
     }
@@ -623,6 +629,44 @@ impl std::fmt::Display for AdaptiveAvgPool2d {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With count_include_pad the divisor is the product of two padded extents, each below
+    /// isize::MAX but not their product: kernels of 2^40 half in the padding overflowed it.
+    #[test]
+    fn huge_padded_windows_divide_by_the_exact_product() {
+        let op = AvgPool2d {
+            kernel_size: [1 << 40, 1 << 40],
+            stride: [usize::MAX, usize::MAX],
+            padding: [1 << 39, 1 << 39],
+            ceil_mode: false,
+            count_include_pad: true,
+            divisor_override: None,
+        };
+        let x = Tensor::<f64>::new(&[1, 1, 1], vec![3.0]).unwrap();
+        let y = op.forward(&[&x]).unwrap().value;
+        // The window runs from -2^39 to min(2^39, 1 + 2^39) along each axis.
+        let extent = (1u128 << 40) as f64;
+        assert_eq!(y.dims(), &[1, 1, 1]);
+        assert_eq!(y.data(), &[3.0 / (extent * extent)]);
+    }
+
+    /// PyTorch's ceil mode: a 1x1 input pooled by a 2x2 kernel gives one window, whose
+    /// count_include_pad divisor stops at the padded input's end.
+    #[test]
+    fn ceil_mode_pools_a_kernel_longer_than_the_input() {
+        let x = Tensor::<f64>::new(&[1, 1, 1], vec![5.0]).unwrap();
+        let max = MaxPool2d {
+            ceil_mode: true,
+            ..MaxPool2d::new([2, 2])
+        };
+        assert_eq!(max.forward(&[&x]).unwrap().value.data(), &[5.0]);
+        let avg = AvgPool2d {
+            ceil_mode: true,
+            ..AvgPool2d::new([2, 2])
+        };
+        let y = avg.forward(&[&x]).unwrap().value;
+        assert_eq!((y.dims(), y.data()), (&[1, 1, 1][..], &[5.0][..]));
+    }
 
     /// The edge windows are exactly the windows that reach outside the input, so checking only
     /// them finds an empty window whenever there is one.
