@@ -9,17 +9,19 @@
 //! naive definition written here (checked index arithmetic in i128), and satisfy the adjoint
 //! identity, in f64 and f32 on small integers, with one and two kernel threads.
 
+mod op_support;
+
+use op_support::no_panic_and_named;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use tapegrad::core::ops::nn::{
     AdaptiveAvgPool2d, AvgPool2d, Conv1d, Conv2d, MaxPool2d, NamedPadding, PaddingMode,
 };
 use tapegrad::core::ops::Saved;
 use tapegrad::tensor::kernels::set_num_threads;
-use tapegrad::{Op, Result, Scalar, Shape, Tensor};
+use tapegrad::{Op, Scalar, Shape, Tensor};
 
 /// Attribute values far outside any real network's: each overflows some product or sum of
 /// window arithmetic.
@@ -367,37 +369,39 @@ fn apply_terms(terms: &[Term], args: &[Vec<f64>], out_len: usize) -> Vec<f64> {
     out
 }
 
-fn vjp_terms(terms: &[Term], args: &[Vec<f64>], cot: &[f64]) -> Vec<Vec<f64>> {
-    let mut grads: Vec<Vec<f64>> = args.iter().map(|a| vec![0.0; a.len()]).collect();
+/// Calls `f(term, factor, partial)` for each factor of each term, with the term's partial
+/// derivative in that factor: the other factor over the divisor (or one over it).
+fn for_each_partial(
+    terms: &[Term],
+    args: &[Vec<f64>],
+    mut f: impl FnMut(&Term, (usize, usize), f64),
+) {
     for t in terms {
-        for f in 0..t.arity {
-            let (arg, idx) = t.factors[f];
+        for k in 0..t.arity {
             let other = if t.arity == 2 {
-                let (oa, oi) = t.factors[1 - f];
+                let (oa, oi) = t.factors[1 - k];
                 args[oa][oi]
             } else {
                 1.0
             };
-            grads[arg][idx] += cot[t.out] * other / t.div;
+            f(t, t.factors[k], other / t.div);
         }
     }
+}
+
+fn vjp_terms(terms: &[Term], args: &[Vec<f64>], cot: &[f64]) -> Vec<Vec<f64>> {
+    let mut grads: Vec<Vec<f64>> = args.iter().map(|a| vec![0.0; a.len()]).collect();
+    for_each_partial(terms, args, |t, (arg, idx), partial| {
+        grads[arg][idx] += cot[t.out] * partial;
+    });
     grads
 }
 
 fn jvp_terms(terms: &[Term], args: &[Vec<f64>], tangents: &[Vec<f64>], out_len: usize) -> Vec<f64> {
     let mut out = vec![0.0; out_len];
-    for t in terms {
-        for f in 0..t.arity {
-            let (arg, idx) = t.factors[f];
-            let other = if t.arity == 2 {
-                let (oa, oi) = t.factors[1 - f];
-                args[oa][oi]
-            } else {
-                1.0
-            };
-            out[t.out] += tangents[arg][idx] * other / t.div;
-        }
-    }
+    for_each_partial(terms, args, |t, (arg, idx), partial| {
+        out[t.out] += tangents[arg][idx] * partial;
+    });
     out
 }
 
@@ -943,22 +947,6 @@ fn tensor<S: Scalar>(dims: &[usize], v: &[f64]) -> Tensor<S> {
 
 fn values<S: Scalar>(t: &Tensor<S>) -> Vec<f64> {
     t.data().iter().map(|v| v.to_f64()).collect()
-}
-
-/// Runs `f`, failing if it panics or returns an error that does not name `op`.
-fn no_panic_and_named<T>(op: &Op, what: &str, f: impl FnOnce() -> Result<T>) -> Option<T> {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Err(_) => panic!("{op}: {what} panicked"),
-        Ok(Err(e)) => {
-            let msg = e.to_string();
-            assert!(
-                msg.contains(op.name()),
-                "{op}: {what}: the error does not name the op: {msg}"
-            );
-            None
-        }
-        Ok(Ok(v)) => Some(v),
-    }
 }
 
 /// `got` equals `want` exactly (`exact`), or to 1e-9 (f64) / 1e-5 (f32) of the magnitude.

@@ -5,6 +5,9 @@
 //! groups, output sizes), out-of-range and mis-shaped indices, and NaN or infinite eps, momentum,
 //! p and scale, on random shapes and on the shapes of valid cases.
 
+mod op_support;
+
+use op_support::no_panic_and_named;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use rand::{Rng, SeedableRng};
@@ -22,7 +25,7 @@ use tapegrad::core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, ReduceOp, Reduction,
     Saved, StructureOp,
 };
-use tapegrad::{Op, Result, Shape, Tape, Tensor};
+use tapegrad::{Op, Shape, Tape, Tensor};
 
 fn config(cases: u32) -> Config {
     Config {
@@ -403,22 +406,6 @@ fn hostile_nn(kind: NnKind, rng: &mut ChaCha8Rng) -> Op {
             }
             .into()
         }
-    }
-}
-
-/// Runs `f`, failing with `what` if it panics or returns an error that does not name `op`.
-fn no_panic_and_named<T>(op: &Op, what: &str, f: impl FnOnce() -> Result<T>) -> Option<T> {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Err(_) => panic!("{op}: {what} panicked"),
-        Ok(Err(e)) => {
-            let msg = e.to_string();
-            assert!(
-                msg.contains(op.name()),
-                "{op}: {what}: the error does not name the op: {msg}"
-            );
-            None
-        }
-        Ok(Ok(v)) => Some(v),
     }
 }
 
