@@ -95,3 +95,12 @@ pub fn laws(op: &Op, inputs: &[Tensor<f64>], rng: &mut ChaCha8Rng) {
 
     assert!(op.to_string().starts_with(op.name()), "{op}");
 }
+
+/// A call PyTorch rejects (`why`, its message or reason) must be an error here that names the op.
+pub fn rejects_like_pytorch(op: &Op, xs: &[&Tensor<f64>], why: &str) {
+    let shapes: Vec<&[usize]> = xs.iter().map(|x| x.dims()).collect();
+    match op.forward(xs) {
+        Ok(_) => panic!("{op} on {shapes:?}: PyTorch rejects it ({why}), tapegrad does not"),
+        Err(err) => assert!(err.to_string().contains(op.name()), "{op}: {err}"),
+    }
+}
