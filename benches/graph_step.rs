@@ -50,10 +50,7 @@ fn mlp(batch: usize) -> Mlp {
     let targets = Arc::new((0..batch).map(|_| rng.random_range(0..10)).collect());
     let linear = Op::Linalg(LinalgOp::Linear { bias: true });
     let relu = Op::Activation(ActivationOp::Relu);
-    let loss = Op::Loss(LossOp::CrossEntropy {
-        targets,
-        reduction: Reduction::Mean,
-    });
+    let loss = Op::Loss(LossOp::cross_entropy(targets, Reduction::Mean));
     let ops = vec![
         (linear.clone(), vec![0, 1, 2]),
         (relu.clone(), vec![7]),

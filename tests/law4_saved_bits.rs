@@ -401,12 +401,7 @@ fn checked_lowering_names_the_node_that_leaves_the_domain() {
 fn a_compiled_graph_takes_new_attributes_between_batches() {
     use std::sync::Arc;
     use tapegrad_core::ops::{LossOp, Reduction};
-    let ce = |t: Vec<usize>| {
-        Op::Loss(LossOp::CrossEntropy {
-            targets: Arc::new(t),
-            reduction: Reduction::Sum,
-        })
-    };
+    let ce = |t: Vec<usize>| Op::Loss(LossOp::cross_entropy(Arc::new(t), Reduction::Sum));
     let mut g = Graph::new();
     let z = g.input("z", Shape::new([2, 3]).unwrap(), true).unwrap();
     let loss = g.node("loss", ce(vec![0, 0]), &[z]).unwrap();

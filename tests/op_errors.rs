@@ -219,6 +219,13 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
         K::CrossEntropy => Op::Loss(LossOp::CrossEntropy {
             targets: labels(rng),
             reduction: reduction(rng),
+            weight: class_weights(rng),
+            ignore_index: ignore_index(rng),
+            label_smoothing: if rng.random_bool(0.5) {
+                0.0
+            } else {
+                value(rng)
+            },
         }),
         K::BinaryCrossEntropyWithLogits => Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
             reduction: reduction(rng),
@@ -226,9 +233,25 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
         K::NllLoss => Op::Loss(LossOp::NllLoss {
             targets: labels(rng),
             reduction: reduction(rng),
+            weight: class_weights(rng),
+            ignore_index: ignore_index(rng),
         }),
         K::Nn(n) => hostile_nn(n, rng),
     }
+}
+
+/// Class weights of a random length (often not the number of classes), now and then non-finite.
+fn class_weights(rng: &mut ChaCha8Rng) -> Option<Arc<Vec<f64>>> {
+    rng.random_bool(0.4).then(|| {
+        let len = rng.random_range(0..=5);
+        Arc::new((0..len).map(|_| value(rng)).collect())
+    })
+}
+
+/// An ignored label: in range, out of range or huge.
+fn ignore_index(rng: &mut ChaCha8Rng) -> Option<usize> {
+    rng.random_bool(0.4)
+        .then(|| pick(rng, &[0, 1, 2, 3, 7, 1 << 40, usize::MAX]))
 }
 
 /// A size attribute: often valid, sometimes zero or far too large to allocate or index.
@@ -660,26 +683,17 @@ fn named_cases() -> Vec<NamedCase> {
             vec!["binary_cross_entropy_with_logits", "[2, 2]", "[4]"],
         ),
         (
-            Op::Loss(LossOp::CrossEntropy {
-                targets: Arc::new(vec![0, 7]),
-                reduction: Reduction::Mean,
-            }),
+            Op::Loss(LossOp::cross_entropy(Arc::new(vec![0, 7]), Reduction::Mean)),
             vec![t(&[2, 3])],
             vec!["cross_entropy", "7", "3"],
         ),
         (
-            Op::Loss(LossOp::NllLoss {
-                targets: Arc::new(vec![0]),
-                reduction: Reduction::Mean,
-            }),
+            Op::Loss(LossOp::nll_loss(Arc::new(vec![0]), Reduction::Mean)),
             vec![t(&[2, 3])],
             vec!["nll_loss", "[2, 3]", "1"],
         ),
         (
-            Op::Loss(LossOp::CrossEntropy {
-                targets: Arc::new(vec![0]),
-                reduction: Reduction::Sum,
-            }),
+            Op::Loss(LossOp::cross_entropy(Arc::new(vec![0]), Reduction::Sum)),
             vec![t(&[2, 3, 4])],
             vec!["cross_entropy", "[2, 3, 4]"],
         ),

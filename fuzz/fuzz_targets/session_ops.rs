@@ -419,9 +419,9 @@ impl<S: Scalar> Run<S> {
                 );
                 let reduction = red(*r);
                 let op = if *nll {
-                    LossOp::NllLoss { targets, reduction }
+                    LossOp::nll_loss(targets, reduction)
                 } else {
-                    LossOp::CrossEntropy { targets, reduction }
+                    LossOp::cross_entropy(targets, reduction)
                 };
                 self.apply(Op::Loss(op), &[*x]);
             }

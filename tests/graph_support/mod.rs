@@ -286,16 +286,31 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
         _ => {
             let a = pick(rng, v, |t| t.rank() == 2)?;
             let (n, c) = (v[a].dims()[0], v[a].dims()[1]);
-            let targets = Arc::new((0..n).map(|_| rng.random_range(0..c)).collect());
+            let mut targets: Vec<usize> = (0..n).map(|_| rng.random_range(0..c)).collect();
+            // PyTorch's options now and then: positive class weights, and the first of two or
+            // more samples ignored under a label out of range (so one is still counted).
+            let weight = rng
+                .random_bool(0.3)
+                .then(|| Arc::new((0..c).map(|_| rng.random_range(0.5..2.0)).collect()));
+            let ignore_index = (n >= 2 && rng.random_bool(0.3)).then(|| {
+                targets[0] = c + 1;
+                c + 1
+            });
+            let targets = Arc::new(targets);
             let op = if rng.random_bool(0.5) {
                 LossOp::CrossEntropy {
                     targets,
                     reduction: reduction(rng),
+                    weight,
+                    ignore_index,
+                    label_smoothing: if rng.random_bool(0.3) { 0.2 } else { 0.0 },
                 }
             } else {
                 LossOp::NllLoss {
                     targets,
                     reduction: reduction(rng),
+                    weight,
+                    ignore_index,
                 }
             };
             (Op::Loss(op), vec![a])

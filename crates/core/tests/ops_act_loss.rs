@@ -95,9 +95,9 @@ fn activations() -> Vec<(Op, Vec<f64>)> {
 fn labelled(targets: Vec<usize>, reduction: Reduction, ce: bool) -> Op {
     let targets = Arc::new(targets);
     loss(if ce {
-        LossOp::CrossEntropy { targets, reduction }
+        LossOp::cross_entropy(targets, reduction)
     } else {
-        LossOp::NllLoss { targets, reduction }
+        LossOp::nll_loss(targets, reduction)
     })
 }
 
@@ -655,10 +655,7 @@ fn invalid_attributes_and_direct_rule_calls_are_errors() {
     assert!(mse
         .jvp(&[&x, &x], &mse.forward(&[&x, &x]).unwrap(), &[&x, &y])
         .is_err());
-    let nll = LossOp::NllLoss {
-        targets: Arc::new(vec![5]),
-        reduction: Reduction::Sum,
-    };
+    let nll = LossOp::nll_loss(Arc::new(vec![5]), Reduction::Sum);
     assert!(nll.forward(&[&x]).is_err());
     assert!(nll
         .jvp(
@@ -668,10 +665,7 @@ fn invalid_attributes_and_direct_rule_calls_are_errors() {
         )
         .is_err());
     // A cotangent of the wrong shape is an error at the family level too.
-    let ce = LossOp::CrossEntropy {
-        targets: Arc::new(vec![0]),
-        reduction: Reduction::Mean,
-    };
+    let ce = LossOp::cross_entropy(Arc::new(vec![0]), Reduction::Mean);
     let fwd = ce.forward(&[&x]).unwrap();
     let saved = Saved::keep(ce.saves(), &[&x], &fwd, vec![true]);
     assert!(ce.vjp(&saved.context(), &y).is_err());

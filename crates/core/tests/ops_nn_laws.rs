@@ -64,10 +64,7 @@ fn cnn(r: &mut ChaCha8Rng) -> Program {
         ), // 11: (2, 12)
         node(Op::Linalg(LinalgOp::Linear { bias: false }), &[11, 5]), // 12: (2, 4)
         node(
-            Op::Loss(LossOp::CrossEntropy {
-                targets: vec![1, 3].into(),
-                reduction: Reduction::Mean,
-            }),
+            Op::Loss(LossOp::cross_entropy(vec![1, 3].into(), Reduction::Mean)),
             &[12],
         ),
     ];

@@ -1,4 +1,5 @@
-//! layer_norm, batch_norm, group_norm, scaled_dot_product_attention, the losses, the activations,
+//! layer_norm, batch_norm, group_norm, scaled_dot_product_attention, the losses (cross_entropy and
+//! nll_loss also with class weights, ignore_index and label_smoothing), the activations,
 //! softmax/log_softmax, amax and maximum/minimum (with ties) against PyTorch itself: small random
 //! cases whose output and argument gradients PyTorch 2.15 recorded in float64 in
 //! `fixtures/pytorch_ops.json` (written by `fixtures/pytorch_ops.py`), including the calls it
@@ -100,6 +101,31 @@ fn attention(case: &Value) -> ScaledDotProductAttention {
     }
 }
 
+/// cross_entropy or nll_loss with the keyword arguments the case sets.
+fn class_options(case: &Value, targets: Arc<Vec<usize>>) -> LossOp {
+    let weight = case.get("weight").map(|w| Arc::new(numbers(w)));
+    let ignore_index = case
+        .get("ignore_index")
+        .map(|i| i.as_u64().unwrap() as usize);
+    match case["kind"].as_str().unwrap() {
+        "cross_entropy" => LossOp::CrossEntropy {
+            targets,
+            reduction: reduction(case),
+            weight,
+            ignore_index,
+            label_smoothing: case
+                .get("label_smoothing")
+                .map_or(0.0, |_| float(case, "label_smoothing")),
+        },
+        _ => LossOp::NllLoss {
+            targets,
+            reduction: reduction(case),
+            weight,
+            ignore_index,
+        },
+    }
+}
+
 fn op_of(case: &Value) -> Op {
     let targets = || Arc::new(dims(&case["targets"]));
     match case["family"].as_str().unwrap() {
@@ -127,14 +153,8 @@ fn op_of(case: &Value) -> Op {
         .into(),
         "attention" => attention(case).into(),
         "loss" => Op::Loss(match case["kind"].as_str().unwrap() {
-            "cross_entropy" => LossOp::CrossEntropy {
-                targets: targets(),
-                reduction: reduction(case),
-            },
-            "nll_loss" => LossOp::NllLoss {
-                targets: targets(),
-                reduction: reduction(case),
-            },
+            "cross_entropy" => LossOp::cross_entropy(targets(), reduction(case)),
+            "nll_loss" => LossOp::nll_loss(targets(), reduction(case)),
             "bce_with_logits" => LossOp::BinaryCrossEntropyWithLogits {
                 reduction: reduction(case),
             },
@@ -142,6 +162,7 @@ fn op_of(case: &Value) -> Op {
                 reduction: reduction(case),
             },
         }),
+        "class_options" => Op::Loss(class_options(case, targets())),
         "activation" => Op::Activation(activation(case)),
         "softmax" => {
             let axis = case["axis"].as_i64().unwrap() as isize;
@@ -221,8 +242,11 @@ fn check(case: &Value, tally: &mut Tally) {
     let refs: Vec<&Tensor<f64>> = xs.iter().collect();
     let shapes: Vec<_> = xs.iter().map(|x| x.dims().to_vec()).collect();
     let deliberate = case["deliberate"].as_str();
-    if let Some(why) = deliberate.filter(|why| why.starts_with("mse_loss")) {
-        // PyTorch broadcasts the target (with a warning); tapegrad's losses take one shape.
+    let rejected_here =
+        |why: &&str| why.starts_with("mse_loss") || why.starts_with("label_smoothing");
+    if let Some(why) = deliberate.filter(rejected_here) {
+        // PyTorch broadcasts mse_loss's target (with a warning), and takes a negative
+        // label_smoothing as none; tapegrad's losses take one shape, and a smoothing in [0, 1].
         match op.forward(&refs) {
             Err(err) if err.to_string().contains(op.name()) => tally.deliberate += 1,
             other => tally
@@ -336,7 +360,7 @@ fn ops_match_pytorch_on_random_cases() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    assert_eq!(cases.len(), 540);
+    assert_eq!(cases.len(), 660);
     // Every family is checked in earnest, and the rejections too (see pytorch_ops.py).
     for (family, t) in &tallies {
         assert!(t.computed >= 20, "{family}: only {} computed", t.computed);

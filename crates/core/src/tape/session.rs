@@ -4,8 +4,8 @@
 
 use super::Tape;
 use crate::ops::{
-    ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, Op, ReduceOp, Reduction,
-    StructureOp,
+    ActivationOp, ClassLossOptions, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, Op,
+    ReduceOp, Reduction, StructureOp,
 };
 use smallvec::SmallVec;
 use std::sync::Arc;
@@ -543,22 +543,60 @@ impl<S: Scalar> Session<S> {
     pub fn cross_entropy(&mut self, logits: Var, targets: &[usize]) -> Result<Var> {
         let targets = Arc::new(targets.to_vec());
         self.apply(
-            Op::Loss(LossOp::CrossEntropy {
-                targets,
-                reduction: Reduction::Mean,
-            }),
+            Op::Loss(LossOp::cross_entropy(targets, Reduction::Mean)),
             &[logits],
         )
+    }
+
+    /// Cross entropy with PyTorch's keyword arguments: `reduction`, class `weight`,
+    /// `ignore_index` and `label_smoothing`.
+    pub fn cross_entropy_with(
+        &mut self,
+        logits: Var,
+        targets: &[usize],
+        options: &ClassLossOptions,
+    ) -> Result<Var> {
+        let op = LossOp::CrossEntropy {
+            targets: Arc::new(targets.to_vec()),
+            reduction: options.reduction,
+            weight: options.weight.clone().map(Arc::new),
+            ignore_index: options.ignore_index,
+            label_smoothing: options.label_smoothing,
+        };
+        self.apply(Op::Loss(op), &[logits])
+    }
+
+    /// nll_loss with PyTorch's keyword arguments: `reduction`, class `weight` and `ignore_index`
+    /// (it has no `label_smoothing`: a non-zero one is an error).
+    pub fn nll_loss_with(
+        &mut self,
+        log_probs: Var,
+        targets: &[usize],
+        options: &ClassLossOptions,
+    ) -> Result<Var> {
+        if options.label_smoothing != 0.0 {
+            return Err(Error::invalid(
+                "nll_loss",
+                format!(
+                    "nll_loss has no label_smoothing (found {}); use cross_entropy on logits",
+                    options.label_smoothing
+                ),
+            ));
+        }
+        let op = LossOp::NllLoss {
+            targets: Arc::new(targets.to_vec()),
+            reduction: options.reduction,
+            weight: options.weight.clone().map(Arc::new),
+            ignore_index: options.ignore_index,
+        };
+        self.apply(Op::Loss(op), &[log_probs])
     }
 
     /// Negative log-likelihood of log-probabilities against class labels (mean reduction).
     pub fn nll_loss(&mut self, log_probs: Var, targets: &[usize]) -> Result<Var> {
         let targets = Arc::new(targets.to_vec());
         self.apply(
-            Op::Loss(LossOp::NllLoss {
-                targets,
-                reduction: Reduction::Mean,
-            }),
+            Op::Loss(LossOp::nll_loss(targets, Reduction::Mean)),
             &[log_probs],
         )
     }

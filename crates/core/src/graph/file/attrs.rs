@@ -138,6 +138,19 @@ impl Attrs {
         }
     }
 
+    /// An optional list of numbers (class weights).
+    pub fn f64s(&mut self, key: &'static str) -> Result<Option<Vec<f64>>> {
+        let Some(v) = self.take(key) else {
+            return Ok(None);
+        };
+        let items = self.list(key, v)?;
+        items
+            .iter()
+            .map(|v| number(v).ok_or_else(|| self.wrong(key, "a list of numbers", v)))
+            .collect::<Result<_>>()
+            .map(Some)
+    }
+
     /// An optional list of integers (axes, dims, a shape with -1).
     pub fn isizes(&mut self, key: &'static str) -> Result<Option<Vec<isize>>> {
         let Some(v) = self.take(key) else {
@@ -335,6 +348,12 @@ impl AttrWriter {
     /// An integer.
     pub fn int(&mut self, key: &'static str, v: impl std::fmt::Display) {
         self.entries.push((key, v.to_string()));
+    }
+
+    /// A list of numbers.
+    pub fn floats(&mut self, key: &'static str, v: &[f64]) {
+        let items: Vec<String> = v.iter().map(|&x| format_f64(x)).collect();
+        self.entries.push((key, format!("[{}]", items.join(", "))));
     }
 
     /// A list of integers.

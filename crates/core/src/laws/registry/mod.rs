@@ -183,7 +183,24 @@ const AXES: &[&str] = &[
     "last axis keepdim",
     "two axes",
 ];
-const CLASSES: &[&str] = &["batch mean", "batch sum", "batch none", "single"];
+const CROSS_ENTROPY: &[&str] = &[
+    "batch mean",
+    "batch sum",
+    "batch none",
+    "single",
+    "class weights mean",
+    "ignore_index out of range, smoothing, sum",
+    "weights, ignore_index, smoothing, none",
+];
+const NLL: &[&str] = &[
+    "batch mean",
+    "batch sum",
+    "batch none",
+    "single",
+    "class weights mean",
+    "ignore_index out of range, sum",
+    "weights, ignore_index, none",
+];
 
 /// The named attribute variants of a kind; the generator takes an index into this list.
 pub fn variants(kind: OpKind) -> &'static [&'static str] {
@@ -222,7 +239,8 @@ pub fn variants(kind: OpKind) -> &'static [&'static str] {
         K::Concat => &["one part", "two parts axis 0", "three parts last axis"],
         K::Slice => &["prefix", "negative bounds step 2", "clamped end"],
         K::MseLoss | K::BinaryCrossEntropyWithLogits => REDUCTION,
-        K::CrossEntropy | K::NllLoss => CLASSES,
+        K::CrossEntropy => CROSS_ENTROPY,
+        K::NllLoss => NLL,
         K::Nn(n) => nn::variants(n),
     }
 }
@@ -758,13 +776,46 @@ fn generate<R: Rng + ?Sized>(
                     [Reduction::Mean, Reduction::Sum, Reduction::None][variant],
                 ),
                 (3, &[c]) => (1, c, Reduction::Sum),
+                // The options need a second sample, counted while the first may be ignored.
+                (4..=6, &[n, c]) if n >= 2 && c >= 1 => (
+                    n,
+                    c,
+                    [Reduction::Mean, Reduction::Sum, Reduction::None][variant - 4],
+                ),
                 _ => return None,
             };
-            let targets = labels(n, classes, rng);
+            let mut targets = labels(n, classes, rng);
+            let weights = |rng: &mut R| {
+                Some(Arc::new(
+                    (0..classes).map(|_| rng.random_range(0.5..2.0)).collect(),
+                ))
+            };
+            let (weight, ignore_index, label_smoothing) = match variant {
+                4 => (weights(rng), None, 0.0),
+                5 => {
+                    // An ignored label needs no class: it may be out of range.
+                    let ignored = classes + 3;
+                    Arc::make_mut(&mut targets)[0] = ignored;
+                    (None, Some(ignored), 0.1)
+                }
+                6 => (weights(rng), Some(targets[0]), 0.25),
+                _ => (None, None, 0.0),
+            };
             let op = if kind == K::CrossEntropy {
-                Lo::CrossEntropy { targets, reduction }
+                Lo::CrossEntropy {
+                    targets,
+                    reduction,
+                    weight,
+                    ignore_index,
+                    label_smoothing,
+                }
             } else {
-                Lo::NllLoss { targets, reduction }
+                Lo::NllLoss {
+                    targets,
+                    reduction,
+                    weight,
+                    ignore_index,
+                }
             };
             (Op::Loss(op), vec![uniform(x, rng, -3.0, 3.0)])
         }

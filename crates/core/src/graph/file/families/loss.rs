@@ -1,5 +1,6 @@
 //! Graph-file form of the losses: `reduction` ("mean", the default, "sum" or "none") and, for
-//! cross_entropy and nll_loss, `targets` (one class label per row).
+//! cross_entropy and nll_loss, `targets` (one class label per row) and the optional `weight`
+//! (one number per class), `ignore_index` and (cross_entropy) `label_smoothing`.
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
 use crate::ops::{LossOp as Lo, Op, Reduction};
@@ -31,6 +32,9 @@ pub(super) fn parse(name: &'static str, _args: usize, a: &mut Attrs) -> Result<O
         "cross_entropy" => Lo::CrossEntropy {
             targets: Arc::new(a.usizes_req("targets")?),
             reduction: reduction(a)?,
+            weight: a.f64s("weight")?.map(Arc::new),
+            ignore_index: a.usize("ignore_index")?,
+            label_smoothing: a.f64_or("label_smoothing", 0.0)?,
         },
         "binary_cross_entropy_with_logits" => Lo::BinaryCrossEntropyWithLogits {
             reduction: reduction(a)?,
@@ -38,6 +42,8 @@ pub(super) fn parse(name: &'static str, _args: usize, a: &mut Attrs) -> Result<O
         "nll_loss" => Lo::NllLoss {
             targets: Arc::new(a.usizes_req("targets")?),
             reduction: reduction(a)?,
+            weight: a.f64s("weight")?.map(Arc::new),
+            ignore_index: a.usize("ignore_index")?,
         },
         other => return Err(not_writable(other)),
     };
@@ -50,11 +56,43 @@ pub(super) fn write(op: &Lo, w: &mut AttrWriter) -> Result<()> {
         Lo::MseLoss { reduction } | Lo::BinaryCrossEntropyWithLogits { reduction } => {
             w.str("reduction", reduction.name())
         }
-        Lo::CrossEntropy { targets, reduction } | Lo::NllLoss { targets, reduction } => {
-            w.ints("targets", targets);
-            w.str("reduction", reduction.name());
+        Lo::CrossEntropy {
+            targets,
+            reduction,
+            weight,
+            ignore_index,
+            label_smoothing,
+        } => {
+            class_labels(w, targets, *reduction, weight, *ignore_index);
+            if *label_smoothing != 0.0 {
+                w.f64("label_smoothing", *label_smoothing);
+            }
         }
+        Lo::NllLoss {
+            targets,
+            reduction,
+            weight,
+            ignore_index,
+        } => class_labels(w, targets, *reduction, weight, *ignore_index),
         other => return Err(not_writable(crate::ops::OpRules::name(other))),
     }
     Ok(())
+}
+
+/// The attributes cross_entropy and nll_loss share; the options only when set.
+fn class_labels(
+    w: &mut AttrWriter,
+    targets: &[usize],
+    reduction: Reduction,
+    weight: &Option<Arc<Vec<f64>>>,
+    ignore_index: Option<usize>,
+) {
+    w.ints("targets", targets);
+    w.str("reduction", reduction.name());
+    if let Some(weight) = weight {
+        w.floats("weight", weight);
+    }
+    if let Some(i) = ignore_index {
+        w.int("ignore_index", i);
+    }
 }

@@ -2,8 +2,12 @@
 //! with integer class labels, binary_cross_entropy_with_logits and nll_loss. Class labels are
 //! attributes (not differentiable); an out-of-range label is an error naming it and the bound.
 
+mod class_options;
+
 use super::{Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
+use class_options::Weighting;
 use smallvec::smallvec;
+use std::borrow::Cow;
 use std::sync::Arc;
 use tapegrad_tensor::kernels::cross_entropy_rows;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
@@ -36,13 +40,21 @@ impl Reduction {
 
     /// Reduces per-element losses. The mean of no elements is NaN (0/0), as in PyTorch.
     fn forward<S: Scalar>(self, per: Vec<S>, unreduced: &Shape) -> Result<Tensor<S>> {
-        let count = per.len();
+        let count = S::from_usize(per.len());
+        self.forward_by(per, unreduced, count)
+    }
+
+    /// As `forward`, with the mean's divisor given (a class-label loss's total weight).
+    fn forward_by<S: Scalar>(
+        self,
+        per: Vec<S>,
+        unreduced: &Shape,
+        divisor: S,
+    ) -> Result<Tensor<S>> {
         match self {
             Reduction::None => Tensor::from_shape(unreduced.clone(), per),
             Reduction::Sum => Ok(Tensor::scalar(per.into_iter().sum())),
-            Reduction::Mean => Ok(Tensor::scalar(
-                per.into_iter().sum::<S>() / S::from_usize(count),
-            )),
+            Reduction::Mean => Ok(Tensor::scalar(per.into_iter().sum::<S>() / divisor)),
         }
     }
 
@@ -51,10 +63,28 @@ impl Reduction {
     /// the input, and 0 keeps the JVP adjoint to the VJP, which has no element to give.
     fn tangent<S: Scalar>(self, per: Vec<S>, unreduced: &Shape) -> Result<Tensor<S>> {
         let n = S::from_usize(per.len());
+        self.tangent_by(per, unreduced, n, |_| true)
+    }
+
+    /// As `tangent`, with the mean's divisor given and only the `counted` elements in the mean
+    /// (an ignored sample's 0 would be 0/0 when nothing is counted).
+    fn tangent_by<S: Scalar>(
+        self,
+        per: Vec<S>,
+        unreduced: &Shape,
+        divisor: S,
+        counted: impl Fn(usize) -> bool,
+    ) -> Result<Tensor<S>> {
         match self {
             Reduction::None => Tensor::from_shape(unreduced.clone(), per),
             Reduction::Sum => Ok(Tensor::scalar(per.into_iter().sum())),
-            Reduction::Mean => Ok(Tensor::scalar(per.into_iter().map(|c| c / n).sum())),
+            Reduction::Mean => Ok(Tensor::scalar(
+                per.into_iter()
+                    .enumerate()
+                    .filter(|&(i, _)| counted(i))
+                    .map(|(_, c)| c / divisor)
+                    .sum(),
+            )),
         }
     }
 
@@ -65,6 +95,17 @@ impl Reduction {
         op: &'static str,
         cot: &'a Tensor<S>,
         unreduced: &Shape,
+    ) -> Result<Weights<'a, S>> {
+        self.weights_by(op, cot, unreduced, S::from_usize(unreduced.numel()))
+    }
+
+    /// As `weights`, with the mean's divisor given.
+    fn weights_by<'a, S: Scalar>(
+        self,
+        op: &'static str,
+        cot: &'a Tensor<S>,
+        unreduced: &Shape,
+        divisor: S,
     ) -> Result<Weights<'a, S>> {
         let expected = self.output_shape(unreduced.clone());
         if *cot.shape() != expected {
@@ -77,7 +118,7 @@ impl Reduction {
         Ok(match self {
             Reduction::None => Weights::Each(cot.data()),
             Reduction::Sum => Weights::All(cot.data()[0]),
-            Reduction::Mean => Weights::All(cot.data()[0] / S::from_usize(unreduced.numel())),
+            Reduction::Mean => Weights::All(cot.data()[0] / divisor),
         })
     }
 }
@@ -85,6 +126,31 @@ impl Reduction {
 impl std::fmt::Display for Reduction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// PyTorch's keyword arguments of `cross_entropy` and `nll_loss`, for the session's
+/// `cross_entropy_with` and `nll_loss_with`. The default is PyTorch's: mean, no class weights, no
+/// ignored label, no smoothing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassLossOptions {
+    pub reduction: Reduction,
+    /// One weight per class.
+    pub weight: Option<Vec<f64>>,
+    /// Samples with this label give 0 and do not count in the mean.
+    pub ignore_index: Option<usize>,
+    /// cross_entropy only, in [0, 1].
+    pub label_smoothing: f64,
+}
+
+impl Default for ClassLossOptions {
+    fn default() -> Self {
+        ClassLossOptions {
+            reduction: Reduction::Mean,
+            weight: None,
+            ignore_index: None,
+            label_smoothing: 0.0,
+        }
     }
 }
 
@@ -108,17 +174,26 @@ impl<S: Scalar> Weights<'_, S> {
 pub enum LossOp {
     /// (input - target)^2, both arguments differentiable, same shape.
     MseLoss { reduction: Reduction },
-    /// Logits (N, C) or (C) and one class label per row.
+    /// Logits (N, C) or (C) and one class label per row. The options are PyTorch's: `weight`
+    /// (one per class; the mean divides by the counted samples' label weights), `ignore_index`
+    /// (such samples give 0 and do not count in the mean; the label may be out of range) and
+    /// `label_smoothing` in [0, 1] (the target is `1 - e` on the label plus `e / C` everywhere).
     CrossEntropy {
         targets: Arc<Vec<usize>>,
         reduction: Reduction,
+        weight: Option<Arc<Vec<f64>>>,
+        ignore_index: Option<usize>,
+        label_smoothing: f64,
     },
     /// Logits and targets of one shape, both differentiable.
     BinaryCrossEntropyWithLogits { reduction: Reduction },
-    /// Log-probabilities (N, C) or (C) and one class label per row: -input[n, target[n]].
+    /// Log-probabilities (N, C) or (C) and one class label per row: -weight[t] input[n, t] with
+    /// t = target[n], `weight` and `ignore_index` as in cross_entropy.
     NllLoss {
         targets: Arc<Vec<usize>>,
         reduction: Reduction,
+        weight: Option<Arc<Vec<f64>>>,
+        ignore_index: Option<usize>,
     },
 }
 
@@ -143,7 +218,12 @@ struct Classes {
     per_sample: Shape,
 }
 
-fn classes(op: &'static str, shape: &Shape, targets: &[usize]) -> Result<Classes> {
+fn classes(
+    op: &'static str,
+    shape: &Shape,
+    targets: &[usize],
+    ignore_index: Option<usize>,
+) -> Result<Classes> {
     let (n, c, per_sample) = match *shape.dims() {
         [c] => (1, c, Shape::scalar()),
         [n, c] => (n, c, Shape::new([n])?),
@@ -163,7 +243,7 @@ fn classes(op: &'static str, shape: &Shape, targets: &[usize]) -> Result<Classes
             ),
         ));
     }
-    if let Some(&bad) = targets.iter().find(|&&t| t >= c) {
+    if let Some(&bad) = targets.iter().find(|&&t| t >= c && Some(t) != ignore_index) {
         return Err(Error::Index {
             op,
             what: "class label",
@@ -199,6 +279,28 @@ fn arg<'a, T>(op: &'static str, args: &[&'a T], i: usize, arity: usize) -> Resul
 }
 
 impl LossOp {
+    /// cross_entropy with none of PyTorch's options (no class weights, no ignored label, no
+    /// smoothing).
+    pub fn cross_entropy(targets: Arc<Vec<usize>>, reduction: Reduction) -> LossOp {
+        Lo::CrossEntropy {
+            targets,
+            reduction,
+            weight: None,
+            ignore_index: None,
+            label_smoothing: 0.0,
+        }
+    }
+
+    /// nll_loss with no class weights and no ignored label.
+    pub fn nll_loss(targets: Arc<Vec<usize>>, reduction: Reduction) -> LossOp {
+        Lo::NllLoss {
+            targets,
+            reduction,
+            weight: None,
+            ignore_index: None,
+        }
+    }
+
     fn reduction(&self) -> Reduction {
         match self {
             Lo::MseLoss { reduction }
@@ -212,6 +314,61 @@ impl LossOp {
         match self {
             Lo::CrossEntropy { targets, .. } | Lo::NllLoss { targets, .. } => targets,
             Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => &[],
+        }
+    }
+
+    /// A class-label loss's classes and options, checked against its input's shape.
+    fn class_loss(&self, shape: &Shape) -> Result<(Classes, Weighting<'_>)> {
+        let (weight, ignore_index, smoothing) = match self {
+            Lo::CrossEntropy {
+                weight,
+                ignore_index,
+                label_smoothing,
+                ..
+            } => (weight, *ignore_index, *label_smoothing),
+            Lo::NllLoss {
+                weight,
+                ignore_index,
+                ..
+            } => (weight, *ignore_index, 0.0),
+            Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => {
+                return Err(Error::invalid(self.name(), "not a class-label loss"))
+            }
+        };
+        let cl = classes(self.name(), shape, self.targets(), ignore_index)?;
+        let weighting = Weighting::new(self.name(), weight, ignore_index, smoothing, cl.c)?;
+        Ok((cl, weighting))
+    }
+
+    /// The input gradient of a class-label loss with an option set; `w` holds each sample's
+    /// cotangent (already divided by the total weight for a mean).
+    fn weighted_grad<S: Scalar>(
+        &self,
+        ctx: &VjpContext<'_, S>,
+        cl: &Classes,
+        weighting: &Weighting<'_>,
+        shape: &Shape,
+        w: &Weights<'_, S>,
+    ) -> Result<Tensor<S>> {
+        let targets = self.targets();
+        let c = cl.c;
+        match self {
+            Lo::CrossEntropy { .. } => {
+                let probs = self.probabilities(ctx.aux, shape)?;
+                Ok(Tensor::from_writer(shape.clone(), |g| {
+                    for (i, row) in g.chunks_mut(c.max(1)).take(cl.n).enumerate() {
+                        let p = &probs.data()[i * c..(i + 1) * c];
+                        weighting.cross_entropy_row_grad(p, targets[i], w.at(i), row);
+                    }
+                }))
+            }
+            _ => Ok(Tensor::zeros_with(shape.clone(), |g| {
+                for (i, &t) in targets.iter().enumerate() {
+                    if !weighting.ignored(t) {
+                        g[i * c + t] = weighting.nll_partial::<S>(t) * w.at(i);
+                    }
+                }
+            })),
         }
     }
 
@@ -257,8 +414,8 @@ impl OpRules for LossOp {
                 same_shape(name, x, inputs[1])?;
                 Ok(reduction.output_shape(x.clone()))
             }
-            Lo::CrossEntropy { targets, reduction } | Lo::NllLoss { targets, reduction } => {
-                Ok(reduction.output_shape(classes(name, x, targets)?.per_sample))
+            Lo::CrossEntropy { reduction, .. } | Lo::NllLoss { reduction, .. } => {
+                Ok(reduction.output_shape(self.class_loss(x)?.0.per_sample))
             }
         }
     }
@@ -295,18 +452,34 @@ impl OpRules for LossOp {
                 Ok(Forward::new(reduction.forward(per, x.shape())?))
             }
             Lo::CrossEntropy { targets, .. } => {
-                let cl = classes(name, x.shape(), targets)?;
+                let (cl, weighting) = self.class_loss(x.shape())?;
                 // The VJP is (softmax - onehot) * g: keep the softmax, made in the same pass as
                 // the losses (one `exp` per logit).
                 let mut per = vec![S::ZERO; cl.n];
                 let mut failed = None;
+                let kernel_labels: Cow<[usize]> = if weighting.is_plain() {
+                    Cow::Borrowed(targets)
+                } else {
+                    Cow::Owned(targets.iter().map(|&t| weighting.kernel_label(t)).collect())
+                };
                 let probs = Tensor::from_writer(x.shape().clone(), |p| {
-                    failed = cross_entropy_rows(x.data(), cl.c, targets, p, &mut per).err();
+                    // With no class every label is ignored (any other is out of range): there is
+                    // no probability to make, and no label the kernel would take.
+                    if cl.c > 0 || weighting.is_plain() {
+                        failed =
+                            cross_entropy_rows(x.data(), cl.c, &kernel_labels, p, &mut per).err();
+                    }
                 });
                 if let Some(e) = failed {
                     return Err(e);
                 }
-                let value = reduction.forward(per, &cl.per_sample)?;
+                let value = if weighting.is_plain() {
+                    reduction.forward(per, &cl.per_sample)?
+                } else {
+                    let per = weighting.cross_entropy_losses(x.data(), targets);
+                    let total = weighting.total_weight(targets);
+                    reduction.forward_by(per, &cl.per_sample, total)?
+                };
                 Ok(Forward {
                     value,
                     aux: Aux::Tensors(vec![probs]),
@@ -314,7 +487,16 @@ impl OpRules for LossOp {
             }
             // With mean and N = 0 this is 0/0 = NaN, as PyTorch's nll_loss (total weight 0).
             Lo::NllLoss { targets, .. } => {
-                let cl = classes(name, x.shape(), targets)?;
+                let (cl, weighting) = self.class_loss(x.shape())?;
+                if !weighting.is_plain() {
+                    let per = weighting.nll_losses(x.data(), targets);
+                    let total = weighting.total_weight(targets);
+                    return Ok(Forward::new(reduction.forward_by(
+                        per,
+                        &cl.per_sample,
+                        total,
+                    )?));
+                }
                 let per: Vec<S> = targets
                     .iter()
                     .enumerate()
@@ -376,7 +558,14 @@ impl OpRules for LossOp {
                 if !ctx.needs(0) {
                     return Ok(smallvec![None]);
                 }
-                let cl = classes(name, in_shape, targets)?;
+                let (cl, weighting) = self.class_loss(in_shape)?;
+                if !weighting.is_plain() {
+                    let total = weighting.total_weight(targets);
+                    let w = reduction.weights_by(name, cot, &cl.per_sample, total)?;
+                    return Ok(smallvec![Some(
+                        self.weighted_grad(ctx, &cl, &weighting, in_shape, &w)?
+                    )]);
+                }
                 let w = reduction.weights(name, cot, &cl.per_sample)?;
                 // Written straight into the gradient's (pooled) buffer.
                 let grad = match self {
@@ -439,8 +628,43 @@ impl OpRules for LossOp {
             }
             Lo::CrossEntropy { .. } | Lo::NllLoss { .. } => {
                 let targets = self.targets();
-                let cl = classes(name, x.shape(), targets)?;
+                let (cl, weighting) = self.class_loss(x.shape())?;
                 let t = tx.data();
+                if !weighting.is_plain() {
+                    let per: Vec<S> = match self {
+                        Lo::CrossEntropy { .. } => {
+                            let probs = self.probabilities(&out.aux, x.shape())?;
+                            let c = cl.c;
+                            targets
+                                .iter()
+                                .enumerate()
+                                .map(|(i, &label)| {
+                                    let row = i * c..(i + 1) * c;
+                                    weighting.cross_entropy_row_tangent(
+                                        &probs.data()[row.clone()],
+                                        label,
+                                        &t[row],
+                                    )
+                                })
+                                .collect()
+                        }
+                        _ => targets
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &label)| {
+                                if weighting.ignored(label) {
+                                    S::ZERO
+                                } else {
+                                    t[i * cl.c + label] * weighting.nll_partial::<S>(label)
+                                }
+                            })
+                            .collect(),
+                    };
+                    let total = weighting.total_weight(targets);
+                    return reduction.tangent_by(per, &cl.per_sample, total, |i| {
+                        !weighting.ignored(targets[i])
+                    });
+                }
                 let per: Vec<S> = match self {
                     // d(-log_softmax(x)[t]) = sum_c p_c dx_c - dx_t.
                     Lo::CrossEntropy { .. } => {
@@ -482,7 +706,12 @@ impl std::fmt::Display for LossOp {
             Lo::MseLoss { reduction } | Lo::BinaryCrossEntropyWithLogits { reduction } => {
                 write!(f, "{}(reduction='{reduction}')", self.name())
             }
-            Lo::CrossEntropy { targets, reduction } | Lo::NllLoss { targets, reduction } => {
+            Lo::CrossEntropy {
+                targets, reduction, ..
+            }
+            | Lo::NllLoss {
+                targets, reduction, ..
+            } => {
                 write!(f, "{}(targets=[", self.name())?;
                 for (i, t) in targets.iter().take(SHOWN).enumerate() {
                     if i > 0 {
@@ -493,7 +722,41 @@ impl std::fmt::Display for LossOp {
                 if targets.len() > SHOWN {
                     write!(f, ", ... {} labels", targets.len())?;
                 }
-                write!(f, "], reduction='{reduction}')")
+                write!(f, "], reduction='{reduction}'")?;
+                let (weight, ignore_index, smoothing) = match self {
+                    Lo::CrossEntropy {
+                        weight,
+                        ignore_index,
+                        label_smoothing,
+                        ..
+                    } => (weight, ignore_index, *label_smoothing),
+                    Lo::NllLoss {
+                        weight,
+                        ignore_index,
+                        ..
+                    } => (weight, ignore_index, 0.0),
+                    _ => (&None, &None, 0.0),
+                };
+                if let Some(w) = weight {
+                    write!(f, ", weight=[")?;
+                    for (i, v) in w.iter().take(SHOWN).enumerate() {
+                        if i > 0 {
+                            write!(f, ", ")?;
+                        }
+                        write!(f, "{v}")?;
+                    }
+                    if w.len() > SHOWN {
+                        write!(f, ", ... {} weights", w.len())?;
+                    }
+                    write!(f, "]")?;
+                }
+                if let Some(i) = ignore_index {
+                    write!(f, ", ignore_index={i}")?;
+                }
+                if smoothing != 0.0 {
+                    write!(f, ", label_smoothing={smoothing}")?;
+                }
+                write!(f, ")")
             }
         }
     }
