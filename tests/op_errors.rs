@@ -229,6 +229,7 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
         }),
         K::BinaryCrossEntropyWithLogits => Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
             reduction: reduction(rng),
+            pos_weight: class_weights(rng),
         }),
         K::NllLoss => Op::Loss(LossOp::NllLoss {
             targets: labels(rng),
@@ -676,9 +677,7 @@ fn named_cases() -> Vec<NamedCase> {
             vec!["mse_loss", "[2]", "[3]"],
         ),
         (
-            Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-                reduction: Reduction::Sum,
-            }),
+            Op::Loss(LossOp::bce_with_logits(Reduction::Sum)),
             vec![t(&[2, 2]), t(&[4])],
             vec!["binary_cross_entropy_with_logits", "[2, 2]", "[4]"],
         ),

@@ -428,7 +428,7 @@ impl<S: Scalar> Run<S> {
             K::PairLoss(a, b, r, bce) => {
                 let reduction = red(*r);
                 let op = if *bce {
-                    LossOp::BinaryCrossEntropyWithLogits { reduction }
+                    LossOp::bce_with_logits(reduction)
                 } else {
                     LossOp::MseLoss { reduction }
                 };

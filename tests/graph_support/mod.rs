@@ -277,8 +277,13 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
                     reduction: reduction(rng),
                 }
             } else {
+                // Now and then PyTorch's pos_weight: one per class along the last axis, or one.
+                let last = v[a].dims().last().copied().unwrap_or(1);
+                let len = if rng.random_bool(0.5) { last } else { 1 };
                 LossOp::BinaryCrossEntropyWithLogits {
                     reduction: reduction(rng),
+                    pos_weight: (v[a].rank() > 0 && rng.random_bool(0.3))
+                        .then(|| Arc::new((0..len).map(|_| rng.random_range(0.5..3.0)).collect())),
                 }
             };
             (Op::Loss(op), vec![a, b])

@@ -1,5 +1,6 @@
 //! cross_entropy and nll_loss with PyTorch's options (class `weight`, `ignore_index`,
-//! `label_smoothing`): forward values against the definition written out term by term here, the
+//! `label_smoothing`) and binary_cross_entropy_with_logits with `pos_weight`: forward values
+//! against the definition written out term by term here, the
 //! per-op laws (finite differences, adjoint, needs, f32 against f64) on random options, the edge
 //! cases (every sample ignored, an ignored label out of range, no class), the errors, and the
 //! session methods. PyTorch's own answers are checked in pytorch_ops.rs.
@@ -351,4 +352,106 @@ fn session_methods_take_pytorch_keyword_arguments() {
     case.smoothing = 0.0;
     let want = case.definition(x.data(), false);
     close(s.value(loss).unwrap().data(), &want, "nll_loss_with");
+}
+
+/// PyTorch's definition of binary_cross_entropy_with_logits with `pos_weight`, per element:
+/// `-(p y log(sigmoid(x)) + (1 - y) log(1 - sigmoid(x)))`.
+fn bce_definition(x: &[f64], y: &[f64], pos_weight: &[f64], reduction: Reduction) -> Vec<f64> {
+    let per: Vec<f64> = x
+        .iter()
+        .zip(y)
+        .enumerate()
+        .map(|(i, (&x, &y))| {
+            let p = pos_weight[i % pos_weight.len()];
+            let s = 1.0 / (1.0 + (-x).exp());
+            -(p * y * s.ln() + (1.0 - y) * (1.0 - s).ln())
+        })
+        .collect();
+    match reduction {
+        Reduction::None => per,
+        Reduction::Sum => vec![per.iter().sum()],
+        Reduction::Mean => vec![per.iter().sum::<f64>() / per.len() as f64],
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn bce_with_pos_weight_is_the_definition_and_obeys_the_laws(seed in any::<u64>()) {
+        let mut r = rng(seed);
+        let dims: Vec<usize> = (0..r.random_range(1..=3)).map(|_| r.random_range(1..=4)).collect();
+        let last = *dims.last().unwrap();
+        let len = if r.random_bool(0.5) { last } else { 1 };
+        let pos_weight: Vec<f64> = (0..len).map(|_| r.random_range(0.25..4.0)).collect();
+        let reduction = REDUCTIONS[r.random_range(0..3)];
+        let x = uniform(&mut r, &dims, -3.0, 3.0);
+        let y = uniform(&mut r, &dims, 0.0, 1.0);
+        let op = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
+            reduction,
+            pos_weight: Some(Arc::new(pos_weight.clone())),
+        });
+        let want = bce_definition(x.data(), y.data(), &pos_weight, reduction);
+        close(fwd(&op, &[&x, &y]).data(), &want, &op.to_string());
+        laws(&op, &[x, y], &mut r);
+    }
+}
+
+#[test]
+fn pos_weight_stays_finite_for_large_logits_and_checks_its_length() {
+    let x = Tensor::new(&[1, 3], vec![-800.0, 0.0, 800.0]).unwrap();
+    let y = Tensor::new(&[1, 3], vec![1.0, 0.5, 0.0]).unwrap();
+    let op = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
+        reduction: Reduction::None,
+        pos_weight: Some(Arc::new(vec![2.0, 3.0, 0.5])),
+    });
+    // log(1 + exp(800)) = 800 to double precision: 2 * 800, 3 * ln 2 / 2 + ln 2 / 2, 800.
+    let ln2 = std::f64::consts::LN_2;
+    close(
+        fwd(&op, &[&x, &y]).data(),
+        &[1600.0, 2.0 * ln2, 800.0],
+        "large logits",
+    );
+    let g = vjp_with_needs(
+        &op,
+        &[&x, &y],
+        &Tensor::new(&[1, 3], vec![1.0; 3]).unwrap(),
+        vec![true, true],
+    );
+    assert!(g
+        .iter()
+        .all(|g| g.as_ref().unwrap().data().iter().all(|v| v.is_finite())));
+
+    let two = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
+        reduction: Reduction::Mean,
+        pos_weight: Some(Arc::new(vec![1.0, 2.0])),
+    });
+    let err = two.forward(&[&x, &y]).unwrap_err().to_string();
+    for w in [
+        "binary_cross_entropy_with_logits",
+        "pos_weight",
+        "(3 for shape [1, 3])",
+        "2 entries",
+    ] {
+        assert!(err.contains(w), "'{err}' does not say '{w}'");
+    }
+    let scalar = Tensor::scalar(0.5);
+    let err = two.forward(&[&scalar, &scalar]).unwrap_err().to_string();
+    assert!(err.contains("pos_weight") && err.contains("0-d"), "{err}");
+}
+
+#[test]
+fn session_bce_takes_pos_weight() {
+    let mut r = rng(5);
+    let x = uniform(&mut r, &[2, 3], -2.0, 2.0);
+    let y = uniform(&mut r, &[2, 3], 0.0, 1.0);
+    let mut s = Session::<f64>::new();
+    let px = s.parameter("x", x.clone()).unwrap();
+    let py = s.input(y.clone());
+    let w = [0.5, 1.0, 3.0];
+    let loss = s
+        .binary_cross_entropy_with_logits_with(px, py, Reduction::Sum, Some(&w))
+        .unwrap();
+    let want = bce_definition(x.data(), y.data(), &w, Reduction::Sum);
+    close(s.value(loss).unwrap().data(), &want, "session bce");
 }

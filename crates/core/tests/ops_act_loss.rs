@@ -173,7 +173,7 @@ fn elementwise_losses_pass_gradient_and_adjoint_checks() {
     for reduction in REDUCTIONS {
         for op in [
             loss(LossOp::MseLoss { reduction }),
-            loss(LossOp::BinaryCrossEntropyWithLogits { reduction }),
+            loss(LossOp::bce_with_logits(reduction)),
         ] {
             for dims in PAIR_SHAPES {
                 for _ in 0..3 {
@@ -372,12 +372,7 @@ fn loss_forward_values() {
     // bce at x = 0 is ln 2 whatever the target; x = ln 3 with y = 1 is -ln(3/4).
     let bx = t64(&[3], &[0.0, 0.0, 3f64.ln()]);
     let by = t64(&[3], &[0.0, 0.7, 1.0]);
-    let bce = |reduction| {
-        fwd(
-            &loss(LossOp::BinaryCrossEntropyWithLogits { reduction }),
-            &[&bx, &by],
-        )
-    };
+    let bce = |reduction| fwd(&loss(LossOp::bce_with_logits(reduction)), &[&bx, &by]);
     let ln2 = std::f64::consts::LN_2;
     let l3 = (4.0f64 / 3.0).ln();
     assert_close(&bce(Reduction::None), &[ln2, ln2, l3]);
@@ -447,9 +442,7 @@ fn class_loss_gradients_match_hand_computation() {
     assert_eq!(g[0].to_f64_vec(), vec![1.0, -0.25]);
     assert_eq!(g[1].to_f64_vec(), vec![-1.0, 0.25]);
     let g = op_vjp(
-        &loss(LossOp::BinaryCrossEntropyWithLogits {
-            reduction: Reduction::Sum,
-        }),
+        &loss(LossOp::bce_with_logits(Reduction::Sum)),
         &[&x, &y],
         &Tensor::scalar(2.0),
     )
@@ -516,10 +509,7 @@ fn f32_forward_agrees_with_f64() {
             let y = r32(&mut rng, &[4, 3], -4.0, 4.0, &[]);
             assert_f32_matches_f64(&loss(LossOp::MseLoss { reduction }), &[x.clone(), y]);
             let p = r32(&mut rng, &[4, 3], 0.0, 1.0, &[]);
-            assert_f32_matches_f64(
-                &loss(LossOp::BinaryCrossEntropyWithLogits { reduction }),
-                &[x, p],
-            );
+            assert_f32_matches_f64(&loss(LossOp::bce_with_logits(reduction)), &[x, p]);
             for ce in [true, false] {
                 let labels = random_labels(&mut rng, &[4, 5]);
                 let x = r32(&mut rng, &[4, 5], -3.0, 3.0, &[]);
@@ -540,7 +530,7 @@ fn shape_errors_name_the_op_and_shapes() {
     for reduction in REDUCTIONS {
         for op in [
             loss(LossOp::MseLoss { reduction }),
-            loss(LossOp::BinaryCrossEntropyWithLogits { reduction }),
+            loss(LossOp::bce_with_logits(reduction)),
         ] {
             let msg = message(op.forward(&[&a, &b]).unwrap_err());
             assert!(msg.contains(op.name()), "{msg}");
@@ -696,7 +686,7 @@ fn zero_cotangents_give_exact_zeros() {
     for reduction in REDUCTIONS {
         for op in [
             loss(LossOp::MseLoss { reduction }),
-            loss(LossOp::BinaryCrossEntropyWithLogits { reduction }),
+            loss(LossOp::bce_with_logits(reduction)),
         ] {
             let y = t64(&[6], &[1.0, 0.0, 0.5, 1.0, 0.0, 1.0]);
             for g in zero_cotangent_grads(&op, &[&extreme, &y]) {
@@ -740,9 +730,7 @@ fn extreme_inputs_stay_finite() {
     let g = op_vjp(&high, &[&x], &ones).unwrap();
     assert_eq!(g[0].to_f64_vec(), vec![0.0, 1.0]);
 
-    let bce = loss(LossOp::BinaryCrossEntropyWithLogits {
-        reduction: Reduction::None,
-    });
+    let bce = loss(LossOp::bce_with_logits(Reduction::None));
     for y in [[0.0, 0.0], [1.0, 1.0], [0.3, 0.7]] {
         let y = t64(&[2], &y);
         let l = fwd(&bce, &[&x, &y]);
@@ -773,7 +761,7 @@ fn only_arguments_that_need_a_gradient_get_one() {
     for reduction in REDUCTIONS {
         for op in [
             loss(LossOp::MseLoss { reduction }),
-            loss(LossOp::BinaryCrossEntropyWithLogits { reduction }),
+            loss(LossOp::bce_with_logits(reduction)),
         ] {
             let fwd = op.forward(&[&x, &y]).unwrap();
             let cot = Tensor::ones(fwd.value.shape());
@@ -863,9 +851,7 @@ fn display_shows_attributes() {
             "mse_loss(reduction='mean')",
         ),
         (
-            loss(LossOp::BinaryCrossEntropyWithLogits {
-                reduction: Reduction::None,
-            }),
+            loss(LossOp::bce_with_logits(Reduction::None)),
             "binary_cross_entropy_with_logits(reduction='none')",
         ),
         (

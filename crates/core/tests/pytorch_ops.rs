@@ -1,5 +1,6 @@
 //! layer_norm, batch_norm, group_norm, scaled_dot_product_attention, the losses (cross_entropy and
-//! nll_loss also with class weights, ignore_index and label_smoothing), the activations,
+//! nll_loss also with class weights, ignore_index and label_smoothing, bce_with_logits also with
+//! pos_weight), the activations,
 //! softmax/log_softmax, amax and maximum/minimum (with ties) against PyTorch itself: small random
 //! cases whose output and argument gradients PyTorch 2.15 recorded in float64 in
 //! `fixtures/pytorch_ops.json` (written by `fixtures/pytorch_ops.py`), including the calls it
@@ -155,14 +156,16 @@ fn op_of(case: &Value) -> Op {
         "loss" => Op::Loss(match case["kind"].as_str().unwrap() {
             "cross_entropy" => LossOp::cross_entropy(targets(), reduction(case)),
             "nll_loss" => LossOp::nll_loss(targets(), reduction(case)),
-            "bce_with_logits" => LossOp::BinaryCrossEntropyWithLogits {
-                reduction: reduction(case),
-            },
+            "bce_with_logits" => LossOp::bce_with_logits(reduction(case)),
             _ => LossOp::MseLoss {
                 reduction: reduction(case),
             },
         }),
         "class_options" => Op::Loss(class_options(case, targets())),
+        "bce_pos_weight" => Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
+            reduction: reduction(case),
+            pos_weight: Some(Arc::new(numbers(&case["pos_weight"]))),
+        }),
         "activation" => Op::Activation(activation(case)),
         "softmax" => {
             let axis = case["axis"].as_i64().unwrap() as isize;
@@ -360,7 +363,7 @@ fn ops_match_pytorch_on_random_cases() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    assert_eq!(cases.len(), 660);
+    assert_eq!(cases.len(), 720);
     // Every family is checked in earnest, and the rejections too (see pytorch_ops.py).
     for (family, t) in &tallies {
         assert!(t.computed >= 20, "{family}: only {} computed", t.computed);

@@ -365,7 +365,7 @@ binary_methods! {
     /// Mean squared error (mean reduction).
     mse_loss => Op::Loss(LossOp::MseLoss { reduction: Reduction::Mean });
     /// Binary cross entropy with logits (mean reduction).
-    binary_cross_entropy_with_logits => Op::Loss(LossOp::BinaryCrossEntropyWithLogits { reduction: Reduction::Mean });
+    binary_cross_entropy_with_logits => Op::Loss(LossOp::bce_with_logits(Reduction::Mean));
 }
 
 impl<S: Scalar> Session<S> {
@@ -564,6 +564,22 @@ impl<S: Scalar> Session<S> {
             label_smoothing: options.label_smoothing,
         };
         self.apply(Op::Loss(op), &[logits])
+    }
+
+    /// binary_cross_entropy_with_logits with PyTorch's `reduction` and `pos_weight` (one weight
+    /// per class along the last axis, or one for all).
+    pub fn binary_cross_entropy_with_logits_with(
+        &mut self,
+        logits: Var,
+        targets: Var,
+        reduction: Reduction,
+        pos_weight: Option<&[f64]>,
+    ) -> Result<Var> {
+        let op = LossOp::BinaryCrossEntropyWithLogits {
+            reduction,
+            pos_weight: pos_weight.map(|w| Arc::new(w.to_vec())),
+        };
+        self.apply(Op::Loss(op), &[logits, targets])
     }
 
     /// nll_loss with PyTorch's keyword arguments: `reduction`, class `weight` and `ignore_index`

@@ -238,7 +238,14 @@ pub fn variants(kind: OpKind) -> &'static [&'static str] {
         K::BroadcastTo => &["new leading axis", "expand ones"],
         K::Concat => &["one part", "two parts axis 0", "three parts last axis"],
         K::Slice => &["prefix", "negative bounds step 2", "clamped end"],
-        K::MseLoss | K::BinaryCrossEntropyWithLogits => REDUCTION,
+        K::MseLoss => REDUCTION,
+        K::BinaryCrossEntropyWithLogits => &[
+            "mean",
+            "sum",
+            "none",
+            "pos_weight per class, mean",
+            "one pos_weight, none",
+        ],
         K::CrossEntropy => CROSS_ENTROPY,
         K::NllLoss => NLL,
         K::Nn(n) => nn::variants(n),
@@ -757,12 +764,25 @@ fn generate<R: Rng + ?Sized>(
             )
         }
         K::MseLoss | K::BinaryCrossEntropyWithLogits => {
-            let reduction = [Reduction::Mean, Reduction::Sum, Reduction::None][variant];
+            if variant >= 3 && x.rank() == 0 {
+                return None; // pos_weight needs a class axis
+            }
+            let reduction = [Reduction::Mean, Reduction::Sum, Reduction::None][variant % 3];
             let (op, target) = if kind == K::MseLoss {
                 (Lo::MseLoss { reduction }, uniform(x, rng, -2.0, 2.0))
             } else {
+                let classes = if variant == 3 {
+                    x.dims().last().copied().unwrap_or(1)
+                } else {
+                    1
+                };
+                let pos_weight = (variant >= 3)
+                    .then(|| Arc::new((0..classes).map(|_| rng.random_range(0.25..4.0)).collect()));
                 (
-                    Lo::BinaryCrossEntropyWithLogits { reduction },
+                    Lo::BinaryCrossEntropyWithLogits {
+                        reduction,
+                        pos_weight,
+                    },
                     uniform(x, rng, 0.0, 1.0),
                 )
             };

@@ -2,9 +2,11 @@
 //! with integer class labels, binary_cross_entropy_with_logits and nll_loss. Class labels are
 //! attributes (not differentiable); an out-of-range label is an error naming it and the bound.
 
+mod binary;
 mod class_options;
 
 use super::{Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
+use binary::PosWeight;
 use class_options::Weighting;
 use smallvec::smallvec;
 use std::borrow::Cow;
@@ -185,8 +187,12 @@ pub enum LossOp {
         ignore_index: Option<usize>,
         label_smoothing: f64,
     },
-    /// Logits and targets of one shape, both differentiable.
-    BinaryCrossEntropyWithLogits { reduction: Reduction },
+    /// Logits and targets of one shape, both differentiable; `pos_weight` (PyTorch's) weighs the
+    /// positive term, per class along the last axis or one for all.
+    BinaryCrossEntropyWithLogits {
+        reduction: Reduction,
+        pos_weight: Option<Arc<Vec<f64>>>,
+    },
     /// Log-probabilities (N, C) or (C) and one class label per row: -weight[t] input[n, t] with
     /// t = target[n], `weight` and `ignore_index` as in cross_entropy.
     NllLoss {
@@ -198,16 +204,6 @@ pub enum LossOp {
 }
 
 use LossOp as Lo;
-
-/// The logistic function without overflow (`exp` only sees non-positive arguments).
-fn sigmoid<S: Scalar>(x: S) -> S {
-    if x >= S::ZERO {
-        S::ONE / (S::ONE + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (S::ONE + e)
-    }
-}
 
 /// The rows and classes of a class-label loss's input, after checking its rank, the number of
 /// labels and each label's range.
@@ -301,11 +297,30 @@ impl LossOp {
         }
     }
 
+    /// binary_cross_entropy_with_logits without a positive weight.
+    pub fn bce_with_logits(reduction: Reduction) -> LossOp {
+        Lo::BinaryCrossEntropyWithLogits {
+            reduction,
+            pos_weight: None,
+        }
+    }
+
+    /// The positive weights of binary_cross_entropy_with_logits, checked against its input.
+    fn pos_weight(&self, shape: &Shape) -> Result<PosWeight<'_>> {
+        const NONE: Option<Arc<Vec<f64>>> = None;
+        match self {
+            Lo::BinaryCrossEntropyWithLogits { pos_weight, .. } => {
+                PosWeight::new(self.name(), pos_weight, shape)
+            }
+            _ => PosWeight::new(self.name(), &NONE, shape),
+        }
+    }
+
     fn reduction(&self) -> Reduction {
         match self {
             Lo::MseLoss { reduction }
             | Lo::CrossEntropy { reduction, .. }
-            | Lo::BinaryCrossEntropyWithLogits { reduction }
+            | Lo::BinaryCrossEntropyWithLogits { reduction, .. }
             | Lo::NllLoss { reduction, .. } => *reduction,
         }
     }
@@ -410,8 +425,9 @@ impl OpRules for LossOp {
         let arity = self.arity().min();
         let x = arg(name, inputs, 0, arity)?;
         match self {
-            Lo::MseLoss { reduction } | Lo::BinaryCrossEntropyWithLogits { reduction } => {
+            Lo::MseLoss { reduction } | Lo::BinaryCrossEntropyWithLogits { reduction, .. } => {
                 same_shape(name, x, inputs[1])?;
+                self.pos_weight(x)?;
                 Ok(reduction.output_shape(x.clone()))
             }
             Lo::CrossEntropy { reduction, .. } | Lo::NllLoss { reduction, .. } => {
@@ -441,12 +457,10 @@ impl OpRules for LossOp {
                 let per: Vec<S> = if matches!(self, Lo::MseLoss { .. }) {
                     pairs.map(|(&a, &b)| (a - b) * (a - b)).collect()
                 } else {
-                    // max(x, 0) - x y + log(1 + exp(-|x|)): finite for every finite x and y.
+                    let pw = self.pos_weight(x.shape())?;
                     pairs
-                        .map(|(&a, &b)| {
-                            let relu = if a > S::ZERO { a } else { S::ZERO };
-                            relu - a * b + (-a.abs()).exp().ln_1p()
-                        })
+                        .enumerate()
+                        .map(|(i, (&a, &b))| binary::loss(a, b, pw.at(i)))
                         .collect()
                 };
                 Ok(Forward::new(reduction.forward(per, x.shape())?))
@@ -525,6 +539,7 @@ impl OpRules for LossOp {
                 let w = reduction.weights(name, cot, x.shape())?;
                 let pairs = x.data().iter().zip(y.data()).enumerate();
                 let mse = matches!(self, Lo::MseLoss { .. });
+                let pw = self.pos_weight(x.shape())?;
                 let gx: Option<Vec<S>> = ctx.needs(0).then(|| {
                     pairs
                         .clone()
@@ -532,7 +547,7 @@ impl OpRules for LossOp {
                             if mse {
                                 s::<S>(2.0) * (a - b) * w.at(i)
                             } else {
-                                (sigmoid(a) - b) * w.at(i)
+                                binary::d_logit(a, b, pw.at(i)) * w.at(i)
                             }
                         })
                         .collect()
@@ -543,7 +558,7 @@ impl OpRules for LossOp {
                             if mse {
                                 -(s::<S>(2.0) * (a - b) * w.at(i))
                             } else {
-                                -(a * w.at(i))
+                                binary::d_target(a, pw.at(i)) * w.at(i)
                             }
                         })
                         .collect()
@@ -613,6 +628,7 @@ impl OpRules for LossOp {
                 same_shape(name, x.shape(), y.shape())?;
                 same_shape(name, x.shape(), ty.shape())?;
                 let mse = matches!(self, Lo::MseLoss { .. });
+                let pw = self.pos_weight(x.shape())?;
                 let per: Vec<S> = (0..x.numel())
                     .map(|i| {
                         let (a, b) = (x.data()[i], y.data()[i]);
@@ -620,7 +636,8 @@ impl OpRules for LossOp {
                         if mse {
                             s::<S>(2.0) * (a - b) * (ta - tb)
                         } else {
-                            (sigmoid(a) - b) * ta - a * tb
+                            let p = pw.at(i);
+                            binary::d_logit(a, b, p) * ta + binary::d_target(a, p) * tb
                         }
                     })
                     .collect();
@@ -703,8 +720,26 @@ impl std::fmt::Display for LossOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         const SHOWN: usize = 8;
         match self {
-            Lo::MseLoss { reduction } | Lo::BinaryCrossEntropyWithLogits { reduction } => {
-                write!(f, "{}(reduction='{reduction}')", self.name())
+            Lo::MseLoss { reduction }
+            | Lo::BinaryCrossEntropyWithLogits {
+                reduction,
+                pos_weight: None,
+            } => write!(f, "{}(reduction='{reduction}')", self.name()),
+            Lo::BinaryCrossEntropyWithLogits {
+                reduction,
+                pos_weight: Some(w),
+            } => {
+                write!(f, "{}(reduction='{reduction}', pos_weight=[", self.name())?;
+                for (i, v) in w.iter().take(SHOWN).enumerate() {
+                    if i > 0 {
+                        write!(f, ", ")?;
+                    }
+                    write!(f, "{v}")?;
+                }
+                if w.len() > SHOWN {
+                    write!(f, ", ... {} weights", w.len())?;
+                }
+                write!(f, "])")
             }
             Lo::CrossEntropy {
                 targets, reduction, ..

@@ -1,6 +1,7 @@
 //! Graph-file form of the losses: `reduction` ("mean", the default, "sum" or "none") and, for
 //! cross_entropy and nll_loss, `targets` (one class label per row) and the optional `weight`
-//! (one number per class), `ignore_index` and (cross_entropy) `label_smoothing`.
+//! (one number per class), `ignore_index` and (cross_entropy) `label_smoothing`; for
+//! binary_cross_entropy_with_logits the optional `pos_weight`.
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
 use crate::ops::{LossOp as Lo, Op, Reduction};
@@ -38,6 +39,7 @@ pub(super) fn parse(name: &'static str, _args: usize, a: &mut Attrs) -> Result<O
         },
         "binary_cross_entropy_with_logits" => Lo::BinaryCrossEntropyWithLogits {
             reduction: reduction(a)?,
+            pos_weight: a.f64s("pos_weight")?.map(Arc::new),
         },
         "nll_loss" => Lo::NllLoss {
             targets: Arc::new(a.usizes_req("targets")?),
@@ -53,8 +55,15 @@ pub(super) fn parse(name: &'static str, _args: usize, a: &mut Attrs) -> Result<O
 pub(super) fn write(op: &Lo, w: &mut AttrWriter) -> Result<()> {
     #[allow(unreachable_patterns)]
     match op {
-        Lo::MseLoss { reduction } | Lo::BinaryCrossEntropyWithLogits { reduction } => {
-            w.str("reduction", reduction.name())
+        Lo::MseLoss { reduction } => w.str("reduction", reduction.name()),
+        Lo::BinaryCrossEntropyWithLogits {
+            reduction,
+            pos_weight,
+        } => {
+            w.str("reduction", reduction.name());
+            if let Some(p) = pos_weight {
+                w.floats("pos_weight", p);
+            }
         }
         Lo::CrossEntropy {
             targets,
