@@ -78,6 +78,8 @@ pub trait Scalar:
     fn cos(self) -> Self;
     fn tanh(self) -> Self;
     fn erf(self) -> Self;
+    /// 1 - erf(x), without the cancellation of computing it so for large x.
+    fn erfc(self) -> Self;
     fn abs(self) -> Self;
     fn powf(self, e: Self) -> Self;
     fn is_finite(self) -> bool;
@@ -197,7 +199,7 @@ unsafe fn row_major_gemm<S: Scalar>(
 }
 
 macro_rules! impl_scalar {
-    ($t:ty, $dtype:expr, $erf:path) => {
+    ($t:ty, $dtype:expr, $erf:path, $erfc:path) => {
         impl Scalar for $t {
             const DTYPE: DType = $dtype;
             const ZERO: Self = 0.0;
@@ -244,6 +246,10 @@ macro_rules! impl_scalar {
             #[inline]
             fn erf(self) -> Self {
                 $erf(self)
+            }
+            #[inline]
+            fn erfc(self) -> Self {
+                $erfc(self)
             }
             #[inline]
             fn abs(self) -> Self {
@@ -405,5 +411,5 @@ macro_rules! impl_scalar {
     };
 }
 
-impl_scalar!(f32, DType::F32, libm::erff);
-impl_scalar!(f64, DType::F64, libm::erf);
+impl_scalar!(f32, DType::F32, libm::erff, libm::erfcf);
+impl_scalar!(f64, DType::F64, libm::erf, libm::erfc);

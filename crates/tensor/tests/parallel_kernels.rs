@@ -99,15 +99,26 @@ fn maps_and_zip_maps_equal_the_plain_loop_on_every_thread_count() {
     }
 }
 
-/// Column sums added row after row from zero, as the strided walk orders them.
-fn column_sums_serial<S: Scalar>(data: &[S], cols: usize) -> Vec<S> {
-    let mut acc = vec![S::ZERO; cols];
-    for row in data.chunks_exact(cols.max(1)) {
-        for (a, &v) in acc.iter_mut().zip(row) {
-            *a += v;
-        }
+/// One column's sum in the reductions' order, written out independently: runs of 32 added
+/// left to right from zero, a longer run split after half its 32-blocks (rounded up) and the two
+/// halves' sums added.
+fn pairwise_sum<S: Scalar>(xs: &[S]) -> S {
+    if xs.len() <= 32 {
+        return xs.iter().fold(S::ZERO, |a, &v| a + v);
     }
-    acc
+    let mid = xs.len().div_ceil(32).div_ceil(2) * 32;
+    pairwise_sum(&xs[..mid]) + pairwise_sum(&xs[mid..])
+}
+
+/// Column sums in the reductions' order (`pairwise_sum` of each column).
+fn column_sums_serial<S: Scalar>(data: &[S], cols: usize) -> Vec<S> {
+    let rows = data.len() / cols.max(1);
+    (0..cols)
+        .map(|j| {
+            let column: Vec<S> = (0..rows).map(|i| data[i * cols + j]).collect();
+            pairwise_sum(&column)
+        })
+        .collect()
 }
 
 #[test]

@@ -70,19 +70,26 @@ const GELU_KAPPA: f64 = 0.044715;
 /// 1/sqrt(2*pi), the standard normal density at 0.
 const INV_SQRT_2PI: f64 = std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2 * 0.5;
 
-/// x * Phi(x) with Phi(x) = (1 + erf(x / sqrt 2)) / 2, evaluated in f64 and rounded to `S`. For
-/// negative x, `1 + erf` cancels: in f32 it keeps only about four digits by x = -3, so the f32
-/// result would stray 1e-5 from the f64 one; f64 keeps f32 within its own rounding.
+/// Phi(x) = erfc(-x / sqrt 2) / 2, the standard normal distribution function, in f64. Written
+/// with erfc because `(1 + erf(x / sqrt 2)) / 2` cancels for negative x: it kept only a few digits
+/// by x = -6 and gave 0 (or noise) below about -8, where x * Phi(x) is still a normal f32 down to
+/// x = -13 (the f32 gelu was millions of ulps off there).
+fn normal_cdf(x: f64) -> f64 {
+    0.5 * Scalar::erfc(-x * std::f64::consts::FRAC_1_SQRT_2)
+}
+
+/// x * Phi(x), evaluated in f64 and rounded to `S`, so that the f32 result is within its own
+/// rounding.
 fn gelu_erf<S: Scalar>(x: S) -> S {
     let x = x.to_f64();
-    S::from_f64(x * 0.5 * (1.0 + Scalar::erf(x * std::f64::consts::FRAC_1_SQRT_2)))
+    S::from_f64(x * normal_cdf(x))
 }
 
 /// d/dx of x * Phi(x) = Phi(x) + x * phi(x), in f64 as the forward. Where the density underflows
 /// to 0 the second term is 0 (not `inf * 0` for an infinite x), so it tends to its limits 0 and 1.
 fn gelu_erf_grad<S: Scalar>(x: S) -> S {
     let x = x.to_f64();
-    let cdf = 0.5 * (1.0 + Scalar::erf(x * std::f64::consts::FRAC_1_SQRT_2));
+    let cdf = normal_cdf(x);
     let pdf = (-0.5 * x * x).exp() * INV_SQRT_2PI;
     S::from_f64(if pdf == 0.0 { cdf } else { cdf + x * pdf })
 }
@@ -327,6 +334,35 @@ impl std::fmt::Display for ActivationOp {
                 write!(f, "softplus(beta={beta}, threshold={threshold})")
             }
             _ => f.write_str(self.name()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erf_gelu_keeps_its_far_negative_tail_in_f32() {
+        // (x, x Phi(x), Phi(x) + x phi(x)) from Python's math.erfc, correct to f64 rounding.
+        // With 1 + erf in f64 both were 0 or noise at x = -10 and -12.5.
+        let table = [
+            (-6.0, -5.919525870226207e-09, -3.5468709453902015e-08),
+            (-10.0, -7.619853024160593e-23, -7.618400096464813e-22),
+            (-12.5, -4.6657053735972626e-35, -5.831668554480155e-34),
+        ];
+        for (x, value, slope) in table {
+            let ulp = |v: f64| f64::from((v as f32).abs()) * f64::from(f32::EPSILON);
+            let got = f64::from(gelu_erf(x as f32));
+            assert!(
+                (got - value).abs() <= ulp(value),
+                "gelu({x}) = {got}, not {value}"
+            );
+            let got = f64::from(gelu_erf_grad(x as f32));
+            assert!(
+                (got - slope).abs() <= ulp(slope),
+                "gelu'({x}) = {got}, not {slope}"
+            );
         }
     }
 }

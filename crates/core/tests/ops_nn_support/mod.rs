@@ -8,7 +8,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::laws::{check_op, op_vjp, Tolerance};
 use tapegrad_core::ops::Saved;
-use tapegrad_core::{Op, Tensor};
+use tapegrad_core::{Op, Scalar, Tensor};
 
 pub fn rng(seed: u64) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(seed)
@@ -35,13 +35,13 @@ pub fn fwd(op: &Op, xs: &[&Tensor<f64>]) -> Tensor<f64> {
         .value
 }
 
-/// The VJP with only the arguments flagged in `needs` asked for.
-pub fn vjp_with_needs(
+/// The VJP with only the arguments flagged in `needs` asked for (in f64 or f32).
+pub fn vjp_with_needs<S: Scalar>(
     op: &Op,
-    xs: &[&Tensor<f64>],
-    seed: &Tensor<f64>,
+    xs: &[&Tensor<S>],
+    seed: &Tensor<S>,
     needs: Vec<bool>,
-) -> Vec<Option<Tensor<f64>>> {
+) -> Vec<Option<Tensor<S>>> {
     let fwd = op.forward(xs).unwrap();
     let saved = Saved::keep(op.saves(), xs, &fwd, needs);
     op.vjp(&saved.context(), seed)

@@ -5,6 +5,7 @@
 mod attention;
 mod conv;
 mod dropout;
+mod group_sum;
 mod index;
 mod norm;
 mod pad;

@@ -2,6 +2,7 @@
 //! statistics, left in `Aux` with a pure running-statistics update; evaluation: running statistics
 //! as arguments) and `group_norm`. All share one core: statistics per group, per-channel affine.
 
+use super::group_sum::group_sums;
 use super::{arity_with, check_eps, expect_shape, when};
 use crate::ops::{Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
@@ -95,31 +96,25 @@ impl Grouping {
         }
     }
 
-    /// `1 / group_len`, or 0 for empty groups so that their (unused) statistics stay finite.
-    fn inv_len<S: Scalar>(&self) -> S {
-        if self.group_len == 0 {
-            S::ZERO
-        } else {
-            S::ONE / S::from_usize(self.group_len)
-        }
+    /// Per-group mean and biased variance, two-pass for accuracy, each sum pairwise
+    /// (`group_sums`) and divided by the count (not multiplied by a rounded reciprocal).
+    fn stats<S: Scalar>(&self, x: &[S]) -> (Vec<S>, Vec<S>) {
+        let at = |i: usize| self.group.at(i);
+        let mean = self.divided(group_sums(x.len(), self.groups, at, |i| x[i]));
+        let var = self.divided(group_sums(x.len(), self.groups, at, |i| {
+            let d = x[i] - mean[at(i)];
+            d * d
+        }));
+        (mean, var)
     }
 
-    /// Per-group mean and biased variance, two-pass for accuracy.
-    fn stats<S: Scalar>(&self, x: &[S]) -> (Vec<S>, Vec<S>) {
-        let inv: S = self.inv_len();
-        let mut mean = vec![S::ZERO; self.groups];
-        for (i, &v) in x.iter().enumerate() {
-            mean[self.group.at(i)] += v;
+    /// Group sums divided by `group_len` (left as they are, zeros, for empty groups).
+    fn divided<S: Scalar>(&self, mut sums: Vec<S>) -> Vec<S> {
+        if self.group_len > 0 {
+            let len = S::from_usize(self.group_len);
+            sums.iter_mut().for_each(|s| *s /= len);
         }
-        mean.iter_mut().for_each(|m| *m *= inv);
-        let mut var = vec![S::ZERO; self.groups];
-        for (i, &v) in x.iter().enumerate() {
-            let g = self.group.at(i);
-            let d = v - mean[g];
-            var[g] += d * d;
-        }
-        var.iter_mut().for_each(|v| *v *= inv);
-        (mean, var)
+        sums
     }
 
     fn xhat<S: Scalar>(&self, x: &[S], mean: &[S], rstd: &[S]) -> Vec<S> {
@@ -147,30 +142,22 @@ impl Grouping {
     /// The tangent (and, by symmetry of the projection, the cotangent) of `xhat` given that of
     /// `x`: `rstd * (d - mean(d) - xhat * mean(d * xhat))` per group.
     fn normalize_derivative<S: Scalar>(&self, d: &[S], xhat: &[S], rstd: &[S]) -> Vec<S> {
-        let inv: S = self.inv_len();
-        let (mut a, mut b) = (vec![S::ZERO; self.groups], vec![S::ZERO; self.groups]);
-        for (i, (&dv, &h)) in d.iter().zip(xhat).enumerate() {
-            let g = self.group.at(i);
-            a[g] += dv;
-            b[g] += dv * h;
-        }
+        let at = |i: usize| self.group.at(i);
+        let a = self.divided(group_sums(d.len(), self.groups, at, |i| d[i]));
+        let b = self.divided(group_sums(d.len(), self.groups, at, |i| d[i] * xhat[i]));
         d.iter()
             .zip(xhat)
             .enumerate()
             .map(|(i, (&dv, &h))| {
-                let g = self.group.at(i);
-                rstd[g] * (dv - a[g] * inv - h * (b[g] * inv))
+                let g = at(i);
+                rstd[g] * (dv - a[g] - h * b[g])
             })
             .collect()
     }
 
-    /// `sum over elements of channel c of f(i)`.
+    /// `sum over elements of channel c of f(i)` (pairwise, see `group_sums`).
     fn per_param<S: Scalar>(&self, n: usize, f: impl Fn(usize) -> S) -> Vec<S> {
-        let mut acc = vec![S::ZERO; self.params];
-        for i in 0..n {
-            acc[self.param.at(i)] += f(i);
-        }
-        acc
+        group_sums(n, self.params, |i| self.param.at(i), f)
     }
 }
 
