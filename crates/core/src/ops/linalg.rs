@@ -96,7 +96,9 @@ fn linear_shape(x: &Shape, w: &Shape, b: Option<&Shape>) -> Result<Shape> {
     }
     let mut dims = x.dims().to_vec();
     dims[x.rank() - 1] = out;
-    Shape::new(dims)
+    // A zero-size input with huge leading dims and more outputs than inputs can make a shape
+    // that does not exist.
+    Shape::new(dims).map_err(|_| fail("the result has too many elements".into()))
 }
 
 /// Normalises one signed dimension against `shape` (a rank-0 shape accepts 0 and -1, as PyTorch).

@@ -248,7 +248,8 @@ impl OpRules for Embedding {
         let (_, d) = self.check(inputs[0])?;
         let mut dims = self.indices.shape.dims().to_vec();
         dims.push(d);
-        Shape::new(dims)
+        // Zero-size indices beside a huge table width can make a shape that does not exist.
+        Shape::for_op(self.name(), dims)
     }
     fn saves(&self) -> Saves {
         Saves::NOTHING
@@ -303,7 +304,9 @@ impl IndexSelect {
         self.index.check_bound(op, len)?;
         let mut dims = x.dims().to_vec();
         dims[axis] = self.index.data.len();
-        Ok((outer, len, inner, Shape::new(dims)?))
+        // More indices than the axis had can make a zero-size shape whose other dims are huge
+        // too large to exist.
+        Ok((outer, len, inner, Shape::for_op(op, dims)?))
     }
 }
 

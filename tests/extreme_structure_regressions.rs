@@ -1,0 +1,44 @@
+//! The calls tests/extreme_structure.rs found failing, each as found: zero-size tensors whose
+//! other dims are huge, and result shapes too large to exist.
+
+use tapegrad::core::ops::nn::{Embedding, IndexSelect, IndexTensor};
+use tapegrad::core::ops::{LinalgOp, Saved};
+use tapegrad::{Op, Shape, Tensor};
+
+/// Forward, VJP (all arguments) and JVP of `op` on zeros of these shapes, or the first error.
+fn run_zeros(op: &Op, shapes: &[&[usize]]) -> tapegrad::Result<()> {
+    let inputs: Vec<Tensor<f64>> = shapes
+        .iter()
+        .map(|d| Tensor::zeros(&Shape::new(d).unwrap()))
+        .collect();
+    let refs: Vec<&Tensor<f64>> = inputs.iter().collect();
+    let out = op.forward(&refs)?;
+    let cot = Tensor::zeros(out.value.shape());
+    let saved = Saved::keep(op.saves(), &refs, &out, vec![true; refs.len()]);
+    let grads = op.vjp(&saved.context(), &cot)?;
+    for (g, x) in grads.iter().zip(&inputs) {
+        assert_eq!(g.as_ref().unwrap().shape(), x.shape(), "{op}");
+    }
+    let jvp = op.jvp(&refs, &out, &refs)?;
+    assert_eq!(jvp.shape(), out.value.shape(), "{op}");
+    Ok(())
+}
+
+/// The error of a call whose result shape does not exist (its non-zero dims multiply past
+/// isize::MAX / 16) named `Shape::new`, not the op.
+#[test]
+fn a_result_shape_too_large_to_exist_is_an_error_naming_the_op() {
+    let index = IndexTensor::vector(vec![0; 4]);
+    let op: Op = IndexSelect { dim: 0, index }.into();
+    let err = run_zeros(&op, &[&[2, 0, 1 << 57]]).unwrap_err();
+    assert!(err.to_string().contains("index_select"), "{err}");
+
+    let indices = IndexTensor::new(&[1 << 40, 0], vec![]).unwrap();
+    let op: Op = Embedding::new(indices).into();
+    let err = run_zeros(&op, &[&[3, 1 << 20]]).unwrap_err();
+    assert!(err.to_string().contains("embedding"), "{err}");
+
+    let op = Op::Linalg(LinalgOp::Linear { bias: false });
+    let err = run_zeros(&op, &[&[1 << 58, 0, 1], &[3, 1]]).unwrap_err();
+    assert!(err.to_string().contains("linear"), "{err}");
+}
