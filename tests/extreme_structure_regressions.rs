@@ -2,7 +2,7 @@
 //! other dims are huge, and result shapes too large to exist.
 
 use tapegrad::core::ops::nn::{Embedding, IndexSelect, IndexTensor};
-use tapegrad::core::ops::{LinalgOp, Saved};
+use tapegrad::core::ops::{LinalgOp, ReduceOp, Saved};
 use tapegrad::{Op, Shape, Tensor};
 
 /// Forward, VJP (all arguments) and JVP of `op` on zeros of these shapes, or the first error.
@@ -41,4 +41,16 @@ fn a_result_shape_too_large_to_exist_is_an_error_naming_the_op() {
     let op = Op::Linalg(LinalgOp::Linear { bias: false });
     let err = run_zeros(&op, &[&[1 << 58, 0, 1], &[3, 1]]).unwrap_err();
     assert!(err.to_string().contains("linear"), "{err}");
+}
+
+/// softmax and log_softmax on a zero-size tensor whose other dims are huge: the VJP and JVP
+/// sized their row sums by the dims off the axis (3 * 2^40 sums: an allocation abort), where
+/// there is nothing to compute.
+#[test]
+fn softmax_of_a_zero_size_tensor_with_huge_dims_allocates_nothing() {
+    for axis in [-1, 0, 1] {
+        for op in [ReduceOp::Softmax { axis }, ReduceOp::LogSoftmax { axis }] {
+            run_zeros(&Op::Reduce(op), &[&[3, 1 << 40, 0]]).unwrap();
+        }
+    }
 }
