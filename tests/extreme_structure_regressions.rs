@@ -2,7 +2,7 @@
 //! other dims are huge, and result shapes too large to exist.
 
 use tapegrad::core::ops::nn::{Embedding, IndexSelect, IndexTensor};
-use tapegrad::core::ops::{LinalgOp, ReduceOp, Saved};
+use tapegrad::core::ops::{LinalgOp, ReduceOp, Saved, StructureOp};
 use tapegrad::{Op, Shape, Tensor};
 
 /// Forward, VJP (all arguments) and JVP of `op` on zeros of these shapes, or the first error.
@@ -53,4 +53,13 @@ fn softmax_of_a_zero_size_tensor_with_huge_dims_allocates_nothing() {
             run_zeros(&Op::Reduce(op), &[&[3, 1 << 40, 0]]).unwrap();
         }
     }
+}
+
+/// concat of zero-size pieces along an axis before a zero: the kernel walked all 2^33 (empty)
+/// outer blocks, a hang rather than a copy.
+#[test]
+fn concat_of_zero_size_pieces_with_huge_leading_dims_is_immediate() {
+    let op = Op::Structure(StructureOp::Concat { axis: 1 });
+    let piece: &[usize] = &[1 << 33, 2, 0];
+    run_zeros(&op, &[piece, piece, piece]).unwrap();
 }
