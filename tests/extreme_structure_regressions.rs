@@ -63,3 +63,15 @@ fn concat_of_zero_size_pieces_with_huge_leading_dims_is_immediate() {
     let piece: &[usize] = &[1 << 33, 2, 0];
     run_zeros(&op, &[piece, piece, piece]).unwrap();
 }
+
+/// slice's VJP on a zero-size input: the scatter walked 2^40 (empty) outer blocks.
+#[test]
+fn slice_gradient_of_a_zero_size_input_with_huge_leading_dims_is_immediate() {
+    let op = Op::Structure(StructureOp::Slice {
+        axis: 1,
+        start: 0,
+        end: 3,
+        step: 1,
+    });
+    run_zeros(&op, &[&[1 << 40, 3, 0]]).unwrap();
+}
