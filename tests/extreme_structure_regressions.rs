@@ -1,7 +1,7 @@
 //! The calls tests/extreme_structure.rs found failing, each as found: zero-size tensors whose
 //! other dims are huge, and result shapes too large to exist.
 
-use tapegrad::core::ops::nn::{Embedding, IndexSelect, IndexTensor};
+use tapegrad::core::ops::nn::{Embedding, IndexSelect, IndexTensor, Select};
 use tapegrad::core::ops::{LinalgOp, ReduceOp, Saved, StructureOp};
 use tapegrad::{Op, Shape, Tensor};
 
@@ -74,4 +74,14 @@ fn slice_gradient_of_a_zero_size_input_with_huge_leading_dims_is_immediate() {
         step: 1,
     });
     run_zeros(&op, &[&[1 << 40, 3, 0]]).unwrap();
+}
+
+/// index_select and select on a zero-size input whose leading dims are huge: take_along and
+/// put_along walked 2^40 (empty) outer blocks per index.
+#[test]
+fn index_select_and_select_of_a_zero_size_input_with_huge_leading_dims_are_immediate() {
+    let x: &[usize] = &[1 << 40, 3, 0];
+    let index = IndexTensor::vector(vec![0, 2]);
+    run_zeros(&IndexSelect { dim: 1, index }.into(), &[x]).unwrap();
+    run_zeros(&Select { dim: 1, index: -1 }.into(), &[x]).unwrap();
 }

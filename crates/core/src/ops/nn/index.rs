@@ -151,6 +151,11 @@ fn take_along<S: Scalar>(
     inner: usize,
     index: &[usize],
 ) -> Vec<S> {
+    // An empty output has nothing to copy, but its outer blocks may number 2^40 (a zero after
+    // the axis): walking them was a hang.
+    if index.is_empty() || inner == 0 {
+        return Vec::new();
+    }
     let mut out = Vec::with_capacity(outer * index.len() * inner);
     for o in 0..outer {
         for &j in index {
@@ -171,6 +176,10 @@ fn put_along<S: Scalar>(
     index: &[usize],
 ) -> Vec<S> {
     let mut dx = vec![S::ZERO; outer * len * inner];
+    // Nothing to add (as in `take_along`, the outer blocks of an empty tensor may be many).
+    if index.is_empty() || inner == 0 || dx.is_empty() {
+        return dx;
+    }
     let k = index.len();
     for o in 0..outer {
         for (jj, &j) in index.iter().enumerate() {
