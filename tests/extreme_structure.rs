@@ -122,12 +122,16 @@ fn norm_axis(axis: isize, rank: usize) -> Option<usize> {
 
 /// Where tapegrad deliberately keeps a behaviour PyTorch does not share; each is checked as
 /// tapegrad's, and left open for a design decision.
-const DIFFERENCES: [&str; 1] = [
+const DIFFERENCES: [&str; 2] = [
     // torch.func.jvp(lambda a: a.mean(), (torch.empty(0, 3),), (torch.empty(0, 3),)) gives
     // (nan, nan), as do mse_loss, binary_cross_entropy_with_logits, cross_entropy and nll_loss
     // with reduction='mean' on an empty batch: the tangent is sum(t) / 0. Here the function of
     // no elements has an empty Jacobian and its JVP is 0 (the VJP, empty, agrees either way).
     "the JVP of a mean over zero elements is 0, where PyTorch's forward AD gives NaN",
+    // F.group_norm(torch.empty(2, 4, 0), 2) raises "Expected HxW to be greater than 0, got 0"
+    // (N = 0 too); F.layer_norm and F.batch_norm accept the same zero-size inputs. Here
+    // group_norm accepts them as the other norms do, with an empty output.
+    "group_norm accepts a zero spatial extent, which PyTorch rejects",
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -1086,9 +1090,7 @@ fn reduce_case(rng: &mut ChaCha8Rng) -> Option<Case> {
             terms
         }),
     };
-    let Some(expect) = ok_if_exists(out, terms) else {
-        return None;
-    };
+    let expect = ok_if_exists(out, terms)?;
     let mut c = case(Op::Reduce(op), vec![x], expect);
     c.exact = kind == Reduce::Sum;
     // PyTorch: the mean of no elements is 0 / 0 = NaN.
@@ -1115,44 +1117,119 @@ fn softmax_case(rng: &mut ChaCha8Rng) -> Option<Case> {
     Some(case(Op::Reduce(op), vec![x], expect))
 }
 
-/// matmul of [m, k] by [k, n] (either side sometimes 1-D), k or m often 0 beside huge dims.
+/// The batch dims `b` takes against `a`'s: often the same, some set to 1, some dropped, some
+/// redrawn.
+fn partner_batch(rng: &mut ChaCha8Rng, a: &[usize]) -> Vec<usize> {
+    let mut b: Vec<usize> = a
+        .iter()
+        .map(|&d| match rng.random_range(0..6) {
+            0 => 1,
+            1 => dim(rng),
+            _ => d,
+        })
+        .collect();
+    if !b.is_empty() && rng.random_bool(0.3) {
+        b.remove(0);
+    }
+    b
+}
+
+/// torch's broadcast of two dim lists (right-aligned, 1 stretches), or `None`.
+fn broadcast_dims(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let r = a.len().max(b.len());
+    let at = |d: &[usize], i: usize| {
+        let off = r - d.len();
+        if i < off {
+            1
+        } else {
+            d[i - off]
+        }
+    };
+    (0..r)
+        .map(|i| match (at(a, i), at(b, i)) {
+            (x, y) if x == y => Some(x),
+            (1, y) => Some(y),
+            (x, 1) => Some(x),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The position in `dims` (right-aligned under `out`) that broadcast output coords `c` read.
+fn broadcast_source(c: &[usize], dims: &[usize]) -> Vec<usize> {
+    let off = c.len() - dims.len();
+    dims.iter()
+        .enumerate()
+        .map(|(i, &d)| if d == 1 { 0 } else { c[off + i] })
+        .collect()
+}
+
+/// matmul of [.., m, k] by [.., k, n] (either side sometimes 1-D, batch dims broadcast), k or m
+/// often 0 beside huge dims.
 fn matmul_case(rng: &mut ChaCha8Rng) -> Option<Case> {
     let [m, k, n] = [dim(rng), dim(rng), dim(rng)];
     let (a_vec, b_vec) = (rng.random_bool(0.2), rng.random_bool(0.2));
-    let a: Vec<usize> = if a_vec { vec![k] } else { vec![m, k] };
-    let mut b: Vec<usize> = if b_vec { vec![k] } else { vec![k, n] };
+    let batch_a: Vec<usize> = if !a_vec && rng.random_bool(0.4) {
+        let r = rng.random_range(1..=2);
+        dims(rng, r)
+    } else {
+        vec![]
+    };
+    let batch_b: Vec<usize> = if b_vec {
+        vec![]
+    } else if rng.random_bool(0.5) {
+        partner_batch(rng, &batch_a)
+    } else {
+        vec![]
+    };
+    let a_mat = if a_vec { vec![k] } else { vec![m, k] };
+    let a: Vec<usize> = [&batch_a[..], &a_mat[..]].concat();
+    let b_mat = if b_vec { vec![k] } else { vec![k, n] };
+    let mut b: Vec<usize> = [&batch_b[..], &b_mat[..]].concat();
     if rng.random_bool(0.1) {
-        b[0] = dim(rng);
+        let at = batch_b.len();
+        b[at] = dim(rng);
     }
     for d in [&a, &b] {
         if numel(d) > MAX_NUMEL || !shape_exists(d) {
             return None;
         }
     }
-    // torch.matmul: 1-D operands are a row (left) or a column (right) whose axis is dropped.
-    let expect = if a[a.len() - 1] != b[0] {
-        Expect::Err
-    } else {
-        let mut out = Vec::new();
-        if !a_vec {
-            out.push(m);
+    let k_b = b[batch_b.len()];
+    // torch.matmul: 1-D operands are a row (left) or a column (right) whose axis is dropped;
+    // the batch dims broadcast.
+    let expect = match broadcast_dims(&batch_a, &batch_b) {
+        Some(batch) if a[a.len() - 1] == k_b => {
+            let mut out = batch.clone();
+            if !a_vec {
+                out.push(m);
+            }
+            if !b_vec {
+                out.push(n);
+            }
+            let (mm, nn) = (if a_vec { 1 } else { m }, if b_vec { 1 } else { n });
+            ok_if_exists(
+                out,
+                Box::new(move |_| {
+                    let mut terms = Vec::new();
+                    let full = [&batch[..], &[mm, nn]].concat();
+                    each(&full, |o, c| {
+                        let (bc, i, j) = (&c[..batch.len()], c[batch.len()], c[batch.len() + 1]);
+                        let ab = ravel(&broadcast_source(bc, &batch_a), &batch_a);
+                        let bb = ravel(&broadcast_source(bc, &batch_b), &batch_b);
+                        for p in 0..k {
+                            terms.push(two(
+                                o,
+                                (0, (ab * mm + i) * k + p),
+                                (1, (bb * k + p) * nn + j),
+                            ));
+                        }
+                    });
+                    terms
+                }),
+            )?
         }
-        if !b_vec {
-            out.push(n);
-        }
-        let (mm, nn) = (if a_vec { 1 } else { m }, if b_vec { 1 } else { n });
-        ok_if_exists(
-            out,
-            Box::new(move |_| {
-                let mut terms = Vec::new();
-                each(&[mm, nn], |o, c| {
-                    for p in 0..k {
-                        terms.push(two(o, (0, c[0] * k + p), (1, p * nn + c[1])));
-                    }
-                });
-                terms
-            }),
-        )?
+        _ => Expect::Err,
     };
     Some(case(Op::Linalg(LinalgOp::Matmul), vec![a, b], expect))
 }
@@ -1338,10 +1415,8 @@ fn norm_case(rng: &mut ChaCha8Rng) -> Option<Case> {
             if numel(&x[..x.len() - k]) > MAX_NUMEL && !x[..x.len() - k].contains(&0) {
                 return None;
             }
-            if weight || bias {
-                if numel(&normalized_shape) > MAX_NUMEL {
-                    return None;
-                }
+            if (weight || bias) && numel(&normalized_shape) > MAX_NUMEL {
+                return None;
             }
             let op = LayerNorm {
                 normalized_shape: normalized_shape.clone(),
@@ -1384,7 +1459,9 @@ fn norm_case(rng: &mut ChaCha8Rng) -> Option<Case> {
                 weight,
                 bias,
             };
-            // F.group_norm: C divisible by num_groups (and num_groups > 0).
+            // F.group_norm: C divisible by num_groups (and num_groups > 0). PyTorch also rejects
+            // a zero spatial extent ("Expected HxW to be greater than 0"), tapegrad accepts it:
+            // one of the DIFFERENCES, checked as tapegrad's.
             let ok = num_groups > 0 && c % num_groups == 0;
             let shapes = [vec![x], affine(&[c])].concat();
             (op.into(), shapes, ok)
@@ -1711,7 +1788,7 @@ proptest! {
 /// The DIFFERENCES, each checked as tapegrad's behaviour on the smallest call that shows it.
 #[test]
 fn the_documented_differences_hold() {
-    assert_eq!(DIFFERENCES.len(), 1);
+    assert_eq!(DIFFERENCES.len(), 2);
     // The JVP of a mean over zero elements: 0 (PyTorch: NaN), the value NaN in both.
     let x = Tensor::<f64>::new(&[0, 3], vec![]).unwrap();
     let losses = [
@@ -1733,4 +1810,14 @@ fn the_documented_differences_hold() {
         assert!(out.value.data()[0].is_nan(), "{op}");
         assert_eq!(op.jvp(&args, &out, &args).unwrap().data(), [0.0], "{op}");
     }
+    // group_norm with a zero spatial extent: accepted (PyTorch: an error).
+    let op: Op = GroupNorm {
+        num_groups: 2,
+        eps: 1e-5,
+        weight: false,
+        bias: false,
+    }
+    .into();
+    let x = Tensor::<f64>::new(&[2, 4, 0], vec![]).unwrap();
+    assert_eq!(op.forward(&[&x]).unwrap().value.dims(), [2, 4, 0]);
 }
