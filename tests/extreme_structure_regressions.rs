@@ -85,3 +85,13 @@ fn index_select_and_select_of_a_zero_size_input_with_huge_leading_dims_are_immed
     run_zeros(&IndexSelect { dim: 1, index }.into(), &[x]).unwrap();
     run_zeros(&Select { dim: 1, index: -1 }.into(), &[x]).unwrap();
 }
+
+/// matmul's VJP with an empty output and a broadcast batch: the products were sized by the
+/// broadcast batch ([1, 3, 1] @ [2^40, 1, 0]: a [2^40, 3, 1] product, an allocation abort)
+/// before being summed back to zeros.
+#[test]
+fn matmul_gradient_of_an_empty_product_over_a_huge_batch_is_zeros() {
+    let op = Op::Linalg(LinalgOp::Matmul);
+    run_zeros(&op, &[&[1, 3, 1], &[1 << 40, 1, 0]]).unwrap();
+    run_zeros(&op, &[&[1 << 40, 0, 1], &[1, 1, 3]]).unwrap();
+}
