@@ -1,7 +1,9 @@
 //! The calls tests/extreme_structure.rs found failing, each as found: zero-size tensors whose
 //! other dims are huge, and result shapes too large to exist.
 
-use tapegrad::core::ops::nn::{Embedding, IndexSelect, IndexTensor, Select};
+use tapegrad::core::ops::nn::{
+    Embedding, IndexSelect, IndexTensor, ScaledDotProductAttention, Select,
+};
 use tapegrad::core::ops::{LinalgOp, ReduceOp, Saved, StructureOp};
 use tapegrad::{Op, Shape, Tensor};
 
@@ -94,4 +96,17 @@ fn matmul_gradient_of_an_empty_product_over_a_huge_batch_is_zeros() {
     let op = Op::Linalg(LinalgOp::Matmul);
     run_zeros(&op, &[&[1, 3, 1], &[1 << 40, 1, 0]]).unwrap();
     run_zeros(&op, &[&[1 << 40, 0, 1], &[1, 1, 3]]).unwrap();
+}
+
+/// scaled_dot_product_attention with empty feature dims beside huge lengths: the scores
+/// ([1, 2^40, 2^40]) do not exist, and the error named `Shape::new`.
+#[test]
+fn attention_scores_too_large_to_exist_are_an_error_naming_the_op() {
+    let op: Op = ScaledDotProductAttention::default().into();
+    let qkv: &[usize] = &[1, 1 << 40, 0];
+    let err = run_zeros(&op, &[qkv, qkv, qkv]).unwrap_err();
+    assert!(
+        err.to_string().contains("scaled_dot_product_attention"),
+        "{err}"
+    );
 }
