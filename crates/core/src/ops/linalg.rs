@@ -96,7 +96,9 @@ fn linear_shape(x: &Shape, w: &Shape, b: Option<&Shape>) -> Result<Shape> {
     }
     let mut dims = x.dims().to_vec();
     dims[x.rank() - 1] = out;
-    Shape::new(dims)
+    // A zero-size input with huge leading dims and more outputs than inputs can make a shape
+    // that does not exist.
+    Shape::new(dims).map_err(|_| fail("the result has too many elements".into()))
 }
 
 /// Normalises one signed dimension against `shape` (a rank-0 shape accepts 0 and -1, as PyTorch).
@@ -429,6 +431,13 @@ impl OpRules for LinalgOp {
             L::Matmul => {
                 // Each operand is read only for the other's contribution (see `saves_for`).
                 let (a_shape, b_shape) = (&ctx.input_shapes[0], &ctx.input_shapes[1]);
+                // An empty output gives zero gradients. The products below would still be sized
+                // by the broadcast batch: [1, 3, 1] @ [2^40, 1, 0] made a [2^40, 3, 1] product
+                // (an allocation abort) to sum back to a's [1, 3, 1] zeros.
+                if cot.numel() == 0 {
+                    let zeros = |i: usize, s: &Shape| ctx.needs(i).then(|| Tensor::zeros(s));
+                    return Ok(smallvec![zeros(0, a_shape), zeros(1, b_shape)]);
+                }
                 let a2_shape = promoted_shape(a_shape, true)?;
                 let b2_shape = promoted_shape(b_shape, false)?;
                 let g2 = promote_cotangent(a_shape, b_shape, &a2_shape, &b2_shape, cot)?;

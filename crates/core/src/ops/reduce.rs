@@ -100,6 +100,11 @@ fn with_row_sums<S: Scalar>(
             found: Box::new(b.shape().clone()),
         });
     }
+    // Nothing to compute; the row sums below are sized (and walked) by the dims off the axis,
+    // which a zero-size tensor may have huge ([3, 2^40, 0] along its last axis: 3 * 2^40 sums).
+    if a.numel() == 0 {
+        return Tensor::from_shape(a.shape().clone(), Vec::new());
+    }
     let dims: &[usize] = if a.rank() == 0 { &[1] } else { a.dims() };
     let (outer, len, inner) = split_at_axis(dims, axis);
     let (ad, bd) = (a.data(), b.data());

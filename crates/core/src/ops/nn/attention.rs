@@ -116,7 +116,8 @@ impl ScaledDotProductAttention {
         };
         let mut scores = qd[..r - 1].to_vec();
         scores.push(kd[r - 2]);
-        let scores = Shape::new(scores)?;
+        // Empty queries and keys beside huge lengths can make scores too large to exist.
+        let scores = Shape::for_op(op, scores)?;
         let fits = |m: &Shape| broadcast_shape(op, m, &scores).is_ok_and(|b| b == scores);
         if let Some(m) = &self.attn_mask {
             if !fits(&m.shape) || m.data.len() != m.shape.numel() {
@@ -149,7 +150,7 @@ impl ScaledDotProductAttention {
         out.push(vd[r - 1]);
         Ok(Geometry {
             scores,
-            out: Shape::new(out)?,
+            out: Shape::for_op(op, out)?,
             keys: kd[r - 2],
             scale,
             float_mask,

@@ -151,6 +151,11 @@ fn take_along<S: Scalar>(
     inner: usize,
     index: &[usize],
 ) -> Vec<S> {
+    // An empty output has nothing to copy, but its outer blocks may number 2^40 (a zero after
+    // the axis): walking them was a hang.
+    if index.is_empty() || inner == 0 {
+        return Vec::new();
+    }
     let mut out = Vec::with_capacity(outer * index.len() * inner);
     for o in 0..outer {
         for &j in index {
@@ -171,6 +176,10 @@ fn put_along<S: Scalar>(
     index: &[usize],
 ) -> Vec<S> {
     let mut dx = vec![S::ZERO; outer * len * inner];
+    // Nothing to add (as in `take_along`, the outer blocks of an empty tensor may be many).
+    if index.is_empty() || inner == 0 || dx.is_empty() {
+        return dx;
+    }
     let k = index.len();
     for o in 0..outer {
         for (jj, &j) in index.iter().enumerate() {
@@ -248,7 +257,8 @@ impl OpRules for Embedding {
         let (_, d) = self.check(inputs[0])?;
         let mut dims = self.indices.shape.dims().to_vec();
         dims.push(d);
-        Shape::new(dims)
+        // Zero-size indices beside a huge table width can make a shape that does not exist.
+        Shape::for_op(self.name(), dims)
     }
     fn saves(&self) -> Saves {
         Saves::NOTHING
@@ -303,7 +313,9 @@ impl IndexSelect {
         self.index.check_bound(op, len)?;
         let mut dims = x.dims().to_vec();
         dims[axis] = self.index.data.len();
-        Ok((outer, len, inner, Shape::new(dims)?))
+        // More indices than the axis had can make a zero-size shape whose other dims are huge
+        // too large to exist.
+        Ok((outer, len, inner, Shape::for_op(op, dims)?))
     }
 }
 
