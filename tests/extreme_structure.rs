@@ -1348,7 +1348,7 @@ fn loss_case(rng: &mut ChaCha8Rng) -> Option<Case> {
             let op = if rng.random_bool(0.5) {
                 LossOp::MseLoss { reduction: red }
             } else {
-                LossOp::BinaryCrossEntropyWithLogits { reduction: red }
+                LossOp::bce_with_logits(red)
             };
             (op, vec![x.clone(), x.clone()], x)
         }
@@ -1359,15 +1359,22 @@ fn loss_case(rng: &mut ChaCha8Rng) -> Option<Case> {
                 return None;
             }
             let targets = Arc::new(Vec::new());
+            // PyTorch's options change nothing on an empty batch (a mean is still 0/0).
+            let ignore_index = rng.random_bool(0.5).then_some(usize::MAX);
             let op = if rng.random_bool(0.5) {
                 LossOp::CrossEntropy {
                     targets,
                     reduction: red,
+                    weight: None,
+                    ignore_index,
+                    label_smoothing: if rng.random_bool(0.5) { 0.5 } else { 0.0 },
                 }
             } else {
                 LossOp::NllLoss {
                     targets,
                     reduction: red,
+                    weight: None,
+                    ignore_index,
                 }
             };
             (op, vec![vec![0, c]], vec![0])

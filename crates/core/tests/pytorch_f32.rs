@@ -139,17 +139,9 @@ fn pointwise(op: &Value) -> Op {
 fn loss(op: &Value) -> Op {
     let targets = || Arc::new(dims(&op["targets"]));
     Op::Loss(match op["kind"].as_str().unwrap() {
-        "cross_entropy" => LossOp::CrossEntropy {
-            targets: targets(),
-            reduction: reduction(op),
-        },
-        "nll_loss" => LossOp::NllLoss {
-            targets: targets(),
-            reduction: reduction(op),
-        },
-        "bce_with_logits" => LossOp::BinaryCrossEntropyWithLogits {
-            reduction: reduction(op),
-        },
+        "cross_entropy" => LossOp::cross_entropy(targets(), reduction(op)),
+        "nll_loss" => LossOp::nll_loss(targets(), reduction(op)),
+        "bce_with_logits" => LossOp::bce_with_logits(reduction(op)),
         _ => LossOp::MseLoss {
             reduction: reduction(op),
         },

@@ -2,7 +2,7 @@
 //! statistics, left in `Aux` with a pure running-statistics update; evaluation: running statistics
 //! as arguments) and `group_norm`. All share one core: statistics per group, per-channel affine.
 
-use super::group_sum::group_sums;
+use super::group_sum::{group_sums, IndexMap};
 use super::{arity_with, check_eps, expect_shape, when};
 use crate::ops::{Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
@@ -49,20 +49,6 @@ pub struct GroupNorm {
     pub bias: bool,
 }
 
-/// `(i / div) % modulo`: how an element's flat index maps to its statistics group or channel.
-#[derive(Debug, Clone, Copy)]
-struct IndexMap {
-    div: usize,
-    modulo: usize,
-}
-
-impl IndexMap {
-    #[inline]
-    fn at(&self, i: usize) -> usize {
-        (i / self.div) % self.modulo
-    }
-}
-
 /// How a normalisation groups elements: `groups` statistics groups of `group_len` elements each,
 /// and `params` affine parameters (channels).
 #[derive(Debug, Clone, Copy)]
@@ -99,10 +85,9 @@ impl Grouping {
     /// Per-group mean and biased variance, two-pass for accuracy, each sum pairwise
     /// (`group_sums`) and divided by the count (not multiplied by a rounded reciprocal).
     fn stats<S: Scalar>(&self, x: &[S]) -> (Vec<S>, Vec<S>) {
-        let at = |i: usize| self.group.at(i);
-        let mean = self.divided(group_sums(x.len(), self.groups, at, |i| x[i]));
-        let var = self.divided(group_sums(x.len(), self.groups, at, |i| {
-            let d = x[i] - mean[at(i)];
+        let mean = self.divided(group_sums(x.len(), self.groups, self.group, |i, _| x[i]));
+        let var = self.divided(group_sums(x.len(), self.groups, self.group, |i, g| {
+            let d = x[i] - mean[g];
             d * d
         }));
         (mean, var)
@@ -119,20 +104,16 @@ impl Grouping {
 
     fn xhat<S: Scalar>(&self, x: &[S], mean: &[S], rstd: &[S]) -> Vec<S> {
         x.iter()
-            .enumerate()
-            .map(|(i, &v)| {
-                let g = self.group.at(i);
-                (v - mean[g]) * rstd[g]
-            })
+            .zip(self.group.iter())
+            .map(|(&v, g)| (v - mean[g]) * rstd[g])
             .collect()
     }
 
     /// `y = xhat * w[c] + b[c]`.
     fn affine<S: Scalar>(&self, xhat: &[S], w: Option<&[S]>, b: Option<&[S]>) -> Vec<S> {
         xhat.iter()
-            .enumerate()
-            .map(|(i, &h)| {
-                let c = self.param.at(i);
+            .zip(self.param.iter())
+            .map(|(&h, c)| {
                 let y = w.map_or(h, |w| h * w[c]);
                 b.map_or(y, |b| y + b[c])
             })
@@ -142,22 +123,20 @@ impl Grouping {
     /// The tangent (and, by symmetry of the projection, the cotangent) of `xhat` given that of
     /// `x`: `rstd * (d - mean(d) - xhat * mean(d * xhat))` per group.
     fn normalize_derivative<S: Scalar>(&self, d: &[S], xhat: &[S], rstd: &[S]) -> Vec<S> {
-        let at = |i: usize| self.group.at(i);
-        let a = self.divided(group_sums(d.len(), self.groups, at, |i| d[i]));
-        let b = self.divided(group_sums(d.len(), self.groups, at, |i| d[i] * xhat[i]));
+        let a = self.divided(group_sums(d.len(), self.groups, self.group, |i, _| d[i]));
+        let b = self.divided(group_sums(d.len(), self.groups, self.group, |i, _| {
+            d[i] * xhat[i]
+        }));
         d.iter()
             .zip(xhat)
-            .enumerate()
-            .map(|(i, (&dv, &h))| {
-                let g = at(i);
-                rstd[g] * (dv - a[g] - h * b[g])
-            })
+            .zip(self.group.iter())
+            .map(|((&dv, &h), g)| rstd[g] * (dv - a[g] - h * b[g]))
             .collect()
     }
 
-    /// `sum over elements of channel c of f(i)` (pairwise, see `group_sums`).
-    fn per_param<S: Scalar>(&self, n: usize, f: impl Fn(usize) -> S) -> Vec<S> {
-        group_sums(n, self.params, |i| self.param.at(i), f)
+    /// `sum over elements i of channel c of f(i, c)` (pairwise, see `group_sums`).
+    fn per_param<S: Scalar>(&self, n: usize, f: impl Fn(usize, usize) -> S) -> Vec<S> {
+        group_sums(n, self.params, self.param, f)
     }
 }
 
@@ -219,8 +198,8 @@ fn normalized_vjp<S: Scalar>(
         let gh: Vec<S> = match w {
             Some(w) => g
                 .iter()
-                .enumerate()
-                .map(|(i, &gv)| gv * w[grouping.param.at(i)])
+                .zip(grouping.param.iter())
+                .map(|(&gv, c)| gv * w[c])
                 .collect(),
             None => g.to_vec(),
         };
@@ -229,14 +208,14 @@ fn normalized_vjp<S: Scalar>(
     })?];
     if weight {
         grads.push(when(ctx, 1, || {
-            let dw = grouping.per_param(g.len(), |i| g[i] * xhat[i]);
+            let dw = grouping.per_param(g.len(), |i, _| g[i] * xhat[i]);
             Tensor::from_shape(ctx.input_shapes[1].clone(), dw)
         })?);
     }
     if bias {
         let at = 1 + usize::from(weight);
         grads.push(when(ctx, at, || {
-            let db = grouping.per_param(g.len(), |i| g[i]);
+            let db = grouping.per_param(g.len(), |i, _| g[i]);
             Tensor::from_shape(ctx.input_shapes[at].clone(), db)
         })?);
     }
@@ -261,9 +240,8 @@ fn normalized_jvp<S: Scalar>(
     let data = dh
         .iter()
         .zip(&xhat)
-        .enumerate()
-        .map(|(i, (&d, &h))| {
-            let c = grouping.param.at(i);
+        .zip(grouping.param.iter())
+        .map(|((&d, &h), c)| {
             let mut y = w.map_or(d, |w| d * w[c]);
             if let Some(tw) = tw {
                 y += h * tw[c];
@@ -701,40 +679,45 @@ impl OpRules for BatchNorm {
             None
         };
         let g = cot.data();
-        let ch = |i: usize| grouping.param.at(i);
         // gw_i = g_i * w_c, the cotangent of xhat.
-        let gw: Vec<S> = (0..g.len())
-            .map(|i| w.map_or(g[i], |w| g[i] * w[ch(i)]))
+        let gw: Vec<S> = g
+            .iter()
+            .zip(grouping.param.iter())
+            .map(|(&gv, c)| w.map_or(gv, |w| gv * w[c]))
             .collect();
         let shape = |i: usize| ctx.input_shapes[i].clone();
         let half = S::from_f64(0.5);
         let mut grads = smallvec![
             when(ctx, 0, || {
-                let dx = (0..g.len()).map(|i| gw[i] * rstd[ch(i)]).collect();
+                let dx = gw
+                    .iter()
+                    .zip(grouping.param.iter())
+                    .map(|(&v, c)| v * rstd[c])
+                    .collect();
                 Tensor::from_shape(shape(0), dx)
             })?,
             when(ctx, 1, || {
-                let dm = grouping.per_param(g.len(), |i| gw[i] * rstd[ch(i)]);
+                let dm = grouping.per_param(g.len(), |i, c| gw[i] * rstd[c]);
                 Tensor::from_shape(shape(1), dm.into_iter().map(|v| -v).collect())
             })?,
             when(ctx, 2, || {
-                let dv = grouping.per_param(g.len(), |i| {
-                    let r = rstd[ch(i)];
-                    gw[i] * (x[i] - m[ch(i)]) * (r * r * r)
+                let dv = grouping.per_param(g.len(), |i, c| {
+                    let r = rstd[c];
+                    gw[i] * (x[i] - m[c]) * (r * r * r)
                 });
                 Tensor::from_shape(shape(2), dv.into_iter().map(|v| -(v * half)).collect())
             })?,
         ];
         if self.weight {
             grads.push(when(ctx, 3, || {
-                let dw = grouping.per_param(g.len(), |i| g[i] * ((x[i] - m[ch(i)]) * rstd[ch(i)]));
+                let dw = grouping.per_param(g.len(), |i, c| g[i] * ((x[i] - m[c]) * rstd[c]));
                 Tensor::from_shape(shape(3), dw)
             })?);
         }
         if self.bias {
             let at = 3 + usize::from(self.weight);
             grads.push(when(ctx, at, || {
-                Tensor::from_shape(shape(at), grouping.per_param(g.len(), |i| g[i]))
+                Tensor::from_shape(shape(at), grouping.per_param(g.len(), |i, _| g[i]))
             })?);
         }
         Ok(grads)
@@ -765,8 +748,8 @@ impl OpRules for BatchNorm {
         let (tx, tm, tv) = (t[0].data(), t[1].data(), t[2].data());
         let half = S::from_f64(0.5);
         let data = (0..xs.len())
-            .map(|i| {
-                let c = grouping.param.at(i);
+            .zip(grouping.param.iter())
+            .map(|(i, c)| {
                 let r = rstd[c];
                 let centered = xs[i] - m[c];
                 // d xhat = (dx - dm) * rstd - (x - m) * rstd^3 * dv / 2
