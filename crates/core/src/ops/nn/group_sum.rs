@@ -1,7 +1,9 @@
-//! Per-group sums for the normalisations, fed one element at a time in flat order (a group's
-//! elements may be interleaved with other groups'), taken pairwise so that the error of a sum of
-//! n values grows like log n, not n.
+//! How the normalisations walk their groups: per-group sums taken pairwise (so that the error of
+//! a sum of n values grows like log n, not n), each group seeing its elements in flat order, and
+//! elementwise maps; both run over segments of consecutive elements (a run of one group, or a
+//! row whose element j belongs to group j), not one group lookup per element.
 
+use std::ops::Range;
 use tapegrad_tensor::Scalar;
 
 /// Values added left to right before a block's sum joins the pairwise combination.
@@ -25,24 +27,46 @@ impl<S: Scalar> CascadeSum<S> {
         }
     }
 
-    #[inline]
+    /// Adds one value: the definition `add_run` follows.
+    #[cfg(test)]
     fn add(&mut self, v: S) {
         self.block += v;
         self.in_block += 1;
         if self.in_block == BLOCK {
-            let mut carry = std::mem::replace(&mut self.block, S::ZERO);
-            self.in_block = 0;
-            for level in self.levels.iter_mut() {
-                match level.take() {
-                    None => {
-                        *level = Some(carry);
-                        return;
-                    }
-                    Some(earlier) => carry = earlier + carry,
-                }
-            }
-            self.levels.push(Some(carry));
+            self.carry();
         }
+    }
+
+    /// Adds `f(i)` for the indices of `run` in order, with the same additions as `add` one by
+    /// one: the open block is filled by a plain fold between carries.
+    #[inline]
+    fn add_run(&mut self, run: Range<usize>, f: impl Fn(usize) -> S) {
+        let mut i = run.start;
+        while i < run.end {
+            let take = (BLOCK - self.in_block).min(run.end - i);
+            self.block = (i..i + take).fold(self.block, |a, j| a + f(j));
+            self.in_block += take;
+            i += take;
+            if self.in_block == BLOCK {
+                self.carry();
+            }
+        }
+    }
+
+    /// The full block joins the levels: equal partial sums are added, earlier one first.
+    fn carry(&mut self) {
+        let mut carry = std::mem::replace(&mut self.block, S::ZERO);
+        self.in_block = 0;
+        for level in self.levels.iter_mut() {
+            match level.take() {
+                None => {
+                    *level = Some(carry);
+                    return;
+                }
+                Some(earlier) => carry = earlier + carry,
+            }
+        }
+        self.levels.push(Some(carry));
     }
 
     /// The total: the partial sums from the largest (earliest) down, then the open block.
@@ -75,47 +99,124 @@ impl IndexMap {
     pub fn at(&self, i: usize) -> usize {
         (i / self.div) % self.modulo
     }
+}
 
-    /// `at(0), at(1), ...` without a division per element (endless: zip it with the elements).
-    pub fn iter(&self) -> GroupIndices {
-        GroupIndices {
-            group: 0,
-            left: self.div.max(1),
-            div: self.div.max(1),
-            modulo: self.modulo.max(1),
+/// A segment of consecutive elements under an [`IndexMap`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Segment {
+    /// Every element is in this group.
+    Same(usize),
+    /// Element `start + j` is in group `j` (a row of a map with `div` 1).
+    Ascending,
+}
+
+/// Calls `f` on the segments of `0..n` in order: rows of `modulo` elements when each element
+/// has its own group (`div` 1, whole rows), else runs of `div` elements sharing one group.
+fn for_each_segment(map: IndexMap, n: usize, mut f: impl FnMut(Range<usize>, Segment)) {
+    let (div, modulo) = (map.div.max(1), map.modulo.max(1));
+    if div == 1 && modulo > 1 && n % modulo == 0 {
+        for start in (0..n).step_by(modulo) {
+            f(start..start + modulo, Segment::Ascending);
+        }
+        return;
+    }
+    let (mut start, mut g) = (0, 0);
+    while start < n {
+        let end = start.saturating_add(div).min(n);
+        f(start..end, Segment::Same(g));
+        start = end;
+        g += 1;
+        if g == modulo {
+            g = 0;
         }
     }
 }
 
-/// The groups of consecutive flat indices under an [`IndexMap`], counted, not divided.
-pub(super) struct GroupIndices {
-    group: usize,
-    left: usize,
-    div: usize,
-    modulo: usize,
+/// `out[i] = f(i, g)` with `g = map.at(i)`, for i in 0..n.
+pub(super) fn map_groups<S: Scalar>(
+    map: IndexMap,
+    n: usize,
+    f: impl Fn(usize, usize) -> S,
+) -> Vec<S> {
+    let mut out = vec![S::ZERO; n];
+    for_each_segment(map, n, |run, segment| {
+        let slots = out[run.clone()].iter_mut().zip(run);
+        match segment {
+            Segment::Same(g) => slots.for_each(|(o, i)| *o = f(i, g)),
+            Segment::Ascending => slots.enumerate().for_each(|(j, (o, i))| *o = f(i, j)),
+        }
+    });
+    out
 }
 
-impl Iterator for GroupIndices {
-    type Item = usize;
+/// One [`CascadeSum`] per column of rows fed whole: every column gets one value per row, so all
+/// share one block count, and a row adds to all of them at once (the same additions, per
+/// column, as feeding each its values one by one).
+struct RowCascade<S> {
+    block: Vec<S>,
+    in_block: usize,
+    levels: Vec<Option<Vec<S>>>,
+}
 
-    #[inline]
-    fn next(&mut self) -> Option<usize> {
-        let g = self.group;
-        self.left -= 1;
-        if self.left == 0 {
-            self.left = self.div;
-            self.group += 1;
-            if self.group == self.modulo {
-                self.group = 0;
+impl<S: Scalar> RowCascade<S> {
+    fn new(columns: usize) -> Self {
+        RowCascade {
+            block: vec![S::ZERO; columns],
+            in_block: 0,
+            levels: Vec::new(),
+        }
+    }
+
+    /// Adds `f(start + j, j)` to column j.
+    fn add_row(&mut self, start: usize, f: &impl Fn(usize, usize) -> S) {
+        for (j, b) in self.block.iter_mut().enumerate() {
+            *b += f(start + j, j);
+        }
+        self.in_block += 1;
+        if self.in_block == BLOCK {
+            let columns = self.block.len();
+            let mut carry = std::mem::replace(&mut self.block, vec![S::ZERO; columns]);
+            self.in_block = 0;
+            for level in self.levels.iter_mut() {
+                match level.take() {
+                    None => {
+                        *level = Some(carry);
+                        return;
+                    }
+                    Some(earlier) => {
+                        for (c, e) in carry.iter_mut().zip(earlier) {
+                            *c = e + *c;
+                        }
+                    }
+                }
             }
+            self.levels.push(Some(carry));
         }
-        Some(g)
+    }
+
+    /// Per column, as [`CascadeSum::total`].
+    fn totals(self) -> Vec<S> {
+        let whole = self.levels.into_iter().rev().flatten().reduce(|mut a, b| {
+            for (x, y) in a.iter_mut().zip(b) {
+                *x += y;
+            }
+            a
+        });
+        match whole {
+            Some(mut w) if self.in_block > 0 => {
+                for (x, y) in w.iter_mut().zip(&self.block) {
+                    *x += *y;
+                }
+                w
+            }
+            Some(w) => w,
+            None => self.block,
+        }
     }
 }
 
-/// `sums[g] += f(i, g)` with `g = group.at(i)` for i in 0..n, pairwise per group. A group holds
-/// runs of `div` consecutive elements, so the group is counted once per run, not divided out per
-/// element; each group still sees its elements in flat order.
+/// `sums[g] += f(i, g)` with `g = group.at(i)` for i in 0..n, pairwise per group, each group in
+/// flat order (`groups` is the map's `modulo`).
 pub(super) fn group_sums<S: Scalar>(
     n: usize,
     groups: usize,
@@ -123,21 +224,17 @@ pub(super) fn group_sums<S: Scalar>(
     f: impl Fn(usize, usize) -> S,
 ) -> Vec<S> {
     let mut sums = vec![CascadeSum::new(); groups];
-    let (div, modulo) = (group.div.max(1), group.modulo.max(1));
-    let (mut start, mut g) = (0, 0);
-    while start < n {
-        let end = start.saturating_add(div).min(n);
-        let sum = &mut sums[g];
-        for i in start..end {
-            sum.add(f(i, g));
-        }
-        start = end;
-        g += 1;
-        if g == modulo {
-            g = 0;
-        }
+    let mut rows: Option<RowCascade<S>> = None;
+    for_each_segment(group, n, |run, segment| match segment {
+        Segment::Same(g) => sums[g].add_run(run, |i| f(i, g)),
+        Segment::Ascending => rows
+            .get_or_insert_with(|| RowCascade::new(groups))
+            .add_row(run.start, &f),
+    });
+    match rows {
+        Some(rows) => rows.totals(),
+        None => sums.iter().map(CascadeSum::total).collect(),
     }
-    sums.iter().map(CascadeSum::total).collect()
 }
 
 #[cfg(test)]
@@ -159,11 +256,15 @@ mod tests {
             assert!(ulps <= 4.0, "group {g}: {got} vs {exact} ({ulps} ulps)");
         }
         // Runs of several elements per group add in the same order as one element at a time.
+        // Rows of a map with div 1 (whole rows: fed row by row; a partial row: one by one) too.
         for (div, modulo, n) in [
             (3, 2, 1000),
             (5, 3, 997),
             (40, 2, 5000),
             (64, 7, 64 * 9 + 5),
+            (1, 9, 9 * 100),
+            (1, 9, 9 * 100 + 4),
+            (1, 1, 77),
         ] {
             let map = IndexMap { div, modulo };
             let mut each = vec![CascadeSum::new(); modulo];
@@ -176,9 +277,9 @@ mod tests {
                 value(i)
             });
             assert_eq!(got, want, "div {div}, modulo {modulo}, n {n}");
-            let counted: Vec<usize> = map.iter().take(n).collect();
-            let divided: Vec<usize> = (0..n).map(|i| map.at(i)).collect();
-            assert_eq!(counted, divided, "div {div}, modulo {modulo}");
+            let mapped = map_groups(map, n, |i, g| (i * 10 + g) as f32);
+            let divided: Vec<f32> = (0..n).map(|i| (i * 10 + map.at(i)) as f32).collect();
+            assert_eq!(mapped, divided, "div {div}, modulo {modulo}");
         }
         // Exact on small integers whatever the length, block boundaries included.
         for len in [0, 1, 31, 32, 33, 64, 65, 1000] {

@@ -2,7 +2,7 @@
 //! statistics, left in `Aux` with a pure running-statistics update; evaluation: running statistics
 //! as arguments) and `group_norm`. All share one core: statistics per group, per-channel affine.
 
-use super::group_sum::{group_sums, IndexMap};
+use super::group_sum::{group_sums, map_groups, IndexMap};
 use super::{arity_with, check_eps, expect_shape, when};
 use crate::ops::{Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
@@ -103,21 +103,16 @@ impl Grouping {
     }
 
     fn xhat<S: Scalar>(&self, x: &[S], mean: &[S], rstd: &[S]) -> Vec<S> {
-        x.iter()
-            .zip(self.group.iter())
-            .map(|(&v, g)| (v - mean[g]) * rstd[g])
-            .collect()
+        map_groups(self.group, x.len(), |i, g| (x[i] - mean[g]) * rstd[g])
     }
 
     /// `y = xhat * w[c] + b[c]`.
     fn affine<S: Scalar>(&self, xhat: &[S], w: Option<&[S]>, b: Option<&[S]>) -> Vec<S> {
-        xhat.iter()
-            .zip(self.param.iter())
-            .map(|(&h, c)| {
-                let y = w.map_or(h, |w| h * w[c]);
-                b.map_or(y, |b| y + b[c])
-            })
-            .collect()
+        map_groups(self.param, xhat.len(), |i, c| {
+            let h = xhat[i];
+            let y = w.map_or(h, |w| h * w[c]);
+            b.map_or(y, |b| y + b[c])
+        })
     }
 
     /// The tangent (and, by symmetry of the projection, the cotangent) of `xhat` given that of
@@ -127,11 +122,9 @@ impl Grouping {
         let b = self.divided(group_sums(d.len(), self.groups, self.group, |i, _| {
             d[i] * xhat[i]
         }));
-        d.iter()
-            .zip(xhat)
-            .zip(self.group.iter())
-            .map(|((&dv, &h), g)| rstd[g] * (dv - a[g] - h * b[g]))
-            .collect()
+        map_groups(self.group, d.len(), |i, g| {
+            rstd[g] * (d[i] - a[g] - xhat[i] * b[g])
+        })
     }
 
     /// `sum over elements i of channel c of f(i, c)` (pairwise, see `group_sums`).
@@ -196,11 +189,7 @@ fn normalized_vjp<S: Scalar>(
     };
     let mut grads = smallvec![when(ctx, 0, || {
         let gh: Vec<S> = match w {
-            Some(w) => g
-                .iter()
-                .zip(grouping.param.iter())
-                .map(|(&gv, c)| gv * w[c])
-                .collect(),
+            Some(w) => map_groups(grouping.param, g.len(), |i, c| g[i] * w[c]),
             None => g.to_vec(),
         };
         let dx = grouping.normalize_derivative(&gh, &xhat, rstd);
@@ -237,21 +226,17 @@ fn normalized_jvp<S: Scalar>(
     let dh = grouping.normalize_derivative(t[0].data(), &xhat, rstd);
     let (w, _) = affine_args(x, 1, weight, bias);
     let (tw, tb) = affine_args(t, 1, weight, bias);
-    let data = dh
-        .iter()
-        .zip(&xhat)
-        .zip(grouping.param.iter())
-        .map(|((&d, &h), c)| {
-            let mut y = w.map_or(d, |w| d * w[c]);
-            if let Some(tw) = tw {
-                y += h * tw[c];
-            }
-            if let Some(tb) = tb {
-                y += tb[c];
-            }
-            y
-        })
-        .collect();
+    let data = map_groups(grouping.param, dh.len(), |i, c| {
+        let (d, h) = (dh[i], xhat[i]);
+        let mut y = w.map_or(d, |w| d * w[c]);
+        if let Some(tw) = tw {
+            y += h * tw[c];
+        }
+        if let Some(tb) = tb {
+            y += tb[c];
+        }
+        y
+    });
     Tensor::from_shape(x[0].shape().clone(), data)
 }
 
@@ -680,20 +665,14 @@ impl OpRules for BatchNorm {
         };
         let g = cot.data();
         // gw_i = g_i * w_c, the cotangent of xhat.
-        let gw: Vec<S> = g
-            .iter()
-            .zip(grouping.param.iter())
-            .map(|(&gv, c)| w.map_or(gv, |w| gv * w[c]))
-            .collect();
+        let gw: Vec<S> = map_groups(grouping.param, g.len(), |i, c| {
+            w.map_or(g[i], |w| g[i] * w[c])
+        });
         let shape = |i: usize| ctx.input_shapes[i].clone();
         let half = S::from_f64(0.5);
         let mut grads = smallvec![
             when(ctx, 0, || {
-                let dx = gw
-                    .iter()
-                    .zip(grouping.param.iter())
-                    .map(|(&v, c)| v * rstd[c])
-                    .collect();
+                let dx = map_groups(grouping.param, gw.len(), |i, c| gw[i] * rstd[c]);
                 Tensor::from_shape(shape(0), dx)
             })?,
             when(ctx, 1, || {
@@ -747,23 +726,20 @@ impl OpRules for BatchNorm {
         let (tw, tb) = affine_args(t, 3, self.weight, self.bias);
         let (tx, tm, tv) = (t[0].data(), t[1].data(), t[2].data());
         let half = S::from_f64(0.5);
-        let data = (0..xs.len())
-            .zip(grouping.param.iter())
-            .map(|(i, c)| {
-                let r = rstd[c];
-                let centered = xs[i] - m[c];
-                // d xhat = (dx - dm) * rstd - (x - m) * rstd^3 * dv / 2
-                let dh = (tx[i] - tm[c]) * r - centered * (r * r * r) * tv[c] * half;
-                let mut y = w.map_or(dh, |w| dh * w[c]);
-                if let Some(tw) = tw {
-                    y += centered * r * tw[c];
-                }
-                if let Some(tb) = tb {
-                    y += tb[c];
-                }
-                y
-            })
-            .collect();
+        let data = map_groups(grouping.param, xs.len(), |i, c| {
+            let r = rstd[c];
+            let centered = xs[i] - m[c];
+            // d xhat = (dx - dm) * rstd - (x - m) * rstd^3 * dv / 2
+            let dh = (tx[i] - tm[c]) * r - centered * (r * r * r) * tv[c] * half;
+            let mut y = w.map_or(dh, |w| dh * w[c]);
+            if let Some(tw) = tw {
+                y += centered * r * tw[c];
+            }
+            if let Some(tb) = tb {
+                y += tb[c];
+            }
+            y
+        });
         Tensor::from_shape(x[0].shape().clone(), data)
     }
     /// Evaluation mode needs `running_var + eps > 0`.
