@@ -2,7 +2,8 @@
 //! other dims are huge, and result shapes too large to exist.
 
 use tapegrad::core::ops::nn::{
-    Embedding, IndexSelect, IndexTensor, ScaledDotProductAttention, Select,
+    BatchNorm, Embedding, GroupNorm, IndexSelect, IndexTensor, LayerNorm,
+    ScaledDotProductAttention, Select,
 };
 use tapegrad::core::ops::{LinalgOp, ReduceOp, Saved, StructureOp};
 use tapegrad::{Op, Shape, Tensor};
@@ -109,4 +110,44 @@ fn attention_scores_too_large_to_exist_are_an_error_naming_the_op() {
         err.to_string().contains("scaled_dot_product_attention"),
         "{err}"
     );
+}
+
+/// The norms' statistics and channel sums are sized by the shape, not the data: layer_norm on
+/// [2^40, 0], group_norm on [2^33, 3, 0] and batch_norm on [0, 2^40] asked for terabytes (an
+/// allocation abort). Now an error naming the op; an ordinary empty input still computes.
+#[test]
+fn norms_of_empty_inputs_with_huge_extents_are_errors_naming_the_op() {
+    let layer: Op = LayerNorm {
+        normalized_shape: vec![0],
+        eps: 1e-5,
+        weight: false,
+        bias: false,
+    }
+    .into();
+    let group: Op = GroupNorm {
+        num_groups: 3,
+        eps: 1e-5,
+        weight: false,
+        bias: false,
+    }
+    .into();
+    let batch: Op = BatchNorm {
+        training: true,
+        momentum: 0.1,
+        eps: 1e-5,
+        weight: false,
+        bias: false,
+    }
+    .into();
+    for (op, shape) in [
+        (&layer, &[1usize << 40, 0][..]),
+        (&group, &[1 << 33, 3, 0]),
+        (&batch, &[0, 1 << 40]),
+    ] {
+        let x = Tensor::<f64>::zeros(&Shape::new(shape).unwrap());
+        let err = op.forward(&[&x]).unwrap_err().to_string();
+        assert!(err.contains(op.name()) && err.contains("allocate"), "{err}");
+    }
+    run_zeros(&layer, &[&[4, 0]]).unwrap();
+    run_zeros(&batch, &[&[0, 3, 2]]).unwrap();
 }

@@ -6,6 +6,7 @@ use super::group_sum::{group_sums, map_groups, IndexMap};
 use super::{arity_with, check_eps, expect_shape, when};
 use crate::ops::{Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
+use tapegrad_tensor::kernels::alloc::try_with_capacity;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// `F.layer_norm(input, normalized_shape, weight, bias, eps)`: statistics over the trailing
@@ -80,6 +81,22 @@ impl Grouping {
             params,
             param: fix(param),
         }
+    }
+
+    /// `self`, once the per-group and per-channel state is known to fit in memory. It is sized by
+    /// the input's shape, not its data, so an empty input of huge extent (layer_norm on
+    /// [2^40, 0], batch_norm on [0, 2^40]) would otherwise abort on an allocation of terabytes;
+    /// reserving it first makes that an error naming the op. Only checked when the state
+    /// outnumbers the input's elements (never for a non-empty input of ordinary layout).
+    fn fits(self, op: &'static str, numel: usize) -> Result<Self> {
+        // The largest state per group or channel: a pairwise sum (an f64, a count, a level
+        // vector) and the statistics kept beside it.
+        const BYTES_PER_GROUP: usize = 64;
+        let state = self.groups.max(self.params);
+        if state > numel {
+            try_with_capacity::<[u8; BYTES_PER_GROUP]>(op, state)?;
+        }
+        Ok(self)
     }
 
     /// Per-group mean and biased variance, two-pass for accuracy, each sum pairwise
@@ -341,7 +358,7 @@ impl LayerNorm {
             div: 1,
             modulo: len,
         };
-        Ok(Grouping::new(rows, len, row, len, col))
+        Grouping::new(rows, len, row, len, col).fits(op, x.numel())
     }
 }
 
@@ -405,7 +422,7 @@ impl GroupNorm {
         // With channels, g <= c and n * g <= numel; without, any g divides 0 and the (empty)
         // input has no groups, so a huge num_groups neither overflows nor allocates.
         let groups = if c == 0 { 0 } else { n * g };
-        Ok(Grouping::new(
+        Grouping::new(
             groups,
             group_len,
             IndexMap {
@@ -417,7 +434,8 @@ impl GroupNorm {
                 div: spatial,
                 modulo: c,
             },
-        ))
+        )
+        .fits(op, x.numel())
     }
 }
 
@@ -481,7 +499,7 @@ fn channel_grouping(op: &'static str, x: &Shape) -> Result<Grouping> {
         div: spatial,
         modulo: c,
     };
-    Ok(Grouping::new(c, dims[0] * spatial, channel, c, channel))
+    Grouping::new(c, dims[0] * spatial, channel, c, channel).fits(op, x.numel())
 }
 
 /// The batch mean and biased variance per channel of an (N, C, *) input, computed exactly as
