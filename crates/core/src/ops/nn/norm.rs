@@ -83,18 +83,19 @@ impl Grouping {
         }
     }
 
-    /// `self`, once the per-group and per-channel state is known to fit in memory. It is sized by
-    /// the input's shape, not its data, so an empty input of huge extent (layer_norm on
-    /// [2^40, 0], batch_norm on [0, 2^40]) would otherwise abort on an allocation of terabytes;
-    /// reserving it first makes that an error naming the op. Only checked when the state
-    /// outnumbers the input's elements (never for a non-empty input of ordinary layout).
+    /// `self`, once the per-group state (statistics and their pairwise sums) is known to fit in
+    /// memory. It is sized by the input's shape, not its data, so an empty input of huge extent
+    /// (layer_norm on [2^40, 0], batch_norm on [0, 2^40]) would otherwise abort on an
+    /// allocation of terabytes; reserving it first makes that an error naming the op. Only
+    /// checked when the groups outnumber the input's elements (never for a non-empty input of
+    /// ordinary layout). Per-channel sums need no check: they are made only for the gradients of
+    /// affine or running-statistics arguments of that size, already in memory.
     fn fits(self, op: &'static str, numel: usize) -> Result<Self> {
-        // The largest state per group or channel: a pairwise sum (an f64, a count, a level
-        // vector) and the statistics kept beside it.
+        // The largest state per group: a pairwise sum (a value, a count, a level vector) and the
+        // statistics kept beside it.
         const BYTES_PER_GROUP: usize = 64;
-        let state = self.groups.max(self.params);
-        if state > numel {
-            try_with_capacity::<[u8; BYTES_PER_GROUP]>(op, state)?;
+        if self.groups > numel {
+            try_with_capacity::<[u8; BYTES_PER_GROUP]>(op, self.groups)?;
         }
         Ok(self)
     }
