@@ -716,9 +716,28 @@ fn s<S: Scalar>(v: f64) -> S {
     S::from_f64(v)
 }
 
+/// `[a, b, ...]`, the first eight items and then the count (`[1, 2, ... 40 labels]`).
+fn write_list<T: std::fmt::Display>(
+    f: &mut std::fmt::Formatter<'_>,
+    items: &[T],
+    what: &str,
+) -> std::fmt::Result {
+    const SHOWN: usize = 8;
+    write!(f, "[")?;
+    for (i, v) in items.iter().take(SHOWN).enumerate() {
+        if i > 0 {
+            write!(f, ", ")?;
+        }
+        write!(f, "{v}")?;
+    }
+    if items.len() > SHOWN {
+        write!(f, ", ... {} {what}", items.len())?;
+    }
+    write!(f, "]")
+}
+
 impl std::fmt::Display for LossOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        const SHOWN: usize = 8;
         match self {
             Lo::MseLoss { reduction }
             | Lo::BinaryCrossEntropyWithLogits {
@@ -729,17 +748,9 @@ impl std::fmt::Display for LossOp {
                 reduction,
                 pos_weight: Some(w),
             } => {
-                write!(f, "{}(reduction='{reduction}', pos_weight=[", self.name())?;
-                for (i, v) in w.iter().take(SHOWN).enumerate() {
-                    if i > 0 {
-                        write!(f, ", ")?;
-                    }
-                    write!(f, "{v}")?;
-                }
-                if w.len() > SHOWN {
-                    write!(f, ", ... {} weights", w.len())?;
-                }
-                write!(f, "])")
+                write!(f, "{}(reduction='{reduction}', pos_weight=", self.name())?;
+                write_list(f, w, "weights")?;
+                write!(f, ")")
             }
             Lo::CrossEntropy {
                 targets, reduction, ..
@@ -747,17 +758,9 @@ impl std::fmt::Display for LossOp {
             | Lo::NllLoss {
                 targets, reduction, ..
             } => {
-                write!(f, "{}(targets=[", self.name())?;
-                for (i, t) in targets.iter().take(SHOWN).enumerate() {
-                    if i > 0 {
-                        write!(f, ", ")?;
-                    }
-                    write!(f, "{t}")?;
-                }
-                if targets.len() > SHOWN {
-                    write!(f, ", ... {} labels", targets.len())?;
-                }
-                write!(f, "], reduction='{reduction}'")?;
+                write!(f, "{}(targets=", self.name())?;
+                write_list(f, targets, "labels")?;
+                write!(f, ", reduction='{reduction}'")?;
                 let (weight, ignore_index, smoothing) = match self {
                     Lo::CrossEntropy {
                         weight,
@@ -773,17 +776,8 @@ impl std::fmt::Display for LossOp {
                     _ => (&None, &None, 0.0),
                 };
                 if let Some(w) = weight {
-                    write!(f, ", weight=[")?;
-                    for (i, v) in w.iter().take(SHOWN).enumerate() {
-                        if i > 0 {
-                            write!(f, ", ")?;
-                        }
-                        write!(f, "{v}")?;
-                    }
-                    if w.len() > SHOWN {
-                        write!(f, ", ... {} weights", w.len())?;
-                    }
-                    write!(f, "]")?;
+                    write!(f, ", weight=")?;
+                    write_list(f, w, "weights")?;
                 }
                 if let Some(i) = ignore_index {
                     write!(f, ", ignore_index={i}")?;
