@@ -339,3 +339,59 @@ fn a_users_csv_file_trains_and_predicts() {
     assert!(e.contains("--csv needs --target"), "{e}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn label_smoothing_trains_resumes_and_is_checked() {
+    let dir = tempdir("cli-smoothing");
+    let run = ["train", "--steps", "30", "--quiet", "--label-smoothing"];
+    ok(
+        &[&run[..], &["0.1", "--save", "smoothed.st"]].concat(),
+        &dir,
+    );
+    ok(
+        &["train", "--steps", "30", "--quiet", "--save", "plain.st"],
+        &dir,
+    );
+    let (a, b) = (
+        std::fs::read(dir.join("smoothed.st")).unwrap(),
+        std::fs::read(dir.join("plain.st")).unwrap(),
+    );
+    assert!(
+        a != b,
+        "--label-smoothing 0.1 trained the same parameters as none"
+    );
+    // The checkpoint keeps it: --resume takes no --label-smoothing of its own.
+    let e = fails(
+        &[
+            "train",
+            "--resume",
+            "smoothed.st",
+            "--label-smoothing",
+            "0.2",
+        ],
+        &dir,
+    );
+    assert!(e.contains("--label-smoothing"), "{e}");
+    ok(
+        &[
+            "train",
+            "--resume",
+            "smoothed.st",
+            "--steps",
+            "5",
+            "--quiet",
+        ],
+        &dir,
+    );
+    let e = fails(
+        &["train", "mlp", "--label-smoothing", "0.1", "--steps", "1"],
+        &dir,
+    );
+    assert!(
+        e.contains("label smoothing") && e.contains("classification"),
+        "{e}"
+    );
+    let e = fails(&["train", "--label-smoothing", "1.5", "--steps", "1"], &dir);
+    assert!(e.contains("between 0 and 1"), "{e}");
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -162,6 +162,9 @@ pub struct TrainOptions {
     /// Clip gradients to this global 2-norm.
     #[arg(long)]
     pub clip: Option<f64>,
+    /// Label smoothing of the cross entropy loss, in [0, 1] (classification only)
+    #[arg(long)]
+    pub label_smoothing: Option<f64>,
     /// Hidden layer widths of the MLP, comma-separated (e.g. 128,64).
     #[arg(long, value_delimiter = ',')]
     pub hidden: Option<Vec<usize>>,
@@ -410,6 +413,7 @@ fn reject_changes_on_resume(a: &TrainArgs, ckpt: &Checkpoint) -> Result<(), CliE
         (a.step_size.is_some(), "--step-size"),
         (a.gamma.is_some(), "--gamma"),
         (a.clip.is_some(), "--clip"),
+        (a.label_smoothing.is_some(), "--label-smoothing"),
         (a.hidden.is_some(), "--hidden"),
         (a.activation.is_some(), "--activation"),
         (a.dropout.is_some(), "--dropout"),
@@ -488,6 +492,7 @@ fn fresh_typed<S: Scalar>(args: &TrainArgs, plan: Plan) -> CliResult {
         optimizer: plan.optimizer,
         schedule: Schedule { warmup, decay },
         clip_norm: args.clip,
+        label_smoothing: args.label_smoothing.unwrap_or(0.0),
         batch_size: plan.batch_size,
         val_fraction: plan.val_fraction,
         seed: plan.seed,

@@ -32,6 +32,10 @@ pub struct TrainConfig {
     /// Fraction of rows held out for validation.
     pub val_fraction: f64,
     pub seed: u64,
+    /// Cross entropy's label smoothing in [0, 1] for classification (0 is none; absent in
+    /// checkpoints written before it existed).
+    #[serde(default)]
+    pub label_smoothing: f64,
 }
 
 /// Which split to evaluate.
@@ -97,7 +101,7 @@ impl<S: Scalar> Trainer<S> {
     ) -> NnResult<Self> {
         config.schedule.validate()?;
         let model = Model::new(&config.model, config.seed)?;
-        check_fits(&config.model, &data)?;
+        check_fits(&config, &data)?;
         let optimizer = Optimizer::new(config.optimizer, &model.params)?;
         let order = BatchOrder::new(data.train.len(), config.batch_size, config.seed)?;
         Ok(Trainer {
@@ -122,7 +126,7 @@ impl<S: Scalar> Trainer<S> {
         step: u64,
         backend: Box<dyn Backend<S>>,
     ) -> NnResult<Self> {
-        check_fits(&config.model, &data)?;
+        check_fits(&config, &data)?;
         Ok(Trainer {
             config,
             model,
@@ -164,6 +168,8 @@ impl<S: Scalar> Trainer<S> {
         // them out; clipping needs every gradient dense.
         let factored = self.config.clip_norm.is_none() && self.config.optimizer.is_plain_sgd();
         self.backend.set_factored_grads(factored);
+        self.backend
+            .set_label_smoothing(self.config.label_smoothing);
         let out = self
             .backend
             .train_step(&self.model, &batch, rng)
@@ -306,7 +312,21 @@ fn anomaly_at(e: NnError, when: &str) -> NnError {
     }
 }
 
-fn check_fits<S: Scalar>(spec: &ModelSpec, data: &Prepared<S>) -> NnResult<()> {
+fn check_fits<S: Scalar>(config: &TrainConfig, data: &Prepared<S>) -> NnResult<()> {
+    let spec = &config.model;
+    let e = config.label_smoothing;
+    if e != 0.0 {
+        if !(0.0..=1.0).contains(&e) {
+            return Err(NnError::Config(format!(
+                "label smoothing must be between 0 and 1, found {e}"
+            )));
+        }
+        if !matches!(data.task, Task::Classification { .. }) {
+            return Err(NnError::Config(format!(
+                "label smoothing {e} applies to classification; this run is a regression"
+            )));
+        }
+    }
     let width = data.feature_names.len();
     if spec.inputs() != width {
         return Err(NnError::Config(format!(

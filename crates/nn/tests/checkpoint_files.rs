@@ -27,6 +27,7 @@ fn config(hidden: usize) -> TrainConfig {
         batch_size: 32,
         val_fraction: 0.2,
         seed: 1,
+        label_smoothing: 0.0,
     }
 }
 

@@ -39,6 +39,7 @@ fn config(data: DataSource, optimizer: &str, lr: f64, dropout: f64, seed: u64) -
         batch_size: 50,
         val_fraction: 0.2,
         seed,
+        label_smoothing: 0.0,
     }
 }
 
@@ -156,6 +157,59 @@ fn resume_equals_straight_run() {
     resume_case::<f32>(config(DataSource::AutoMpg, "sgd", 0.05, 0.1, 13), 9, 20);
     resume_case::<f64>(config(DataSource::AutoMpg, "rmsprop", 1e-3, 0.0, 14), 6, 10);
     resume_case::<f32>(config(DataSource::AutoMpg, "adagrad", 0.05, 0.0, 15), 7, 8);
+    // The checkpoint keeps the label smoothing: the resumed steps smooth as the straight run's.
+    resume_case::<f32>(
+        TrainConfig {
+            label_smoothing: 0.1,
+            ..config(DataSource::Digits, "adam", 1e-3, 0.0, 16)
+        },
+        17,
+        20,
+    );
+}
+
+#[test]
+fn label_smoothing_changes_the_run_and_is_checked() {
+    let plain = config(DataSource::Digits, "adam", 1e-3, 0.0, 31);
+    let smoothed = TrainConfig {
+        label_smoothing: 0.1,
+        ..plain.clone()
+    };
+    let (mut a, mut b) = (trainer::<f32>(&plain), trainer::<f32>(&smoothed));
+    let (la, lb) = (a.train_step().unwrap().loss, b.train_step().unwrap().loss);
+    // The same initial parameters and batch: smoothing adds (e / C) sum_c -lp_c - e (-lp_y).
+    assert_ne!(la, lb, "label smoothing left the loss at {la}");
+    steps(&mut a, 10);
+    steps(&mut b, 10);
+    assert_ne!(
+        bits(&a),
+        bits(&b),
+        "label smoothing left the parameters as they were"
+    );
+    for (e, data, want) in [
+        (1.5, DataSource::Digits, "between 0 and 1"),
+        (f64::NAN, DataSource::Digits, "between 0 and 1"),
+        (0.1, DataSource::AutoMpg, "classification"),
+    ] {
+        let cfg = TrainConfig {
+            label_smoothing: e,
+            ..config(data, "adam", 1e-3, 0.0, 32)
+        };
+        let prepared =
+            Prepared::<f32>::new(&cfg.data.load().unwrap(), cfg.val_fraction, cfg.seed).unwrap();
+        let err = Trainer::new(
+            cfg,
+            prepared,
+            make_backend::<f32>(BackendKind::Eager).unwrap(),
+        )
+        .err()
+        .expect("a bad label smoothing is an error")
+        .to_string();
+        assert!(
+            err.contains("label smoothing") && err.contains(want),
+            "{err}"
+        );
+    }
 }
 
 #[test]
@@ -195,6 +249,14 @@ fn eager_and_compiled_backends_give_identical_bits() {
                 ..config(DataSource::AutoMpg, "sgd", 0.05, 0.0, 27)
             },
             true,
+        ),
+        // Label smoothing: the loss recorded outside the compiled graph smooths the same way.
+        (
+            TrainConfig {
+                label_smoothing: 0.2,
+                ..config(DataSource::Digits, "adam", 1e-3, 0.1, 28)
+            },
+            false,
         ),
         // Fewer rows than outputs: linear runs as the transposed product (W x^T)^T.
         (

@@ -110,6 +110,7 @@ fn cnn_config(seed: u64) -> TrainConfig {
         batch_size: 64,
         val_fraction: 0.2,
         seed,
+        label_smoothing: 0.0,
     }
 }
 

@@ -54,6 +54,7 @@ pub struct Compiled<S> {
     plans: Vec<Plan>,
     detect_anomaly: bool,
     factored: bool,
+    label_smoothing: f64,
     kept_bytes: usize,
 }
 
@@ -65,6 +66,7 @@ impl<S: Scalar> Compiled<S> {
             plans: Vec::new(),
             detect_anomaly: false,
             factored: false,
+            label_smoothing: 0.0,
             kept_bytes: 0,
         })
     }
@@ -226,7 +228,7 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
         let outputs = saved.output().clone();
         self.session.reset();
         let o = self.session.variable("output", outputs.clone());
-        let loss = record_loss(&mut self.session, o, &batch.y)?;
+        let loss = record_loss(&mut self.session, o, &batch.y, self.label_smoothing)?;
         let loss_value = self.session.value(loss)?.item()?.to_f64();
         let seed = Tensor::ones(self.session.value(loss)?.shape());
         // The loss tape's leaf shares the output's buffer, which `saved` already counts.
@@ -288,7 +290,9 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
                         .map(|(i, v)| format!("{} at element {i} of {what}", v.to_f64()))
                 });
             if let Some(found) = found {
+                let smoothing = self.label_smoothing;
                 return Err(replay(found, |eager| {
+                    eager.set_label_smoothing(smoothing);
                     eager.train_step(model, batch, rng).map(|_| ())
                 }));
             }
@@ -329,6 +333,10 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
 
     fn set_factored_grads(&mut self, on: bool) {
         self.factored = on;
+    }
+
+    fn set_label_smoothing(&mut self, smoothing: f64) {
+        self.label_smoothing = smoothing;
     }
 }
 

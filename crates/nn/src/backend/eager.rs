@@ -24,6 +24,7 @@ pub struct Eager<S> {
     kept_bytes: usize,
     detect_anomaly: bool,
     factored: bool,
+    label_smoothing: f64,
     /// The batch shape last stepped with factored gradients and the trainable tensors (indices in
     /// the `ParamSet`) whose gradients were factored for it.
     outer: Option<(Shape, Vec<usize>)>,
@@ -47,6 +48,7 @@ impl<S: Scalar> Eager<S> {
             kept_bytes: 0,
             detect_anomaly: false,
             factored: false,
+            label_smoothing: 0.0,
             outer: None,
         }
     }
@@ -130,6 +132,10 @@ impl<S: Scalar> Backend<S> for Eager<S> {
         self.factored = on;
     }
 
+    fn set_label_smoothing(&mut self, smoothing: f64) {
+        self.label_smoothing = smoothing;
+    }
+
     fn set_detect_anomaly(&mut self, on: bool) {
         self.detect_anomaly = on;
         // The flag lives on the session's tape and survives `reset`.
@@ -163,7 +169,7 @@ impl<S: Scalar> Eager<S> {
         let mut ctx = Ctx::new(&mut self.session, &model.params, Mode::Train, rng)?;
         let x = ctx.session().input(batch.x.clone());
         let out = model.forward(&mut ctx, x)?;
-        let loss = record_loss(ctx.session(), out, &batch.y)?;
+        let loss = record_loss(ctx.session(), out, &batch.y, self.label_smoothing)?;
         let outputs = ctx.session().value(out)?.clone();
         let loss_value = ctx.session().value(loss)?.item()?.to_f64();
         let kept_bytes = tape_kept_bytes(ctx.session().tape());
@@ -201,7 +207,7 @@ impl<S: Scalar> Eager<S> {
         let mut ctx = Ctx::with_constants(&mut self.session, &model.params, rng, constants)?;
         let x = ctx.session().input(batch.x.clone());
         let out = model.forward(&mut ctx, x)?;
-        let loss = record_loss(ctx.session(), out, &batch.y)?;
+        let loss = record_loss(ctx.session(), out, &batch.y, self.label_smoothing)?;
         let vars = ctx.param_vars().to_vec();
         let updates = ctx.into_updates();
         let tape = self.session.tape();

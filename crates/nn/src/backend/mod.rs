@@ -15,7 +15,7 @@ use crate::grad::Grad;
 use crate::model::Model;
 use crate::params::ParamId;
 use rand_chacha::ChaCha8Rng;
-use tapegrad_core::ops::LinalgOp;
+use tapegrad_core::ops::{ClassLossOptions, LinalgOp};
 use tapegrad_core::tape::{Node, Rule};
 use tapegrad_core::{Op, Session, Var};
 use tapegrad_tensor::{Error, Result, Scalar, Tensor};
@@ -95,6 +95,8 @@ pub trait Backend<S: Scalar> {
     /// way, an all-zero cotangent) hands the dense gradient. Anomaly mode multiplies the factors
     /// out to check them but hands them on, so the flag does not change a healthy run.
     fn set_factored_grads(&mut self, on: bool);
+    /// Cross entropy's `label_smoothing` for classification steps (0, the default, is none).
+    fn set_label_smoothing(&mut self, smoothing: f64);
 }
 
 /// A backend of the chosen kind.
@@ -105,11 +107,13 @@ pub fn make_backend<S: Scalar>(kind: BackendKind) -> NnResult<Box<dyn Backend<S>
     })
 }
 
-/// Records the task's loss on `out`: MSE against values, cross entropy against classes.
+/// Records the task's loss on `out`: MSE against values, cross entropy against classes (with
+/// `label_smoothing`, 0 for none).
 pub fn record_loss<S: Scalar>(
     session: &mut Session<S>,
     out: Var,
     y: &BatchTargets<S>,
+    label_smoothing: f64,
 ) -> Result<Var> {
     match y {
         BatchTargets::Values(t) => {
@@ -124,7 +128,16 @@ pub fn record_loss<S: Scalar>(
             let target = session.constant(t.clone());
             session.mse_loss(out, target)
         }
-        BatchTargets::Classes(labels) => session.cross_entropy(out, labels),
+        BatchTargets::Classes(labels) if label_smoothing == 0.0 => {
+            session.cross_entropy(out, labels)
+        }
+        BatchTargets::Classes(labels) => {
+            let options = ClassLossOptions {
+                label_smoothing,
+                ..ClassLossOptions::default()
+            };
+            session.cross_entropy_with(out, labels, &options)
+        }
     }
 }
 
