@@ -10,6 +10,7 @@
 //! and f32 on small integers, with one and two kernel threads.
 
 mod op_support;
+mod term_model;
 
 use op_support::no_panic_and_named;
 use proptest::prelude::*;
@@ -24,6 +25,9 @@ use tapegrad::core::ops::nn::{
 use tapegrad::core::ops::{LinalgOp, LossOp, ReduceOp, Reduction, Saved, StructureOp};
 use tapegrad::tensor::kernels::set_num_threads;
 use tapegrad::{Op, Scalar, Shape, Tensor};
+use term_model::{
+    apply_terms, close, dot, ints, jvp_terms, one, tensor, two, values, vjp_terms, Term,
+};
 
 /// Dims far beyond any real tensor's; allowed in a shape only beside a zero dim.
 const HUGE: [usize; 6] = [
@@ -221,80 +225,7 @@ fn each(dims: &[usize], mut f: impl FnMut(usize, Vec<usize>)) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The naive definitions: each op here is a sum of terms, each a product of one or two argument
-// elements over a divisor (as in extreme_windows.rs).
-
-#[derive(Debug, Clone, Copy)]
-struct Term {
-    out: usize,
-    factors: [(usize, usize); 2],
-    arity: usize,
-    div: f64,
-}
-
-fn one(out: usize, arg: usize, idx: usize, div: f64) -> Term {
-    Term {
-        out,
-        factors: [(arg, idx), (0, 0)],
-        arity: 1,
-        div,
-    }
-}
-
-fn two(out: usize, a: (usize, usize), b: (usize, usize)) -> Term {
-    Term {
-        out,
-        factors: [a, b],
-        arity: 2,
-        div: 1.0,
-    }
-}
-
-fn apply_terms(terms: &[Term], args: &[Vec<f64>], out_len: usize) -> Vec<f64> {
-    let mut out = vec![0.0; out_len];
-    for t in terms {
-        let mut v = args[t.factors[0].0][t.factors[0].1];
-        if t.arity == 2 {
-            v *= args[t.factors[1].0][t.factors[1].1];
-        }
-        out[t.out] += v / t.div;
-    }
-    out
-}
-
-fn for_each_partial(
-    terms: &[Term],
-    args: &[Vec<f64>],
-    mut f: impl FnMut(&Term, (usize, usize), f64),
-) {
-    for t in terms {
-        for k in 0..t.arity {
-            let other = if t.arity == 2 {
-                let (oa, oi) = t.factors[1 - k];
-                args[oa][oi]
-            } else {
-                1.0
-            };
-            f(t, t.factors[k], other / t.div);
-        }
-    }
-}
-
-fn vjp_terms(terms: &[Term], args: &[Vec<f64>], cot: &[f64]) -> Vec<Vec<f64>> {
-    let mut grads: Vec<Vec<f64>> = args.iter().map(|a| vec![0.0; a.len()]).collect();
-    for_each_partial(terms, args, |t, (arg, idx), partial| {
-        grads[arg][idx] += cot[t.out] * partial;
-    });
-    grads
-}
-
-fn jvp_terms(terms: &[Term], args: &[Vec<f64>], tangents: &[Vec<f64>], out_len: usize) -> Vec<f64> {
-    let mut out = vec![0.0; out_len];
-    for_each_partial(terms, args, |t, (arg, idx), partial| {
-        out[t.out] += tangents[arg][idx] * partial;
-    });
-    out
-}
+// The naive definitions, as lists of terms (tests/term_model).
 
 /// Terms of a gather-like linear map: output element `o` (coords `c`) copies argument `arg`'s
 /// element at `source(c)`, if any.
@@ -1543,40 +1474,9 @@ fn any_case(rng: &mut ChaCha8Rng) -> Case {
 // ---------------------------------------------------------------------------------------------
 // Checking one case.
 
-fn ints(rng: &mut ChaCha8Rng, n: usize) -> Vec<f64> {
-    (0..n).map(|_| rng.random_range(-3..=3) as f64).collect()
-}
-
 /// Positive small integers (batch_norm's running variance must stay positive).
 fn positive(rng: &mut ChaCha8Rng, n: usize) -> Vec<f64> {
     (0..n).map(|_| rng.random_range(1..=3) as f64).collect()
-}
-
-fn tensor<S: Scalar>(dims: &[usize], v: &[f64]) -> Tensor<S> {
-    Tensor::new(dims, v.iter().map(|&x| S::from_f64(x)).collect()).unwrap()
-}
-
-fn values<S: Scalar>(t: &Tensor<S>) -> Vec<f64> {
-    t.data().iter().map(|v| v.to_f64()).collect()
-}
-
-fn close(got: &[f64], want: &[f64], exact: bool, eps: f64) -> bool {
-    got.len() == want.len()
-        && got.iter().zip(want).all(|(&g, &w)| {
-            if w.is_nan() {
-                g.is_nan()
-            } else if exact {
-                g == w
-            } else {
-                (g - w).abs() <= eps * (1.0 + w.abs())
-            }
-        })
-}
-
-fn dot(a: &[f64], b: &[f64]) -> (f64, f64) {
-    a.iter()
-        .zip(b)
-        .fold((0.0, 0.0), |(s, m), (x, y)| (s + x * y, m + (x * y).abs()))
 }
 
 fn check_case<S: Scalar>(case: &Case, rng: &mut ChaCha8Rng, eps: f64) {

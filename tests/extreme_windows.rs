@@ -10,6 +10,7 @@
 //! identity, in f64 and f32 on small integers, with one and two kernel threads.
 
 mod op_support;
+mod term_model;
 
 use op_support::no_panic_and_named;
 use proptest::prelude::*;
@@ -22,6 +23,9 @@ use tapegrad::core::ops::nn::{
 use tapegrad::core::ops::Saved;
 use tapegrad::tensor::kernels::set_num_threads;
 use tapegrad::{Op, Scalar, Shape, Tensor};
+use term_model::{
+    apply_terms, close, dot, ints, jvp_terms, one, tensor, two, values, vjp_terms, Term,
+};
 
 /// Attribute values far outside any real network's: each overflows some product or sum of
 /// window arithmetic.
@@ -126,36 +130,7 @@ fn beyond_i64(
 }
 
 // ---------------------------------------------------------------------------------------------
-// The naive definitions: every op here is a sum of terms, each a product of one or two argument
-// elements over a divisor; forward, VJP and JVP all follow from the list of terms.
-
-#[derive(Debug, Clone, Copy)]
-struct Term {
-    out: usize,
-    /// (argument, flat index) of each factor.
-    factors: [(usize, usize); 2],
-    /// How many of `factors` are used (1 or 2).
-    arity: usize,
-    div: f64,
-}
-
-fn one(out: usize, arg: usize, idx: usize, div: f64) -> Term {
-    Term {
-        out,
-        factors: [(arg, idx), (0, 0)],
-        arity: 1,
-        div,
-    }
-}
-
-fn two(out: usize, a: (usize, usize), b: (usize, usize)) -> Term {
-    Term {
-        out,
-        factors: [a, b],
-        arity: 2,
-        div: 1.0,
-    }
-}
+// The naive definitions, as lists of terms (tests/term_model): padding and window geometry.
 
 /// The input position read by padded position `j` (relative to the first input element) of an
 /// axis of `len` elements padded with `mode`, or `None` for a zero.
@@ -355,54 +330,6 @@ fn adaptive_terms(planes: usize, [h, w]: [usize; 2], [oh, ow]: [usize; 2]) -> Ve
         }
     }
     terms
-}
-
-fn apply_terms(terms: &[Term], args: &[Vec<f64>], out_len: usize) -> Vec<f64> {
-    let mut out = vec![0.0; out_len];
-    for t in terms {
-        let mut v = args[t.factors[0].0][t.factors[0].1];
-        if t.arity == 2 {
-            v *= args[t.factors[1].0][t.factors[1].1];
-        }
-        out[t.out] += v / t.div;
-    }
-    out
-}
-
-/// Calls `f(term, factor, partial)` for each factor of each term, with the term's partial
-/// derivative in that factor: the other factor over the divisor (or one over it).
-fn for_each_partial(
-    terms: &[Term],
-    args: &[Vec<f64>],
-    mut f: impl FnMut(&Term, (usize, usize), f64),
-) {
-    for t in terms {
-        for k in 0..t.arity {
-            let other = if t.arity == 2 {
-                let (oa, oi) = t.factors[1 - k];
-                args[oa][oi]
-            } else {
-                1.0
-            };
-            f(t, t.factors[k], other / t.div);
-        }
-    }
-}
-
-fn vjp_terms(terms: &[Term], args: &[Vec<f64>], cot: &[f64]) -> Vec<Vec<f64>> {
-    let mut grads: Vec<Vec<f64>> = args.iter().map(|a| vec![0.0; a.len()]).collect();
-    for_each_partial(terms, args, |t, (arg, idx), partial| {
-        grads[arg][idx] += cot[t.out] * partial;
-    });
-    grads
-}
-
-fn jvp_terms(terms: &[Term], args: &[Vec<f64>], tangents: &[Vec<f64>], out_len: usize) -> Vec<f64> {
-    let mut out = vec![0.0; out_len];
-    for_each_partial(terms, args, |t, (arg, idx), partial| {
-        out[t.out] += tangents[arg][idx] * partial;
-    });
-    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -935,37 +862,6 @@ fn any_case(rng: &mut ChaCha8Rng) -> Case {
 
 // ---------------------------------------------------------------------------------------------
 // Checking one case.
-
-/// Small integers, so that sums of products are exact in f32 and f64.
-fn ints(rng: &mut ChaCha8Rng, n: usize) -> Vec<f64> {
-    (0..n).map(|_| rng.random_range(-3..=3) as f64).collect()
-}
-
-fn tensor<S: Scalar>(dims: &[usize], v: &[f64]) -> Tensor<S> {
-    Tensor::new(dims, v.iter().map(|&x| S::from_f64(x)).collect()).unwrap()
-}
-
-fn values<S: Scalar>(t: &Tensor<S>) -> Vec<f64> {
-    t.data().iter().map(|v| v.to_f64()).collect()
-}
-
-/// `got` equals `want` exactly (`exact`), or to 1e-9 (f64) / 1e-5 (f32) of the magnitude.
-fn close(got: &[f64], want: &[f64], exact: bool, eps: f64) -> bool {
-    got.len() == want.len()
-        && got.iter().zip(want).all(|(&g, &w)| {
-            if exact {
-                g == w
-            } else {
-                (g - w).abs() <= eps * (1.0 + w.abs())
-            }
-        })
-}
-
-fn dot(a: &[f64], b: &[f64]) -> (f64, f64) {
-    a.iter()
-        .zip(b)
-        .fold((0.0, 0.0), |(s, m), (x, y)| (s + x * y, m + (x * y).abs()))
-}
 
 fn check_case<S: Scalar>(case: &Case, rng: &mut ChaCha8Rng, eps: f64) {
     let op = &case.op;
