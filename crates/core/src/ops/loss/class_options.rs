@@ -11,6 +11,9 @@ pub(super) struct Weighting<'a> {
     ignore_index: Option<usize>,
     smoothing: f64,
     classes: usize,
+    /// The sum of the class weights (the class count without weights), for the smoothing
+    /// term's gradient: computed once, not once per sample.
+    all_weights: f64,
 }
 
 impl<'a> Weighting<'a> {
@@ -41,11 +44,13 @@ impl<'a> Weighting<'a> {
                 format!("label_smoothing must be between 0 and 1, found {smoothing}"),
             ));
         }
+        let weight = weight.as_deref().map(Vec::as_slice);
         Ok(Weighting {
-            weight: weight.as_deref().map(Vec::as_slice),
+            weight,
             ignore_index,
             smoothing,
             classes,
+            all_weights: weight.map_or(classes as f64, |w| w.iter().sum()),
         })
     }
 
@@ -148,11 +153,7 @@ impl<'a> Weighting<'a> {
     fn cross_entropy_partials<S: Scalar>(&self, p: &[S], label: usize, mut each: impl FnMut(S)) {
         let (keep, share) = self.smoothing_factors::<S>();
         let w_label = keep * self.class_weight::<S>(label);
-        let all_weights: S = match self.weight {
-            None => S::from_usize(self.classes),
-            Some(w) => w.iter().map(|&v| S::from_f64(v)).sum(),
-        };
-        let a = w_label + share * all_weights;
+        let a = w_label + share * S::from_f64(self.all_weights);
         for (j, &pj) in p.iter().enumerate() {
             let mut d = a * pj - share * self.class_weight::<S>(j);
             if j == label {
