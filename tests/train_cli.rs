@@ -395,3 +395,46 @@ fn label_smoothing_trains_resumes_and_is_checked() {
     assert!(e.contains("between 0 and 1"), "{e}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn a_model_too_large_to_allocate_is_an_error_not_an_abort() {
+    let dir = tempdir("cli-huge");
+    // A first layer of 64 x 10^12 weights: a valid shape that no machine can hold.
+    let e = fails(
+        &["train", "--hidden", "1000000000000", "--steps", "1"],
+        &dir,
+    );
+    assert!(
+        e.contains("cannot allocate") && e.contains("[1000000000000, 64]"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn negative_and_out_of_range_values_are_checked_before_the_first_step() {
+    let dir = tempdir("cli-ranges");
+    for (args, says) in [
+        (&["--lr", "-1"][..], "invalid learning rate: -1"),
+        (&["--weight-decay", "-1"], "invalid weight decay: -1"),
+        (
+            &["--dropout", "-0.5"],
+            "dropout: probability must lie in [0, 1), found -0.5",
+        ),
+        (&["--model", "cnn", "--dropout", "-0.5"], "found -0.5"),
+        (&["--clip", "-1"], "max_norm must be positive, found -1"),
+        (&["--clip", "0"], "max_norm must be positive, found 0"),
+        (&["--val-fraction", "-0.2"], "found -0.2"),
+    ] {
+        let out = tapegrad(&[&["train", "--steps", "1"][..], args].concat(), &dir);
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(!out.status.success(), "{args:?} trained: {stdout}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        // Rejected up front: no evaluation or step ran first.
+        assert!(!stdout.contains("validation"), "{args:?}: {stdout}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -129,16 +129,16 @@ pub struct TrainOptions {
     #[arg(long)]
     pub batch_size: Option<usize>,
     /// Base learning rate.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f64>,
     /// sgd (momentum 0.9), adam, adamw, rmsprop or adagrad.
     #[arg(long)]
     pub optimizer: Option<String>,
     /// Weight decay (L2 for sgd/adam/rmsprop/adagrad, decoupled for adamw).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub weight_decay: Option<f64>,
     /// Momentum for sgd and rmsprop.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub momentum: Option<f64>,
     /// Nesterov momentum (sgd).
     #[arg(long)]
@@ -157,13 +157,13 @@ pub struct TrainOptions {
     #[arg(long)]
     pub step_size: Option<u64>,
     /// Step schedule: decay factor.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub gamma: Option<f64>,
     /// Clip gradients to this global 2-norm.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub clip: Option<f64>,
     /// Label smoothing of the cross entropy loss, in [0, 1] (classification only)
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub label_smoothing: Option<f64>,
     /// Hidden layer widths of the MLP, comma-separated (e.g. 128,64).
     #[arg(long, value_delimiter = ',')]
@@ -172,7 +172,7 @@ pub struct TrainOptions {
     #[arg(long, value_enum)]
     pub activation: Option<ActivationArg>,
     /// Dropout probability after each hidden layer.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub dropout: Option<f64>,
     /// Seed for initialisation, split, shuffling and dropout.
     #[arg(long)]
@@ -193,7 +193,7 @@ pub struct TrainOptions {
     #[arg(long, value_enum)]
     pub task: Option<TaskArg>,
     /// Fraction of rows held out for validation.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub val_fraction: Option<f64>,
     /// Evaluate on the validation split every this many steps (default: once per epoch).
     #[arg(long)]

@@ -8,12 +8,7 @@ use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 /// Scales `grads` in place so their global 2-norm is at most about `max_norm`; returns the norm
 /// before clipping.
 pub fn clip_grad_norm<S: Scalar>(grads: &mut [Tensor<S>], max_norm: f64) -> Result<f64> {
-    if max_norm.is_nan() || max_norm <= 0.0 {
-        return Err(Error::invalid(
-            "clip_grad_norm",
-            format!("max_norm must be positive, found {max_norm}"),
-        ));
-    }
+    check_max_norm(max_norm)?;
     let total = global_norm(grads);
     let coef = (max_norm / (total + 1e-6)).min(1.0);
     if coef < 1.0 {
@@ -25,6 +20,18 @@ pub fn clip_grad_norm<S: Scalar>(grads: &mut [Tensor<S>], max_norm: f64) -> Resu
         }
     }
     Ok(total)
+}
+
+/// Rejects a `max_norm` that is not positive (NaN included); a trainer checks it before its
+/// first step rather than failing at it.
+pub fn check_max_norm(max_norm: f64) -> Result<()> {
+    if max_norm.is_nan() || max_norm <= 0.0 {
+        return Err(Error::invalid(
+            "clip_grad_norm",
+            format!("max_norm must be positive, found {max_norm}"),
+        ));
+    }
+    Ok(())
 }
 
 /// The 2-norm of the per-tensor 2-norms.

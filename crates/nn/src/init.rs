@@ -50,22 +50,34 @@ pub fn standard_normal(rng: &mut ChaCha8Rng) -> f64 {
 }
 
 impl Init {
-    /// A tensor of `shape` filled by this rule from `rng`.
+    /// A tensor of `shape` filled by this rule from `rng`. A shape too large to allocate is an
+    /// error naming it, not an allocation abort: layer widths come from user input (`--hidden`).
     pub fn tensor<S: Scalar>(&self, shape: &Shape, rng: &mut ChaCha8Rng) -> Result<Tensor<S>> {
+        let draw = self.draw(shape)?;
         let n = shape.numel();
-        let uniform = |rng: &mut ChaCha8Rng, bound: f64| -> Vec<S> {
-            (0..n)
-                .map(|_| S::from_f64(rng.random_range(-bound..=bound)))
-                .collect()
-        };
-        let normal = |rng: &mut ChaCha8Rng, mean: f64, std: f64| -> Vec<S> {
-            (0..n)
-                .map(|_| S::from_f64(mean + std * standard_normal(rng)))
-                .collect()
-        };
+        let mut data = Vec::new();
+        data.try_reserve_exact(n).map_err(|_| {
+            Error::invalid(
+                "init",
+                format!(
+                    "cannot allocate a parameter of shape {shape}: {n} elements of {} bytes",
+                    std::mem::size_of::<S>()
+                ),
+            )
+        })?;
+        data.extend((0..n).map(|_| S::from_f64(draw.sample(rng))));
+        Tensor::from_shape(shape.clone(), data)
+    }
+
+    /// The distribution this rule gives a tensor of `shape` (fans are taken from the shape).
+    fn draw(&self, shape: &Shape) -> Result<Draw> {
         let gain = |a: f64| (2.0 / (1.0 + a * a)).sqrt();
-        let data = match *self {
-            Init::Constant(v) => vec![S::from_f64(v); n],
+        let symmetric = |bound: f64| Draw::Uniform {
+            low: -bound,
+            high: bound,
+        };
+        Ok(match *self {
+            Init::Constant(v) => Draw::Constant(v),
             Init::Uniform { low, high } => {
                 if low.is_nan() || high.is_nan() || low > high {
                     return Err(Error::invalid(
@@ -73,28 +85,48 @@ impl Init {
                         format!("uniform bounds must satisfy low <= high, found {low} > {high}"),
                     ));
                 }
-                (0..n)
-                    .map(|_| S::from_f64(rng.random_range(low..=high)))
-                    .collect()
+                Draw::Uniform { low, high }
             }
-            Init::Normal { mean, std } => normal(rng, mean, std),
+            Init::Normal { mean, std } => Draw::Normal { mean, std },
             Init::KaimingUniform { a } => {
                 let (fan_in, _) = fans(shape)?;
-                uniform(rng, gain(a) * (3.0 / fan_in.max(1) as f64).sqrt())
+                symmetric(gain(a) * (3.0 / fan_in.max(1) as f64).sqrt())
             }
             Init::KaimingNormal { a } => {
                 let (fan_in, _) = fans(shape)?;
-                normal(rng, 0.0, gain(a) / (fan_in.max(1) as f64).sqrt())
+                Draw::Normal {
+                    mean: 0.0,
+                    std: gain(a) / (fan_in.max(1) as f64).sqrt(),
+                }
             }
             Init::XavierUniform { gain } => {
                 let (fi, fo) = fans(shape)?;
-                uniform(rng, gain * (6.0 / (fi + fo).max(1) as f64).sqrt())
+                symmetric(gain * (6.0 / (fi + fo).max(1) as f64).sqrt())
             }
             Init::XavierNormal { gain } => {
                 let (fi, fo) = fans(shape)?;
-                normal(rng, 0.0, gain * (2.0 / (fi + fo).max(1) as f64).sqrt())
+                Draw::Normal {
+                    mean: 0.0,
+                    std: gain * (2.0 / (fi + fo).max(1) as f64).sqrt(),
+                }
             }
-        };
-        Tensor::from_shape(shape.clone(), data)
+        })
+    }
+}
+
+/// One element's distribution, drawn in f64.
+enum Draw {
+    Constant(f64),
+    Uniform { low: f64, high: f64 },
+    Normal { mean: f64, std: f64 },
+}
+
+impl Draw {
+    fn sample(&self, rng: &mut ChaCha8Rng) -> f64 {
+        match *self {
+            Draw::Constant(v) => v,
+            Draw::Uniform { low, high } => rng.random_range(low..=high),
+            Draw::Normal { mean, std } => mean + std * standard_normal(rng),
+        }
     }
 }

@@ -15,8 +15,8 @@ use tapegrad_tensor::{Error, Result, Scalar};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ModelSpec {
-    /// `inputs -> hidden[0] -> ... -> outputs`, the activation (and dropout, if `dropout > 0`)
-    /// after every hidden layer.
+    /// `inputs -> hidden[0] -> ... -> outputs`, the activation (and dropout, if `dropout` is not
+    /// 0; outside `[0, 1)` it is an error) after every hidden layer.
     Mlp {
         inputs: usize,
         hidden: Vec<usize>,
@@ -26,7 +26,7 @@ pub enum ModelSpec {
     },
     /// A small CNN on images of shape `image = [channels, height, width]` given as flat rows:
     /// for each entry of `channels`, a 3x3 convolution (padding 1), batch norm if `batch_norm`,
-    /// ReLU and 2x2 max pooling; then flatten, dropout if positive, and a linear layer.
+    /// ReLU and 2x2 max pooling; then flatten, dropout if not 0, and a linear layer.
     Cnn {
         image: [usize; 3],
         channels: Vec<usize>,
@@ -199,7 +199,7 @@ pub fn mlp<S: Scalar>(
         net.push(Layer::Linear(Linear::new(b, &prefix, w[0], w[1], true)?));
         if i + 2 < sizes.len() {
             net.push(Layer::Activation(activation));
-            if dropout > 0.0 {
+            if dropout != 0.0 {
                 net.push(Layer::Dropout(Dropout::new(dropout)?));
             }
         }
@@ -259,7 +259,7 @@ pub fn cnn<S: Scalar>(
         start_dim: 1,
         end_dim: -1,
     });
-    if dropout > 0.0 {
+    if dropout != 0.0 {
         net.push(Layer::Dropout(Dropout::new(dropout)?));
     }
     let flat = prev

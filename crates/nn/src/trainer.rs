@@ -5,7 +5,7 @@
 //! is a switch of the run, not of its config: checkpoints neither store nor need it.
 
 use crate::backend::Backend;
-use crate::clip::clip_grad_norm;
+use crate::clip::{check_max_norm, clip_grad_norm};
 use crate::data::{BatchOrder, DataSource, Prepared, Split, SplitTargets, Task};
 use crate::error::{NnError, NnResult};
 use crate::grad::Grad;
@@ -100,6 +100,9 @@ impl<S: Scalar> Trainer<S> {
         backend: Box<dyn Backend<S>>,
     ) -> NnResult<Self> {
         config.schedule.validate()?;
+        if let Some(max_norm) = config.clip_norm {
+            check_max_norm(max_norm)?;
+        }
         let model = Model::new(&config.model, config.seed)?;
         check_fits(&config, &data)?;
         let optimizer = Optimizer::new(config.optimizer, &model.params)?;

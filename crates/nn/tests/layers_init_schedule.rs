@@ -204,3 +204,19 @@ fn clipping_scales_to_the_max_norm_and_leaves_small_gradients() {
     assert_eq!(small[0].data(), &[0.3, 0.4]);
     assert!(clip_grad_norm(&mut small, 0.0).is_err());
 }
+
+#[test]
+fn a_parameter_too_large_to_allocate_is_an_error_naming_its_shape() {
+    // 2^56 elements: a valid shape, but no machine has the memory.
+    let shape = Shape::new(vec![1 << 28, 1 << 28]).unwrap();
+    for init in [Init::KaimingUniform { a: 0.0 }, Init::Constant(0.0)] {
+        let err = init
+            .tensor::<f32>(&shape, &mut init_rng(0))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("init") && err.contains("[268435456, 268435456]"),
+            "{err}"
+        );
+    }
+}
