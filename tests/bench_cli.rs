@@ -133,6 +133,19 @@ fn bad_flags_are_usage_errors() {
             "mlp workload only",
         ),
         (&["bench", "mlp", "--backend", "jit"], "jit"),
+        // Sizes no machine can hold: refused before allocating, not an allocation abort.
+        (
+            &["bench", "chain", "--numel", "100000000000000"],
+            "--numel 100000000000000 needs about",
+        ),
+        (
+            &["bench", "matmul", "--n", "10000000"],
+            "--n 10000000 needs about",
+        ),
+        (
+            &["bench", "mlp", "--batch", "100000000000"],
+            "--batch 100000000000 needs about",
+        ),
     ] {
         let err = fails(args, &dir);
         assert!(err.contains(says), "tapegrad {args:?}: {err}");

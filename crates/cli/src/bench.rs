@@ -168,6 +168,22 @@ fn time_it(
     }
 }
 
+/// Refuses a workload whose buffers this machine cannot hold, before any is allocated: one
+/// fallible reservation of about their total (freed at once), so that `--numel 100000000000000`
+/// is an error naming the flag rather than an allocation abort part-way through.
+fn ensure_memory(flag: &str, bytes: f64) -> Result<(), CliError> {
+    let fits =
+        bytes < isize::MAX as f64 && Vec::<u8>::new().try_reserve_exact(bytes as usize).is_ok();
+    if fits {
+        Ok(())
+    } else {
+        Err(CliError::Usage(format!(
+            "{flag} needs about {:.3e} bytes of memory, more than this machine can allocate",
+            bytes
+        )))
+    }
+}
+
 fn random(rng: &mut impl Rng, dims: &[usize], scale: f32) -> Result<Tensor<f32>, CliError> {
     let shape = Shape::new(dims)?;
     let data = (0..shape.numel())
@@ -274,6 +290,9 @@ pub fn run(args: BenchArgs) -> CliResult {
             if batch == 0 {
                 return Err(CliError::Usage("--batch must be at least 1".into()));
             }
+            // The batch, and each layer's activations, their gradients and what backward keeps.
+            let per_row = 784.0 + 3.0 * (256.0 + 128.0 + 10.0);
+            ensure_memory(&format!("--batch {batch}"), 4.0 * per_row * batch as f64)?;
             let mut mlp = Mlp::new(batch, kind)?;
             let st = Stats::of(
                 time_it(args.reps, || mlp.step())?
@@ -303,6 +322,8 @@ pub fn run(args: BenchArgs) -> CliResult {
             )
         }
         Workload::Chain { numel } => {
+            // The tape keeps the 2,000 recorded values until backward.
+            ensure_memory(&format!("--numel {numel}"), 4.0 * 2000.0 * numel as f64)?;
             let x0 = Tensor::full(&Shape::new([numel])?, 1.0f32);
             let bias = Tensor::scalar(0.0001f32);
             let mut s = Session::new();
@@ -332,6 +353,7 @@ pub fn run(args: BenchArgs) -> CliResult {
             if n == 0 {
                 return Err(CliError::Usage("--n must be at least 1".into()));
             }
+            ensure_memory(&format!("--n {n}"), 3.0 * 4.0 * (n as f64).powi(2))?;
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
             let a = random(&mut rng, &[n, n], 1.0)?;
             let b = random(&mut rng, &[n, n], 1.0)?;
