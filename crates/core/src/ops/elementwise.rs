@@ -4,6 +4,7 @@
 
 use super::{Arity, Forward, Grads, Mask, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
+use tapegrad_tensor::kernels::alloc::ensure_allocatable;
 use tapegrad_tensor::kernels::{binary_map, broadcast_shape, broadcast_to, sum_to};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
@@ -635,6 +636,7 @@ fn broadcast_mask(mask: &Mask, shape: &Shape) -> Result<Vec<bool>> {
 fn where_select<S: Scalar>(mask: &Mask, a: &Tensor<S>, b: &Tensor<S>) -> Result<Tensor<S>> {
     let ab = broadcast_shape("where", a.shape(), b.shape())?;
     let shape = broadcast_shape("where", &mask.shape, &ab)?;
+    ensure_allocatable::<S>("where", &shape)?;
     let m = broadcast_mask(mask, &shape)?;
     let (a, b) = (broadcast_to(a, &shape)?, broadcast_to(b, &shape)?);
     let data = m

@@ -25,6 +25,7 @@ pub use reduce::ReduceOp;
 pub use structure::StructureOp;
 
 use smallvec::SmallVec;
+use tapegrad_tensor::kernels::alloc::ensure_allocatable;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// The rules every op family implements. Each method sees arguments already checked for arity.
@@ -187,6 +188,9 @@ impl Op {
     #[inline(never)]
     fn forward_checked<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<Forward<S>> {
         let expected = self.output_shape(&shapes_of(inputs))?;
+        // A shape argument may ask for far more than the machine holds (an outer product,
+        // a broadcast, a padding): an error naming the op, not an allocation abort.
+        ensure_allocatable::<S>(self.name(), &expected)?;
         // Checked where it lies and returned as is (no unwrap and re-wrap copies).
         let out = dispatch!(self, op => op.forward(inputs));
         if let Ok(out) = &out {

@@ -2,6 +2,7 @@
 //! broadcast operands, materialising a broadcast, and its adjoint `sum_to` (reducing a gradient back
 //! to an operand's shape).
 
+use super::alloc::ensure_allocatable;
 use super::strided_walk;
 use crate::{Error, Result, Scalar, Shape, Tensor};
 
@@ -121,6 +122,8 @@ fn binary_map_broadcast<S: Scalar>(
     f: impl Fn(S, S) -> S,
 ) -> Result<Tensor<S>> {
     let out = broadcast_shape(op, a.shape(), b.shape())?;
+    // The one path whose result can be far larger than both operands.
+    ensure_allocatable::<S>(op, &out)?;
     let (da, db) = (a.data(), b.data());
     // A trailing-suffix operand (bias rows): repeat it in chunks without a general walk.
     if out == *a.shape() && is_suffix(b.shape(), a.shape()) && b.numel() > 0 {
@@ -163,6 +166,7 @@ pub fn broadcast_to<S: Scalar>(t: &Tensor<S>, shape: &Shape) -> Result<Tensor<S>
             rhs: Box::new(shape.clone()),
         });
     }
+    ensure_allocatable::<S>("broadcast_to", shape)?;
     let st = broadcast_strides(t.shape(), shape);
     let src = t.data();
     Ok(Tensor::from_writer(shape.clone(), |dst| {

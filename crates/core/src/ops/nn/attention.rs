@@ -6,6 +6,7 @@
 use super::dropout::dropout_mask;
 use crate::ops::{Arity, Aux, Forward, Grads, Mask, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
+use tapegrad_tensor::kernels::alloc::ensure_allocatable;
 use tapegrad_tensor::kernels::{batched_matmul, broadcast_shape, broadcast_to, sum_to};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
@@ -311,6 +312,8 @@ impl OpRules for ScaledDotProductAttention {
     }
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         let g = self.geometry(&Self::shapes_of(x))?;
+        // The scores can be far larger than every argument and the result (long sequences).
+        ensure_allocatable::<S>(self.name(), &g.scores)?;
         let p = self.weights(&g, x[0], x[1], x.get(3).copied())?;
         let out = batched_matmul(&self.dropped(&p)?, false, x[2], false)?;
         Ok(Forward {
