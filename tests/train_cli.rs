@@ -425,6 +425,11 @@ fn negative_and_out_of_range_values_are_checked_before_the_first_step() {
         (&["--clip", "-1"], "max_norm must be positive, found -1"),
         (&["--clip", "0"], "max_norm must be positive, found 0"),
         (&["--val-fraction", "-0.2"], "found -0.2"),
+        (&["--eval-every", "0"], "--eval-every needs a positive N"),
+        (
+            &["--schedule", "cosine", "--schedule-steps", "0"],
+            "--schedule-steps needs a positive N",
+        ),
     ] {
         let out = tapegrad(&[&["train", "--steps", "1"][..], args].concat(), &dir);
         let (stdout, stderr) = (

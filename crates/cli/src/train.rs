@@ -227,6 +227,14 @@ pub struct TrainOptions {
 
 /// Runs `tapegrad train`.
 pub fn run(args: TrainArgs) -> CliResult {
+    for (value, flag) in [
+        (args.eval_every, "--eval-every"),
+        (args.schedule_steps, "--schedule-steps"),
+    ] {
+        if value == Some(0) {
+            return Err(CliError::Usage(format!("{flag} needs a positive N")));
+        }
+    }
     match (args.save_every, &args.save) {
         (Some(0), _) => return Err(CliError::Usage("--save-every needs a positive N".into())),
         (Some(_), None) => {

@@ -62,7 +62,8 @@ impl Schedule {
     /// The learning rate for optimizer step `t` given base rate `base`.
     pub fn lr(&self, base: f64, t: u64) -> f64 {
         if t < self.warmup {
-            return base * (t + 1) as f64 / (self.warmup + 1) as f64;
+            // In f64: `warmup + 1` overflows u64 at `--warmup 18446744073709551615`.
+            return base * (t + 1) as f64 / (self.warmup as f64 + 1.0);
         }
         let t = t - self.warmup;
         match self.decay {

@@ -175,6 +175,17 @@ fn schedules_follow_their_closed_forms() {
         1.0,
         "the decay starts at its own step 0 after warm-up"
     );
+    // The longest warm-up there is: tiny, positive, finite rates (`warmup + 1` once wrapped
+    // to 0 and gave an infinite rate).
+    let endless = Schedule {
+        warmup: u64::MAX,
+        decay: Decay::Constant,
+    };
+    for t in [0, 1, 1 << 40, u64::MAX - 1] {
+        let lr = endless.lr(1.0, t);
+        assert!(lr > 0.0 && lr <= 1.0, "step {t}: {lr}");
+    }
+    assert_eq!(endless.lr(1.0, 0), 1.0 / 2f64.powi(64));
     assert!(Schedule {
         warmup: 0,
         decay: Decay::Step {
