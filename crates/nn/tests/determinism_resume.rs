@@ -273,6 +273,34 @@ fn eager_and_compiled_backends_give_identical_bits() {
             },
             false,
         ),
+        // Batch norm in training mode: the running statistics the compiled backend redoes from
+        // its saved pass equal the eager tape's (`bits` covers the buffers), in both types.
+        (
+            TrainConfig {
+                model: ModelSpec::Cnn {
+                    image: [1, 8, 8],
+                    channels: vec![4, 6],
+                    outputs: 10,
+                    batch_norm: true,
+                    dropout: 0.1,
+                },
+                ..config(DataSource::Digits, "adam", 1e-3, 0.0, 29)
+            },
+            false,
+        ),
+        (
+            TrainConfig {
+                model: ModelSpec::Cnn {
+                    image: [1, 8, 8],
+                    channels: vec![3],
+                    outputs: 10,
+                    batch_norm: true,
+                    dropout: 0.0,
+                },
+                ..config(DataSource::Digits, "sgd", 0.05, 0.0, 30)
+            },
+            true,
+        ),
     ] {
         if dtype_f64 {
             compare_backends::<f64>(&cfg);

@@ -8,7 +8,7 @@ use super::backprop::accumulate;
 use super::graph::CONTEXT;
 use super::Graph;
 use crate::ops::activation::{relu_grad, relu_value};
-use crate::ops::{ActivationOp, Forward, Op, Saved, VjpContext};
+use crate::ops::{ActivationOp, Aux, Forward, Op, Saved, VjpContext};
 use crate::tape::{Rule, Tape};
 use std::any::Any;
 use std::cell::RefCell;
@@ -230,6 +230,18 @@ impl<S: Scalar> SavedGraph<S> {
     /// The graph this pass ran.
     pub fn graph(&self) -> &Graph {
         &self.plan.graph
+    }
+
+    /// The auxiliary data node `k` (counted among the graph's nodes, inputs excluded) kept from
+    /// this pass (`Aux::None` where none was kept): batch norm's batch statistics, for one, which
+    /// the compiled trainer turns into running statistics as the eager one does from its tape.
+    pub fn aux(&self, k: usize) -> Result<&Aux<S>> {
+        self.records.get(k).map(|r| &r.aux).ok_or_else(|| {
+            Error::invalid(
+                "saved graph",
+                format!("no node {k}: the graph has {} nodes", self.records.len()),
+            )
+        })
     }
 
     /// Bytes held for backward: distinct buffers among the saved tensors, auxiliary data and

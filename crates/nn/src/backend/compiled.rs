@@ -5,8 +5,9 @@
 //! stays outside the graph, because cross entropy carries the labels as an attribute: it is
 //! recorded on a small session over the graph's output, and that output's gradient seeds the
 //! saved graph's backward. By the laws (saved = graph = executed tape) the gradients, hence the
-//! parameters, equal the eager backend's bit for bit. Batch norm in training mode needs its batch
-//! statistics, which a saved graph does not expose, so such models must train eagerly.
+//! parameters, equal the eager backend's bit for bit. Batch norm's running statistics are redone
+//! each step from the batch statistics its node kept in the saved pass, as the eager backend
+//! does from its tape, so the buffers match too.
 //! A saved graph keeps no per-node tape to watch, so anomaly mode here checks each step's
 //! outputs, loss and gradients, and when one is not finite replays the step on an eager tape
 //! in anomaly mode (same inputs, same dropout stream, so the same bits) to name the node.
@@ -15,12 +16,12 @@ use super::{outer_product_user, record_loss, Backend, BackendKind, Eager, StepOu
 use crate::data::Batch;
 use crate::error::{NnError, NnResult};
 use crate::grad::Grad;
-use crate::layers::{dropout_mask, Ctx, Mode};
+use crate::layers::{dropout_mask, Ctx, Mode, RunningStats};
 use crate::model::Model;
-use crate::params::ParamKind;
+use crate::params::{ParamId, ParamKind};
 use crate::rng::dropout_rng;
 use rand_chacha::ChaCha8Rng;
-use tapegrad_core::graph::{tape_kept_bytes, CompiledGraph, Graph};
+use tapegrad_core::graph::{tape_kept_bytes, CompiledGraph, Graph, SavedGraph};
 use tapegrad_core::tape::Rule;
 use tapegrad_core::Session;
 use tapegrad_tensor::{Error, Scalar, Shape, Tensor};
@@ -46,6 +47,9 @@ struct Plan {
     /// factors of `rows^T cols`: that node's cotangent and the batch (the weight input requires
     /// no grad here).
     outer: Vec<(usize, usize)>,
+    /// Each training-mode batch norm's running update, with the index of its node among the
+    /// graph's nodes (whose kept statistics feed it).
+    running: Vec<(RunningStats, usize)>,
 }
 
 /// Runs a compiled (saved) graph each step.
@@ -120,9 +124,11 @@ fn trace<S: Scalar>(
     let out = model.forward(&mut ctx, xv)?;
     let param_ids: Vec<usize> = ctx.param_vars().iter().map(|v| v.id()).collect();
     let masks: Vec<(usize, f64)> = ctx.masks().iter().map(|&(v, p)| (v.id(), p)).collect();
-    if mode == Mode::Train && !ctx.into_updates().is_empty() {
+    let running = ctx.running_stats().to_vec();
+    // Every buffer update must be one a running-statistics record can redo each step.
+    if ctx.into_updates().len() != 3 * running.len() {
         return Err(NnError::Config(
-            "the compiled backend cannot train a model with batch norm (its running statistics need the batch statistics); use --backend eager".into(),
+            "the compiled backend cannot trace this model: it updates buffers other than batch norm's running statistics; use --backend eager".into(),
         ));
     }
     session.set_grad_enabled(true);
@@ -196,12 +202,27 @@ fn trace<S: Scalar>(
         )
         .into());
     }
+    let n_in = sources.len();
+    let running = running
+        .into_iter()
+        .map(|r| {
+            let slot = slot_of.get(r.node.id()).copied().unwrap_or(usize::MAX);
+            match slot.checked_sub(n_in) {
+                Some(k) if slot != usize::MAX => Ok((r, k)),
+                _ => Err(NnError::Config(format!(
+                    "the compiled backend cannot trace this model: batch norm output {} is not an op node of its trace",
+                    r.node.id()
+                ))),
+            }
+        })
+        .collect::<NnResult<Vec<_>>>()?;
     Ok(Plan {
         rows: x.dims().first().copied().unwrap_or(0),
         mode,
         factored,
         graph: CompiledGraph::new(graph),
         sources,
+        running,
         outer: outer_ids
             .into_iter()
             .map(|(i, node)| (i, slot_of[node]))
@@ -225,6 +246,7 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
         let plan = &self.plans[i];
         let inputs = Self::inputs(plan, model, &batch.x, &mut rng)?;
         let saved = plan.graph.forward_for_input_grads(&inputs)?;
+        let updates = running_updates(plan, model, &saved)?;
         let outputs = saved.output().clone();
         self.session.reset();
         let o = self.session.variable("output", outputs.clone());
@@ -301,7 +323,7 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
             loss: loss_value,
             outputs,
             grads,
-            updates: Vec::new(),
+            updates,
         })
     }
 
@@ -338,6 +360,29 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
     fn set_label_smoothing(&mut self, smoothing: f64) {
         self.label_smoothing = smoothing;
     }
+}
+
+/// The buffer updates of `plan`'s batch norms from the statistics their nodes kept in `saved`,
+/// in the order an eager pass schedules them.
+fn running_updates<S: Scalar>(
+    plan: &Plan,
+    model: &Model<S>,
+    saved: &SavedGraph<S>,
+) -> NnResult<Vec<(ParamId, Tensor<S>)>> {
+    let mut updates = Vec::with_capacity(3 * plan.running.len());
+    for (running, k) in &plan.running {
+        let stats = running.op.stats_from_aux(saved.aux(*k)?, &running.input)?;
+        let value = |id: ParamId| &model.params.get(id).value;
+        updates.extend(running.updates(
+            &stats,
+            [
+                value(running.mean),
+                value(running.var),
+                value(running.tracked),
+            ],
+        )?);
+    }
+    Ok(updates)
 }
 
 /// Reruns a step on an eager tape in anomaly mode after the saved graph made `found`, and returns

@@ -2,6 +2,7 @@
 //! session parameter (so each gets a gradient, zero if unused, in the model's order), buffers as
 //! constants, and keeps the mode, the dropout stream and pending buffer updates.
 
+use super::norm::RunningStats;
 use crate::params::{ParamId, ParamKind, ParamSet};
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::{Session, Var};
@@ -22,6 +23,7 @@ pub struct Ctx<'s, S: Scalar> {
     mode: Mode,
     rng: ChaCha8Rng,
     updates: Vec<(ParamId, Tensor<S>)>,
+    running: Vec<RunningStats>,
     masks: Vec<(Var, f64)>,
 }
 
@@ -85,6 +87,7 @@ impl<'s, S: Scalar> Ctx<'s, S> {
             mode,
             rng,
             updates: Vec::new(),
+            running: Vec::new(),
             masks: Vec::new(),
         })
     }
@@ -127,6 +130,17 @@ impl<'s, S: Scalar> Ctx<'s, S> {
     /// Schedules a new value for a buffer, applied after the step.
     pub fn update_buffer(&mut self, id: ParamId, value: Tensor<S>) {
         self.updates.push((id, value));
+    }
+
+    /// Records a batch norm's running-statistics update (already scheduled by
+    /// `update_buffer`) so a traced pass can redo it each step.
+    pub fn note_running_stats(&mut self, running: RunningStats) {
+        self.running.push(running);
+    }
+
+    /// The running-statistics updates of this pass, in the order they were scheduled.
+    pub fn running_stats(&self) -> &[RunningStats] {
+        &self.running
     }
 
     /// The buffer updates this pass scheduled.

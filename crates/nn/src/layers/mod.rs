@@ -20,5 +20,5 @@ pub use ctx::{Ctx, Mode};
 pub use dropout::{dropout_mask, Dropout};
 pub use embedding::Embedding;
 pub use linear::Linear;
-pub use norm::{BatchNorm2d, LayerNorm};
+pub use norm::{BatchNorm2d, LayerNorm, RunningStats};
 pub use sequential::{Layer, Sequential};

@@ -7,9 +7,9 @@
 use super::{Builder, Ctx, Mode};
 use crate::init::Init;
 use crate::params::ParamId;
-use tapegrad_core::ops::nn::BatchNorm;
+use tapegrad_core::ops::nn::{BatchNorm, BatchStats};
 use tapegrad_core::Var;
-use tapegrad_tensor::{Result, Scalar, Tensor};
+use tapegrad_tensor::{Result, Scalar, Shape, Tensor};
 
 /// `F.layer_norm` over the last dimensions `normalized_shape`, with learned scale and shift.
 #[derive(Debug, Clone)]
@@ -97,19 +97,59 @@ impl BatchNorm2d {
         let (y, stats) =
             ctx.session()
                 .batch_norm_train(x, Some(w), Some(b), self.momentum, self.eps)?;
-        let op = BatchNorm {
-            momentum: self.momentum,
-            eps: self.eps,
-            ..BatchNorm::new(true)
+        let running = RunningStats {
+            node: y,
+            input: ctx.session().value(x)?.shape().clone(),
+            op: BatchNorm {
+                momentum: self.momentum,
+                eps: self.eps,
+                ..BatchNorm::new(true)
+            },
+            mean: self.running_mean,
+            var: self.running_var,
+            tracked: self.num_batches_tracked,
         };
-        let (mean, var) = {
+        let updates = {
             let s = ctx.session();
-            op.running_update(s.value(rm)?, s.value(rv)?, &stats)?
+            running.updates(&stats, [s.value(rm)?, s.value(rv)?, s.value(nbt)?])?
         };
-        let tracked = ctx.session().value(nbt)?.item()? + S::ONE;
-        ctx.update_buffer(self.running_mean, mean);
-        ctx.update_buffer(self.running_var, var);
-        ctx.update_buffer(self.num_batches_tracked, Tensor::scalar(tracked));
+        for (id, value) in updates {
+            ctx.update_buffer(id, value);
+        }
+        ctx.note_running_stats(running);
         Ok(y)
+    }
+}
+
+/// A training-mode batch norm's running-statistics update: the node whose batch statistics feed
+/// it and the buffers it sets. An eager pass applies it at once; a traced pass also keeps it, so
+/// that the compiled backend redoes it each step from the statistics its saved graph kept (the
+/// same statistics, so the same bits).
+#[derive(Debug, Clone)]
+pub struct RunningStats {
+    /// The batch norm's output on the traced tape.
+    pub node: Var,
+    /// The shape of the batch norm's input.
+    pub input: Shape,
+    pub op: BatchNorm,
+    pub mean: ParamId,
+    pub var: ParamId,
+    pub tracked: ParamId,
+}
+
+impl RunningStats {
+    /// The new `running_mean`, `running_var` and `num_batches_tracked` from the batch statistics
+    /// and the buffers' current values (in that order): PyTorch's momentum update.
+    pub fn updates<S: Scalar>(
+        &self,
+        stats: &BatchStats<S>,
+        [mean, var, tracked]: [&Tensor<S>; 3],
+    ) -> Result<[(ParamId, Tensor<S>); 3]> {
+        let (new_mean, new_var) = self.op.running_update(mean, var, stats)?;
+        Ok([
+            (self.mean, new_mean),
+            (self.var, new_var),
+            (self.tracked, Tensor::scalar(tracked.item()? + S::ONE)),
+        ])
     }
 }
