@@ -176,6 +176,20 @@ fn compiled_backend_matches_eager() {
     let a = std::fs::read(dir.join("cnn-eager.st")).unwrap();
     let b = std::fs::read(dir.join("cnn-compiled.st")).unwrap();
     assert!(a == b, "eager and compiled CNN checkpoints differ");
+    // Two threads split the convolutions and products and give one thread's bits.
+    ok(
+        &[
+            &cnn[..],
+            &["cnn-2t.st", "--backend", "compiled", "--threads", "2"],
+        ]
+        .concat(),
+        &dir,
+    );
+    let c = std::fs::read(dir.join("cnn-2t.st")).unwrap();
+    assert!(
+        a == c,
+        "the CNN checkpoint on 2 threads differs from 1 thread's"
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -203,6 +217,12 @@ fn cnn_trains_and_evaluates() {
         eval,
         ok(&["eval", "--load", "cnn.st", "--backend", "compiled"], &dir)
     );
+    assert_eq!(
+        eval,
+        ok(&["eval", "--load", "cnn.st", "--threads", "2"], &dir)
+    );
+    let e = fails(&["eval", "--load", "cnn.st", "--threads", "0"], &dir);
+    assert!(e.contains("--threads must be at least 1"), "{e}");
     let e = fails(&["train", "mlp", "--model", "cnn"], &dir);
     assert!(e.contains("--model cnn is for the digits images"), "{e}");
     std::fs::remove_dir_all(dir).unwrap();
@@ -425,6 +445,7 @@ fn negative_and_out_of_range_values_are_checked_before_the_first_step() {
             &["--schedule", "cosine", "--schedule-steps", "0"],
             "--schedule-steps needs a positive N",
         ),
+        (&["--threads", "0"], "--threads must be at least 1"),
     ] {
         let out = tapegrad(&[&["train", "--steps", "1"][..], args].concat(), &dir);
         let (stdout, stderr) = (

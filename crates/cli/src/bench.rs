@@ -14,7 +14,7 @@ use tapegrad_core::{Session, Shape, Tensor};
 use tapegrad_nn::workload::MlpStep;
 use tapegrad_nn::{make_backend, Backend as StepBackend, BackendKind};
 use tapegrad_tensor::kernels::peak::fma_peak_gflops;
-use tapegrad_tensor::kernels::{batched_matmul, matmul, set_num_threads, simd_level};
+use tapegrad_tensor::kernels::{batched_matmul, matmul, simd_level};
 
 /// Arguments of `tapegrad bench`.
 #[derive(Debug, Args)]
@@ -270,16 +270,13 @@ pub fn run(args: BenchArgs) -> CliResult {
     if args.reps == Some(0) {
         return Err(CliError::Usage("--reps must be at least 1".into()));
     }
-    if args.threads == 0 {
-        return Err(CliError::Usage("--threads must be at least 1".into()));
-    }
     let is_mlp = matches!(args.workload, Workload::Mlp { .. });
     if args.backend == Backend::Compiled && !is_mlp {
         return Err(CliError::Usage(
             "--backend compiled applies to the mlp workload only; chain, matmul, conv and peak time the eager engine and the kernels".into(),
         ));
     }
-    set_num_threads(args.threads);
+    crate::set_threads(args.threads)?;
     let kind = match args.backend {
         Backend::Eager => BackendKind::Eager,
         Backend::Compiled => BackendKind::Compiled,

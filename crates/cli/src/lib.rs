@@ -43,6 +43,15 @@ pub enum Command {
     Bench(bench::BenchArgs),
 }
 
+/// Applies `--threads` to every kernel (GEMM included) for the rest of the process.
+pub(crate) fn set_threads(threads: usize) -> Result<(), CliError> {
+    if threads == 0 {
+        return Err(CliError::Usage("--threads must be at least 1".into()));
+    }
+    tapegrad_tensor::kernels::set_num_threads(threads);
+    Ok(())
+}
+
 /// Parses the command line, runs the subcommand, and returns the process exit code.
 pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();

@@ -31,10 +31,15 @@ pub struct PredictArgs {
     /// eager or compiled.
     #[arg(long, value_enum, default_value = "eager")]
     pub backend: BackendArg,
+    /// Threads for the kernels (products, convolutions, element loops). The results are the same
+    /// bits on any count; small models gain nothing (a split must pay for its hand-off).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
 }
 
 /// Runs `tapegrad predict`.
 pub fn run(args: PredictArgs) -> CliResult {
+    crate::set_threads(args.threads)?;
     let ckpt = Checkpoint::read(&args.load)?;
     match ckpt.header.dtype {
         DType::F32 => predict_typed::<f32>(&args, &ckpt),

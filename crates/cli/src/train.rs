@@ -183,6 +183,10 @@ pub struct TrainOptions {
     /// eager (a tape per step) or compiled (a saved graph).
     #[arg(long, value_enum, default_value = "eager")]
     pub backend: BackendArg,
+    /// Threads for the kernels (products, convolutions, element loops). The results are the same
+    /// bits on any count; small models gain nothing (a split must pay for its hand-off).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
     /// Train on your own CSV file (with a header row) instead of a preset.
     #[arg(long)]
     pub csv: Option<PathBuf>,
@@ -227,6 +231,7 @@ pub struct TrainOptions {
 
 /// Runs `tapegrad train`.
 pub fn run(args: TrainArgs) -> CliResult {
+    crate::set_threads(args.threads)?;
     for (value, flag) in [
         (args.eval_every, "--eval-every"),
         (args.schedule_steps, "--schedule-steps"),
