@@ -22,11 +22,11 @@ use tapegrad::core::ops::nn::{
     dropout_mask, BatchNorm, Dropout, Embedding, Gather, GroupNorm, IndexSelect, IndexTensor,
     LayerNorm, ScatterAdd, Select,
 };
-use tapegrad::core::ops::{LinalgOp, LossOp, ReduceOp, Reduction, Saved, StructureOp};
+use tapegrad::core::ops::{LinalgOp, LossOp, ReduceOp, Reduction, StructureOp};
 use tapegrad::tensor::kernels::set_num_threads;
 use tapegrad::{Op, Scalar, Shape, Tensor};
 use term_model::{
-    apply_terms, close, dot, ints, jvp_terms, one, tensor, two, values, vjp_terms, Term,
+    apply_terms, check_derivatives, close, ints, one, tensor, two, values, Call, Term,
 };
 
 /// Dims far beyond any real tensor's; allowed in a shape only beside a zero dim.
@@ -1549,65 +1549,20 @@ fn check_case<S: Scalar>(case: &Case, rng: &mut ChaCha8Rng, eps: f64) {
         values(&forward.value)
     );
 
-    let cot_v = ints(rng, out_len);
-    let cot: Tensor<S> = tensor(out_dims, &cot_v);
-    let saved = Saved::keep(op.saves(), &refs, &forward, vec![true; refs.len()]);
-    let grads =
-        no_panic_and_named(op, "vjp", || op.vjp(&saved.context(), &cot)).unwrap_or_else(|| {
-            let err = op.vjp(&saved.context(), &cot).err().unwrap();
-            panic!("{op}: vjp failed on {:?}: {err}", case.shapes)
-        });
-    let want_grads = vjp_terms(&terms, &args, &cot_v);
-    assert_eq!(grads.len(), args.len(), "{op}");
-    let tan_v: Vec<Vec<f64>> = args.iter().map(|a| ints(rng, a.len())).collect();
-    let tangents: Vec<Tensor<S>> = case
-        .shapes
-        .iter()
-        .zip(&tan_v)
-        .map(|(d, v)| tensor(d, v))
-        .collect();
-    let trefs: Vec<&Tensor<S>> = tangents.iter().collect();
-    let jvp =
-        no_panic_and_named(op, "jvp", || op.jvp(&refs, &forward, &trefs)).unwrap_or_else(|| {
-            let err = op.jvp(&refs, &forward, &trefs).err().unwrap();
-            panic!("{op}: jvp failed on {:?}: {err}", case.shapes)
-        });
-    assert_eq!(jvp.dims(), &out_dims[..], "{op}: jvp shape");
-    let jvp_v = values(&jvp);
-    // Documented difference (see DIFFERENCES): the tangent of a mean over nothing is 0 here.
-    let want_jvp = jvp_terms(&terms, &args, &tan_v, out_len);
-    assert!(
-        close(&jvp_v, &want_jvp, case.exact, eps),
-        "{op} on {:?}: jvp {jvp_v:?}, definition {want_jvp:?}",
-        case.shapes
+    check_derivatives(
+        &Call {
+            op,
+            shapes: &case.shapes,
+            inputs: &refs,
+            args: &args,
+            forward: &forward,
+            out_dims,
+            terms: &terms,
+            exact: case.exact,
+            eps,
+        },
+        rng,
     );
-
-    let (mut lhs, mut scale) = dot(&jvp_v, &cot_v);
-    let mut rhs = 0.0;
-    for (i, (g, want)) in grads.iter().zip(&want_grads).enumerate() {
-        let g = g
-            .as_ref()
-            .unwrap_or_else(|| panic!("{op}: no gradient for argument {i}"));
-        assert_eq!(g.dims(), &case.shapes[i][..], "{op}: gradient {i} shape");
-        let gv = values(g);
-        assert!(
-            close(&gv, want, case.exact, eps),
-            "{op} on {:?}: gradient {i} {gv:?}, definition {want:?}",
-            case.shapes
-        );
-        let (v, m) = dot(&gv, &tan_v[i]);
-        rhs += v;
-        scale += m;
-    }
-    if case.exact {
-        assert_eq!(lhs, rhs, "{op}: <jvp, ct> != <t, vjp>");
-    } else {
-        lhs -= rhs;
-        assert!(
-            lhs.abs() <= eps * (1.0 + scale),
-            "{op}: <jvp, ct> - <t, vjp> = {lhs}"
-        );
-    }
 }
 
 /// Embedding's forward reads the padding row like any other (only its derivatives are cut):

@@ -1,12 +1,15 @@
 //! The naive reference of the extreme-argument tests: an op at given arguments is a sum of terms,
 //! each a product of one or two argument elements over a divisor, and its forward, VJP and JVP
-//! all follow from that list; plus the small-integer values and comparisons both tests use.
+//! all follow from that list; plus the small-integer values and comparisons both tests use, and
+//! the derivative check both run once a call's forward has matched its terms.
 
 #![allow(dead_code)]
 
+use crate::op_support::no_panic_and_named;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
-use tapegrad::{Scalar, Tensor};
+use tapegrad::core::ops::{Forward, Saved};
+use tapegrad::{Op, Scalar, Tensor};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Term {
@@ -124,4 +127,91 @@ pub fn dot(a: &[f64], b: &[f64]) -> (f64, f64) {
     a.iter()
         .zip(b)
         .fold((0.0, 0.0), |(s, m), (x, y)| (s + x * y, m + (x * y).abs()))
+}
+
+/// One call whose forward has matched its definition, ready for [`check_derivatives`].
+pub struct Call<'a, S: Scalar> {
+    pub op: &'a Op,
+    pub shapes: &'a [Vec<usize>],
+    pub inputs: &'a [&'a Tensor<S>],
+    pub args: &'a [Vec<f64>],
+    pub forward: &'a Forward<S>,
+    pub out_dims: &'a [usize],
+    pub terms: &'a [Term],
+    /// Whether the values are exact on small integers (no division).
+    pub exact: bool,
+    pub eps: f64,
+}
+
+/// The call's VJP and JVP against the terms' partial derivatives, on random small-integer
+/// cotangents and tangents, and the adjoint identity `<jvp(t), ct> = <t, vjp(ct)>` between them.
+/// The JVP of a mean over nothing is 0 here (one of the documented differences from PyTorch).
+pub fn check_derivatives<S: Scalar>(call: &Call<'_, S>, rng: &mut ChaCha8Rng) {
+    let Call {
+        op,
+        shapes,
+        inputs,
+        args,
+        forward,
+        out_dims,
+        terms,
+        exact,
+        eps,
+    } = *call;
+    let out_len: usize = out_dims.iter().product();
+    let cot_v = ints(rng, out_len);
+    let cot: Tensor<S> = tensor(out_dims, &cot_v);
+    let saved = Saved::keep(op.saves(), inputs, forward, vec![true; inputs.len()]);
+    let grads =
+        no_panic_and_named(op, "vjp", || op.vjp(&saved.context(), &cot)).unwrap_or_else(|| {
+            let err = op.vjp(&saved.context(), &cot).err().unwrap();
+            panic!("{op}: vjp failed on {shapes:?}: {err}")
+        });
+    let want_grads = vjp_terms(terms, args, &cot_v);
+    assert_eq!(grads.len(), args.len(), "{op}");
+    let tan_v: Vec<Vec<f64>> = args.iter().map(|a| ints(rng, a.len())).collect();
+    let tangents: Vec<Tensor<S>> = shapes
+        .iter()
+        .zip(&tan_v)
+        .map(|(d, v)| tensor(d, v))
+        .collect();
+    let trefs: Vec<&Tensor<S>> = tangents.iter().collect();
+    let jvp =
+        no_panic_and_named(op, "jvp", || op.jvp(inputs, forward, &trefs)).unwrap_or_else(|| {
+            let err = op.jvp(inputs, forward, &trefs).err().unwrap();
+            panic!("{op}: jvp failed on {shapes:?}: {err}")
+        });
+    assert_eq!(jvp.dims(), out_dims, "{op}: jvp shape");
+    let jvp_v = values(&jvp);
+    let want_jvp = jvp_terms(terms, args, &tan_v, out_len);
+    assert!(
+        close(&jvp_v, &want_jvp, exact, eps),
+        "{op} on {shapes:?}: jvp {jvp_v:?}, definition {want_jvp:?}"
+    );
+
+    let (mut lhs, mut scale) = dot(&jvp_v, &cot_v);
+    let mut rhs = 0.0;
+    for (i, (g, want)) in grads.iter().zip(&want_grads).enumerate() {
+        let g = g
+            .as_ref()
+            .unwrap_or_else(|| panic!("{op}: no gradient for argument {i}"));
+        assert_eq!(g.dims(), &shapes[i][..], "{op}: gradient {i} shape");
+        let gv = values(g);
+        assert!(
+            close(&gv, want, exact, eps),
+            "{op} on {shapes:?}: gradient {i} {gv:?}, definition {want:?}"
+        );
+        let (v, m) = dot(&gv, &tan_v[i]);
+        rhs += v;
+        scale += m;
+    }
+    if exact {
+        assert_eq!(lhs, rhs, "{op}: <jvp, ct> != <t, vjp>");
+    } else {
+        lhs -= rhs;
+        assert!(
+            lhs.abs() <= eps * (1.0 + scale),
+            "{op}: <jvp, ct> - <t, vjp> = {lhs}"
+        );
+    }
 }
