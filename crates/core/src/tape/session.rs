@@ -549,7 +549,8 @@ impl<S: Scalar> Session<S> {
     }
 
     /// Cross entropy with PyTorch's keyword arguments: `reduction`, class `weight`,
-    /// `ignore_index` and `label_smoothing`.
+    /// `ignore_index` and `label_smoothing`. The logits are (C), (N, C) or (N, C, d1, ..., dk)
+    /// with one label per position of (N, d1, ..., dk), row-major.
     pub fn cross_entropy_with(
         &mut self,
         logits: Var,

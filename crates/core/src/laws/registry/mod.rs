@@ -191,6 +191,8 @@ const CROSS_ENTROPY: &[&str] = &[
     "class weights mean",
     "ignore_index out of range, smoothing, sum",
     "weights, ignore_index, smoothing, none",
+    "spatial mean",
+    "spatial weights, ignore_index, smoothing, none",
 ];
 const NLL: &[&str] = &[
     "batch mean",
@@ -200,6 +202,8 @@ const NLL: &[&str] = &[
     "class weights mean",
     "ignore_index out of range, sum",
     "weights, ignore_index, none",
+    "spatial sum",
+    "spatial weights, ignore_index out of range, mean",
 ];
 
 /// The named attribute variants of a kind; the generator takes an index into this list.
@@ -802,6 +806,17 @@ fn generate<R: Rng + ?Sized>(
                     c,
                     [Reduction::Mean, Reduction::Sum, Reduction::None][variant - 4],
                 ),
+                // (N, C, d1, ..., dk): one label per position, two positions or more.
+                (7 | 8, &[n, c, ref rest @ ..])
+                    if !rest.is_empty() && n * rest.iter().product::<usize>() >= 2 && c >= 1 =>
+                {
+                    let spatial = if kind == K::CrossEntropy {
+                        [Reduction::Mean, Reduction::None]
+                    } else {
+                        [Reduction::Sum, Reduction::Mean]
+                    };
+                    (n * rest.iter().product::<usize>(), c, spatial[variant - 7])
+                }
                 _ => return None,
             };
             let mut targets = labels(n, classes, rng);
@@ -819,6 +834,13 @@ fn generate<R: Rng + ?Sized>(
                     (None, Some(ignored), 0.1)
                 }
                 6 => (weights(rng), Some(targets[0]), 0.25),
+                8 if kind == K::CrossEntropy => (weights(rng), Some(targets[0]), 0.25),
+                8 => {
+                    // The mean needs a counted position: only the first carries the ignored label.
+                    let ignored = classes + 3;
+                    Arc::make_mut(&mut targets)[0] = ignored;
+                    (weights(rng), Some(ignored), 0.0)
+                }
                 _ => (None, None, 0.0),
             };
             let op = if kind == K::CrossEntropy {

@@ -1,13 +1,16 @@
 //! Loss functions with PyTorch's definitions and reductions: mse_loss, cross_entropy from logits
 //! with integer class labels, binary_cross_entropy_with_logits and nll_loss. Class labels are
-//! attributes (not differentiable); an out-of-range label is an error naming it and the bound.
+//! attributes (not differentiable), one per position of a (C), (N, C) or (N, C, d1, ..., dk)
+//! input; an out-of-range label is an error naming it and the bound.
 
 mod binary;
 mod class_options;
+mod layout;
 
 use super::{Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
 use binary::PosWeight;
 use class_options::Weighting;
+use layout::Classes;
 use smallvec::smallvec;
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -176,7 +179,9 @@ impl<S: Scalar> Weights<'_, S> {
 pub enum LossOp {
     /// (input - target)^2, both arguments differentiable, same shape.
     MseLoss { reduction: Reduction },
-    /// Logits (N, C) or (C) and one class label per row. The options are PyTorch's: `weight`
+    /// Logits (C), (N, C) or (N, C, d1, ..., dk) (classes along axis 1) and one class label per
+    /// position, row-major over (N, d1, ..., dk); `none` gives that shape. The options are
+    /// PyTorch's, applied per position: `weight`
     /// (one per class; the mean divides by the counted samples' label weights), `ignore_index`
     /// (such samples give 0 and do not count in the mean; the label may be out of range) and
     /// `label_smoothing` in [0, 1] (the target is `1 - e` on the label plus `e / C` everywhere).
@@ -193,8 +198,9 @@ pub enum LossOp {
         reduction: Reduction,
         pos_weight: Option<Arc<Vec<f64>>>,
     },
-    /// Log-probabilities (N, C) or (C) and one class label per row: -weight[t] input[n, t] with
-    /// t = target[n], `weight` and `ignore_index` as in cross_entropy.
+    /// Log-probabilities (C), (N, C) or (N, C, d1, ..., dk) and one class label per position, as
+    /// cross_entropy: -weight[t] input[n, t, ...] with t the position's label, `weight` and
+    /// `ignore_index` as in cross_entropy.
     NllLoss {
         targets: Arc<Vec<usize>>,
         reduction: Reduction,
@@ -206,36 +212,23 @@ pub enum LossOp {
 use LossOp as Lo;
 
 /// The rows and classes of a class-label loss's input, after checking its rank, the number of
-/// labels and each label's range.
-struct Classes {
-    n: usize,
-    c: usize,
-    /// Shape of the unreduced loss: (N) for an (N, C) input, () for a single (C) sample.
-    per_sample: Shape,
-}
-
+/// labels (one per position) and each label's range.
 fn classes(
     op: &'static str,
     shape: &Shape,
     targets: &[usize],
     ignore_index: Option<usize>,
 ) -> Result<Classes> {
-    let (n, c, per_sample) = match *shape.dims() {
-        [c] => (1, c, Shape::scalar()),
-        [n, c] => (n, c, Shape::new([n])?),
-        _ => {
-            return Err(Error::invalid(
-                op,
-                format!("input must have shape (C) or (N, C), found {shape}"),
-            ))
-        }
-    };
-    if targets.len() != n {
+    let cl = Classes::new(op, shape, targets.len(), "class labels")?;
+    let c = cl.c;
+    if c == 0 && cl.n > 0 && cl.is_spatial() {
+        // PyTorch 2.15 rejects it too ("size mismatch"), even with every label ignored, though
+        // it takes an (N, 0) input whose labels are all ignored.
         return Err(Error::invalid(
             op,
             format!(
-                "input of shape {shape} needs {n} class labels, found {}",
-                targets.len()
+                "an input of shape {shape} has {} positions and no class (C = 0)",
+                cl.n
             ),
         ));
     }
@@ -247,7 +240,7 @@ fn classes(
             bound: c,
         });
     }
-    Ok(Classes { n, c, per_sample })
+    Ok(cl)
 }
 
 /// Two arguments that must have one shape (PyTorch broadcasts with a warning; we refuse).
@@ -467,6 +460,7 @@ impl OpRules for LossOp {
             }
             Lo::CrossEntropy { targets, .. } => {
                 let (cl, weighting) = self.class_loss(x.shape())?;
+                let x = cl.to_rows(x);
                 // The VJP is (softmax - onehot) * g: keep the softmax, made in the same pass as
                 // the losses (one `exp` per logit).
                 let mut per = vec![S::ZERO; cl.n];
@@ -476,7 +470,7 @@ impl OpRules for LossOp {
                 } else {
                     Cow::Owned(targets.iter().map(|&t| weighting.kernel_label(t)).collect())
                 };
-                let probs = Tensor::from_writer(x.shape().clone(), |p| {
+                let probs = Tensor::from_writer(cl.rows_shape.clone(), |p| {
                     // With no class every label is ignored (any other is out of range): there is
                     // no probability to make, and no label the kernel would take.
                     if cl.c > 0 || weighting.is_plain() {
@@ -502,6 +496,7 @@ impl OpRules for LossOp {
             // With mean and N = 0 this is 0/0 = NaN, as PyTorch's nll_loss (total weight 0).
             Lo::NllLoss { targets, .. } => {
                 let (cl, weighting) = self.class_loss(x.shape())?;
+                let x = cl.to_rows(x);
                 if !weighting.is_plain() {
                     let per = weighting.nll_losses(x.data(), targets);
                     let total = weighting.total_weight(targets);
@@ -574,20 +569,20 @@ impl OpRules for LossOp {
                     return Ok(smallvec![None]);
                 }
                 let (cl, weighting) = self.class_loss(in_shape)?;
+                let rows_shape = &cl.rows_shape;
                 if !weighting.is_plain() {
                     let total = weighting.total_weight(targets);
                     let w = reduction.weights_by(name, cot, &cl.per_sample, total)?;
-                    return Ok(smallvec![Some(
-                        self.weighted_grad(ctx, &cl, &weighting, in_shape, &w)?
-                    )]);
+                    let grad = self.weighted_grad(ctx, &cl, &weighting, rows_shape, &w)?;
+                    return Ok(smallvec![Some(cl.rows_to_input(grad, in_shape))]);
                 }
                 let w = reduction.weights(name, cot, &cl.per_sample)?;
                 // Written straight into the gradient's (pooled) buffer.
                 let grad = match self {
                     Lo::CrossEntropy { .. } => {
                         // (p - onehot) * g: p * g everywhere, then the label entry adjusted.
-                        let probs = self.probabilities(ctx.aux, in_shape)?;
-                        Tensor::from_writer(in_shape.clone(), |g| {
+                        let probs = self.probabilities(ctx.aux, rows_shape)?;
+                        Tensor::from_writer(rows_shape.clone(), |g| {
                             g.copy_from_slice(probs.data());
                             for (i, row) in g.chunks_mut(cl.c.max(1)).take(cl.n).enumerate() {
                                 let wi = w.at(i);
@@ -599,13 +594,13 @@ impl OpRules for LossOp {
                             }
                         })
                     }
-                    _ => Tensor::zeros_with(in_shape.clone(), |g| {
+                    _ => Tensor::zeros_with(rows_shape.clone(), |g| {
                         for (i, &t) in targets.iter().enumerate() {
                             g[i * cl.c + t] = -w.at(i);
                         }
                     }),
                 };
-                Ok(smallvec![Some(grad)])
+                Ok(smallvec![Some(cl.rows_to_input(grad, in_shape))])
             }
         }
     }
@@ -646,11 +641,12 @@ impl OpRules for LossOp {
             Lo::CrossEntropy { .. } | Lo::NllLoss { .. } => {
                 let targets = self.targets();
                 let (cl, weighting) = self.class_loss(x.shape())?;
+                let tx = cl.to_rows(tx);
                 let t = tx.data();
                 if !weighting.is_plain() {
                     let per: Vec<S> = match self {
                         Lo::CrossEntropy { .. } => {
-                            let probs = self.probabilities(&out.aux, x.shape())?;
+                            let probs = self.probabilities(&out.aux, &cl.rows_shape)?;
                             let c = cl.c;
                             targets
                                 .iter()
@@ -685,7 +681,7 @@ impl OpRules for LossOp {
                 let per: Vec<S> = match self {
                     // d(-log_softmax(x)[t]) = sum_c p_c dx_c - dx_t.
                     Lo::CrossEntropy { .. } => {
-                        let probs = self.probabilities(&out.aux, x.shape())?;
+                        let probs = self.probabilities(&out.aux, &cl.rows_shape)?;
                         targets
                             .iter()
                             .enumerate()

@@ -1,5 +1,6 @@
 //! Graph-file form of the losses: `reduction` ("mean", the default, "sum" or "none") and, for
-//! cross_entropy and nll_loss, `targets` (one class label per row) and the optional `weight`
+//! cross_entropy and nll_loss, `targets` (one class label per position of (N, d1, ..., dk), flat)
+//! and the optional `weight`
 //! (one number per class), `ignore_index` and (cross_entropy) `label_smoothing`; for
 //! binary_cross_entropy_with_logits the optional `pos_weight`.
 

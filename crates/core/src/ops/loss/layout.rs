@@ -1,0 +1,113 @@
+//! Where the classes of a class loss's input lie: PyTorch's (C), (N, C) and (N, C, d1, ..., dk)
+//! forms, the last with its class axis moved last ("rows" of C logits, one per position) so that
+//! one row formula serves every form. The (C) and (N, C) forms are rows already and are not copied.
+
+use std::borrow::Cow;
+use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
+
+/// The rows and classes of a class loss's input, after checking its rank and its number of
+/// per-position targets.
+pub(super) struct Classes {
+    /// Rows of C logits: 1 for a single (C) sample, N for (N, C), N·d1···dk for a spatial input.
+    pub(super) n: usize,
+    pub(super) c: usize,
+    /// Shape of the unreduced loss: (), (N) or (N, d1, ..., dk).
+    pub(super) per_sample: Shape,
+    /// The shape the row formulas work on: the input's own for (C) and (N, C), (rows, C) for a
+    /// spatial input.
+    pub(super) rows_shape: Shape,
+    /// For a spatial input: N and the positions per sample, d1···dk.
+    spatial: Option<(usize, usize)>,
+}
+
+impl Classes {
+    /// Reads the layout of an input of `shape` for `op`, whose `targets` count (one class label,
+    /// or for the probability form one row of probabilities, per position) must be its rows.
+    pub(super) fn new(op: &'static str, shape: &Shape, targets: usize, what: &str) -> Result<Self> {
+        let (c, per_sample, spatial) = match *shape.dims() {
+            [c] => (c, Shape::scalar(), None),
+            [n, c] => (c, Shape::for_op(op, [n])?, None),
+            [n, c, ref rest @ ..] if !rest.is_empty() => {
+                let mut dims = vec![n];
+                dims.extend_from_slice(rest);
+                let positions = Shape::for_op(op, rest)?.numel();
+                (c, Shape::for_op(op, dims)?, Some((n, positions)))
+            }
+            _ => {
+                return Err(Error::invalid(
+                    op,
+                    format!(
+                        "input must have shape (C), (N, C) or (N, C, d1, ..., dk), found {shape}"
+                    ),
+                ))
+            }
+        };
+        let n = per_sample.numel();
+        if targets != n {
+            let at = if spatial.is_some() {
+                format!(" (one per position of {per_sample})")
+            } else {
+                String::new()
+            };
+            return Err(Error::invalid(
+                op,
+                format!("input of shape {shape} needs {n} {what}{at}, found {targets}"),
+            ));
+        }
+        let rows_shape = match spatial {
+            Some(_) => Shape::for_op(op, [n, c])?,
+            None => shape.clone(),
+        };
+        Ok(Classes {
+            n,
+            c,
+            per_sample,
+            rows_shape,
+            spatial,
+        })
+    }
+
+    /// `x` (of the input's shape) as rows of C: itself for (C) and (N, C); for a spatial input the
+    /// class axis moved last, row `b·P + s` holding position `s` of sample `b`.
+    pub(super) fn to_rows<'a, S: Scalar>(&self, x: &'a Tensor<S>) -> Cow<'a, Tensor<S>> {
+        let Some((batch, positions)) = self.spatial else {
+            return Cow::Borrowed(x);
+        };
+        let c = self.c;
+        let src = x.data();
+        Cow::Owned(Tensor::from_writer(self.rows_shape.clone(), |out| {
+            for b in 0..batch {
+                for k in 0..c {
+                    let plane = &src[(b * c + k) * positions..][..positions];
+                    for (s, &v) in plane.iter().enumerate() {
+                        out[(b * positions + s) * c + k] = v;
+                    }
+                }
+            }
+        }))
+    }
+
+    /// Whether the input is (N, C, d1, ..., dk).
+    pub(super) fn is_spatial(&self) -> bool {
+        self.spatial.is_some()
+    }
+
+    /// The inverse of `to_rows`: rows of C back in the input's `shape`.
+    pub(super) fn rows_to_input<S: Scalar>(&self, rows: Tensor<S>, shape: &Shape) -> Tensor<S> {
+        let Some((batch, positions)) = self.spatial else {
+            return rows;
+        };
+        let c = self.c;
+        let src = rows.data();
+        Tensor::from_writer(shape.clone(), |out| {
+            for b in 0..batch {
+                for k in 0..c {
+                    let plane = &mut out[(b * c + k) * positions..][..positions];
+                    for (s, v) in plane.iter_mut().enumerate() {
+                        *v = src[(b * positions + s) * c + k];
+                    }
+                }
+            }
+        })
+    }
+}

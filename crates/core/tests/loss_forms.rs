@@ -1,0 +1,477 @@
+//! The loss forms beyond (N, C) class labels: cross_entropy and nll_loss on (N, C, d1, ..., dk)
+//! inputs with one class label per position. Each form is checked against PyTorch's definition
+//! written out term by term here (indexing the input where PyTorch does), the per-op laws, its
+//! edge cases (zero-size dimensions, every position ignored, C = 0 or 1), its errors, the session
+//! methods and the graph-file round trip. PyTorch's own answers are checked in pytorch_ops.rs.
+
+mod ops_nn_support;
+
+use ops_nn_support::{fwd, laws, rng, uniform, vjp_with_needs};
+use proptest::prelude::*;
+use rand::Rng;
+use std::sync::Arc;
+use tapegrad_core::graph::file::{parse_op, write_attrs};
+use tapegrad_core::ops::{ClassLossOptions, LossOp, Reduction};
+use tapegrad_core::{Op, Session, Tensor};
+
+const REDUCTIONS: [Reduction; 3] = [Reduction::None, Reduction::Mean, Reduction::Sum];
+
+fn close(got: &[f64], want: &[f64], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (g, w) in got.iter().zip(want) {
+        let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= 1e-12 * w.abs().max(1.0);
+        assert!(ok, "{what}: got {got:?}, want {want:?}");
+    }
+}
+
+/// The op's attributes written to a graph file's form and read back give the same op.
+fn round_trips(op: &Op, args: usize) {
+    let entries = write_attrs(op).unwrap();
+    let attrs: serde_json::Map<String, serde_json::Value> = entries
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), serde_json::from_str(&v).unwrap()))
+        .collect();
+    let back = parse_op(op.name(), args, attrs).unwrap_or_else(|e| panic!("{op}: {e}"));
+    assert_eq!(&back, op, "{op}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Class labels per position: (N, C, d1, ..., dk).
+
+/// One spatial call: the input's dims (N, C, d1, ..., dk), one label per position and options.
+#[derive(Clone, Debug)]
+struct Spatial {
+    dims: Vec<usize>,
+    targets: Vec<usize>,
+    weight: Option<Vec<f64>>,
+    ignore_index: Option<usize>,
+    smoothing: f64,
+    reduction: Reduction,
+}
+
+impl Spatial {
+    fn classes(&self) -> usize {
+        self.dims[1]
+    }
+
+    fn positions(&self) -> usize {
+        self.dims[2..].iter().product()
+    }
+
+    fn cross_entropy(&self) -> Op {
+        Op::Loss(LossOp::CrossEntropy {
+            targets: Arc::new(self.targets.clone()),
+            reduction: self.reduction,
+            weight: self.weight.clone().map(Arc::new),
+            ignore_index: self.ignore_index,
+            label_smoothing: self.smoothing,
+        })
+    }
+
+    fn nll(&self) -> Op {
+        Op::Loss(LossOp::NllLoss {
+            targets: Arc::new(self.targets.clone()),
+            reduction: self.reduction,
+            weight: self.weight.clone().map(Arc::new),
+            ignore_index: self.ignore_index,
+        })
+    }
+
+    /// PyTorch's definition, written out on the input as laid out: for sample `b` and position
+    /// `s` with label `y` not ignored, `lp_k = log_softmax(x[b, :, s])_k` (the input itself for
+    /// nll_loss) and the loss `(1 - e) w_y (-lp_y) + (e / C) sum_k w_k (-lp_k)`; `none` has shape
+    /// (N, d1, ..., dk), `mean` divides the sum by the counted positions' `w_y`.
+    fn definition(&self, x: &[f64], log_softmax: bool) -> Vec<f64> {
+        let (c, p) = (self.classes(), self.positions());
+        let w = |k: usize| self.weight.as_ref().map_or(1.0, |w| w[k]);
+        let at = |b: usize, k: usize, s: usize| x[(b * c + k) * p + s];
+        let mut per = Vec::new();
+        let mut total_weight = 0.0;
+        for b in 0..self.dims[0] {
+            for s in 0..p {
+                let y = self.targets[b * p + s];
+                if Some(y) == self.ignore_index {
+                    per.push(0.0);
+                    continue;
+                }
+                let lp: Vec<f64> = if log_softmax {
+                    let m = (0..c)
+                        .map(|k| at(b, k, s))
+                        .fold(f64::NEG_INFINITY, f64::max);
+                    let lse = m + (0..c).map(|k| (at(b, k, s) - m).exp()).sum::<f64>().ln();
+                    (0..c).map(|k| at(b, k, s) - lse).collect()
+                } else {
+                    (0..c).map(|k| at(b, k, s)).collect()
+                };
+                let smooth: f64 = (0..c).map(|k| w(k) * -lp[k]).sum();
+                let e = self.smoothing;
+                per.push((1.0 - e) * w(y) * -lp[y] + e / c as f64 * smooth);
+                total_weight += w(y);
+            }
+        }
+        match self.reduction {
+            Reduction::None => per,
+            Reduction::Sum => vec![per.iter().sum()],
+            Reduction::Mean => vec![per.iter().sum::<f64>() / total_weight],
+        }
+    }
+
+    /// The same call on the (N·d1···dk, C) rows: the input with its class axis moved last.
+    fn as_rows(&self, x: &Tensor<f64>) -> (Spatial, Tensor<f64>) {
+        let rows = to_rows(x, self.dims[0], self.classes(), self.positions());
+        let call = Spatial {
+            dims: rows.dims().to_vec(),
+            ..self.clone()
+        };
+        (call, rows)
+    }
+}
+
+/// (N, C, P) data as (N·P, C) rows.
+fn to_rows(x: &Tensor<f64>, n: usize, c: usize, p: usize) -> Tensor<f64> {
+    let mut rows = vec![0.0; n * c * p];
+    for b in 0..n {
+        for k in 0..c {
+            for s in 0..p {
+                rows[(b * p + s) * c + k] = x.data()[(b * c + k) * p + s];
+            }
+        }
+    }
+    Tensor::new(&[n * p, c], rows).unwrap()
+}
+
+/// Random spatial options: k = 1 to 3 trailing dims, weights or none, an ignored label in or out
+/// of range carried by some positions (the first kept counted), smoothing 0, 0.1, 0.5 or 1.
+fn random_spatial(seed: u64) -> Spatial {
+    let mut r = rng(seed);
+    let c = r.random_range(1..=4);
+    let mut dims = vec![r.random_range(1..=3), c];
+    for _ in 0..r.random_range(1..=3) {
+        dims.push(r.random_range(1..=3));
+    }
+    let count: usize = dims[0] * dims[2..].iter().product::<usize>();
+    let mut targets: Vec<usize> = (0..count).map(|_| r.random_range(0..c)).collect();
+    let weight = r
+        .random_bool(0.6)
+        .then(|| (0..c).map(|_| r.random_range(0.25..2.0)).collect());
+    let ignore_index = match r.random_range(0..3) {
+        0 => None,
+        1 if c >= 2 => Some(r.random_range(0..c)),
+        1 => None,
+        _ => Some(c + r.random_range(0..3)),
+    };
+    if let Some(i) = ignore_index {
+        for t in targets.iter_mut().skip(1) {
+            if r.random_bool(0.4) {
+                *t = i;
+            }
+        }
+        if targets[0] == i {
+            targets[0] = (i + 1) % c;
+        }
+    }
+    Spatial {
+        dims,
+        targets,
+        weight,
+        ignore_index,
+        smoothing: [0.0, 0.1, 0.5, 1.0][r.random_range(0..4)],
+        reduction: REDUCTIONS[r.random_range(0..3)],
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn spatial_cross_entropy_is_the_definition_and_obeys_the_laws(seed in any::<u64>()) {
+        let call = random_spatial(seed);
+        let mut r = rng(seed ^ 1);
+        let x = uniform(&mut r, &call.dims, -3.0, 3.0);
+        let op = call.cross_entropy();
+        let y = fwd(&op, &[&x]);
+        if call.reduction == Reduction::None {
+            let per: Vec<usize> =
+                [call.dims[0]].into_iter().chain(call.dims[2..].iter().copied()).collect();
+            prop_assert_eq!(y.dims(), &per[..]);
+        }
+        close(y.data(), &call.definition(x.data(), true), &op.to_string());
+        laws(&op, &[x], &mut r);
+    }
+
+    #[test]
+    fn spatial_nll_loss_is_the_definition_and_obeys_the_laws(seed in any::<u64>()) {
+        let call = Spatial { smoothing: 0.0, ..random_spatial(seed) };
+        let mut r = rng(seed ^ 2);
+        let x = uniform(&mut r, &call.dims, -3.0, 3.0);
+        let op = call.nll();
+        close(fwd(&op, &[&x]).data(), &call.definition(x.data(), false), &op.to_string());
+        laws(&op, &[x], &mut r);
+    }
+
+    /// The spatial form is the row form on the input with its class axis moved last, to the bit:
+    /// values, gradients (moved back) and tangents.
+    #[test]
+    fn spatial_form_is_the_row_form_bit_for_bit(seed in any::<u64>()) {
+        let call = random_spatial(seed);
+        let mut r = rng(seed ^ 3);
+        let x = uniform(&mut r, &call.dims, -3.0, 3.0);
+        let tx = uniform(&mut r, &call.dims, -1.0, 1.0);
+        let (rows_call, rows) = call.as_rows(&x);
+        let trows = to_rows(&tx, call.dims[0], call.classes(), call.positions());
+        let smooth_free = Spatial { smoothing: 0.0, ..call.clone() };
+        let (smooth_free_rows, _) = smooth_free.as_rows(&x);
+        for (op, row_op) in [
+            (call.cross_entropy(), rows_call.cross_entropy()),
+            (smooth_free.nll(), smooth_free_rows.nll()),
+        ] {
+            let y = fwd(&op, &[&x]);
+            let y_rows = fwd(&row_op, &[&rows]);
+            prop_assert_eq!(y.data(), y_rows.data(), "{}", op);
+            let seed_t = uniform(&mut r, y.dims(), -1.0, 1.0);
+            let seed_rows = Tensor::new(y_rows.dims(), seed_t.data().to_vec()).unwrap();
+            let g = vjp_with_needs(&op, &[&x], &seed_t, vec![true])[0].clone().unwrap();
+            let g_rows = vjp_with_needs(&row_op, &[&rows], &seed_rows, vec![true])[0]
+                .clone()
+                .unwrap();
+            let moved = to_rows(&g, call.dims[0], call.classes(), call.positions());
+            prop_assert_eq!(moved.data(), g_rows.data(), "{}", op);
+            let out = op.forward(&[&x]).unwrap();
+            let out_rows = row_op.forward(&[&rows]).unwrap();
+            let t = op.jvp(&[&x], &out, &[&tx]).unwrap();
+            let t_rows = row_op.jvp(&[&rows], &out_rows, &[&trows]).unwrap();
+            prop_assert_eq!(t.data(), t_rows.data(), "{}", op);
+        }
+    }
+}
+
+/// The (N, C) and (C) forms without options keep the fused kernel's bits: the losses are the
+/// kernel's, the gradient is `(p - onehot) g` with the kernel's `p`, and an (N, C, 1) input
+/// (a spatial form with one position) gives the same bits as (N, C).
+#[test]
+fn the_plain_row_forms_keep_the_kernel_bits() {
+    let mut r = rng(11);
+    let (n, c) = (5, 4);
+    let x = uniform(&mut r, &[n, c], -3.0, 3.0);
+    let targets: Vec<usize> = (0..n).map(|_| r.random_range(0..c)).collect();
+    let mut probs = vec![0.0; n * c];
+    let mut losses = vec![0.0; n];
+    tapegrad_tensor::kernels::cross_entropy_rows(x.data(), c, &targets, &mut probs, &mut losses)
+        .unwrap();
+    let op = Op::Loss(LossOp::cross_entropy(
+        Arc::new(targets.clone()),
+        Reduction::None,
+    ));
+    assert_eq!(fwd(&op, &[&x]).data(), &losses[..]);
+    let seed = uniform(&mut r, &[n], -1.0, 1.0);
+    let g = vjp_with_needs(&op, &[&x], &seed, vec![true])[0]
+        .clone()
+        .unwrap();
+    let want: Vec<f64> = (0..n * c)
+        .map(|i| {
+            let (row, k) = (i / c, i % c);
+            if k == targets[row] {
+                (probs[i] - 1.0) * seed.data()[row]
+            } else {
+                probs[i] * seed.data()[row]
+            }
+        })
+        .collect();
+    assert_eq!(g.data(), &want[..]);
+    let single = Op::Loss(LossOp::cross_entropy(Arc::new(vec![2]), Reduction::Sum));
+    let row = Tensor::new(&[c], x.data()[..c].to_vec()).unwrap();
+    let mut p1 = vec![0.0; c];
+    let mut l1 = vec![0.0];
+    tapegrad_tensor::kernels::cross_entropy_rows(row.data(), c, &[2], &mut p1, &mut l1).unwrap();
+    assert_eq!(fwd(&single, &[&row]).data(), &l1[..]);
+
+    let x1 = Tensor::new(&[n, c, 1], x.data().to_vec()).unwrap();
+    for reduction in REDUCTIONS {
+        for op in [
+            Op::Loss(LossOp::cross_entropy(Arc::new(targets.clone()), reduction)),
+            Op::Loss(LossOp::nll_loss(Arc::new(targets.clone()), reduction)),
+        ] {
+            assert_eq!(fwd(&op, &[&x]).data(), fwd(&op, &[&x1]).data(), "{op}");
+            let y = fwd(&op, &[&x]);
+            let s = uniform(&mut r, y.dims(), -1.0, 1.0);
+            let s1 = Tensor::new(fwd(&op, &[&x1]).dims(), s.data().to_vec()).unwrap();
+            let g = vjp_with_needs(&op, &[&x], &s, vec![true])[0]
+                .clone()
+                .unwrap();
+            let g1 = vjp_with_needs(&op, &[&x1], &s1, vec![true])[0]
+                .clone()
+                .unwrap();
+            assert_eq!(g.data(), g1.data(), "{op}");
+        }
+    }
+}
+
+#[test]
+fn spatial_edge_cases_zero_size_all_ignored_and_one_class() {
+    // A zero-size trailing dim: no position, `none` of shape (N, 0), mean 0/0, sum 0.
+    let x = Tensor::<f64>::new(&[2, 3, 0], vec![]).unwrap();
+    for (reduction, want_dims, want) in [
+        (Reduction::None, vec![2, 0], vec![]),
+        (Reduction::Sum, vec![], vec![0.0]),
+        (Reduction::Mean, vec![], vec![f64::NAN]),
+    ] {
+        for op in [
+            Op::Loss(LossOp::cross_entropy(Arc::new(vec![]), reduction)),
+            Op::Loss(LossOp::nll_loss(Arc::new(vec![]), reduction)),
+        ] {
+            let y = fwd(&op, &[&x]);
+            assert_eq!(y.dims(), &want_dims[..], "{op}");
+            close(y.data(), &want, &op.to_string());
+            let g = vjp_with_needs(&op, &[&x], &Tensor::ones(y.shape()), vec![true]);
+            assert_eq!(g[0].as_ref().unwrap().dims(), &[2, 3, 0]);
+        }
+    }
+    // No sample: (0, C, d) takes no label.
+    let x = Tensor::<f64>::new(&[0, 3, 2], vec![]).unwrap();
+    let op = Op::Loss(LossOp::cross_entropy(Arc::new(vec![]), Reduction::None));
+    assert_eq!(fwd(&op, &[&x]).dims(), &[0, 2]);
+
+    // Every position ignored: mean NaN, zero gradient and tangent.
+    let mut r = rng(5);
+    let x = uniform(&mut r, &[2, 3, 2], -2.0, 2.0);
+    let ignored = Spatial {
+        dims: vec![2, 3, 2],
+        targets: vec![1; 4],
+        weight: Some(vec![0.5, 1.0, 2.0]),
+        ignore_index: Some(1),
+        smoothing: 0.2,
+        reduction: Reduction::Mean,
+    };
+    for op in [
+        ignored.cross_entropy(),
+        Spatial {
+            smoothing: 0.0,
+            ..ignored.clone()
+        }
+        .nll(),
+    ] {
+        assert!(fwd(&op, &[&x]).data()[0].is_nan(), "{op}");
+        let g = vjp_with_needs(&op, &[&x], &Tensor::scalar(1.0), vec![true]);
+        assert!(g[0].as_ref().unwrap().is_all_zero(), "{op}");
+        let out = op.forward(&[&x]).unwrap();
+        assert_eq!(op.jvp(&[&x], &out, &[&x]).unwrap().data(), &[0.0], "{op}");
+    }
+
+    // One class: every log-softmax is 0, so the loss is 0 (PyTorch: -0) and so is the gradient.
+    let x = uniform(&mut r, &[2, 1, 3], -2.0, 2.0);
+    let op = Op::Loss(LossOp::cross_entropy(Arc::new(vec![0; 6]), Reduction::None));
+    assert!(fwd(&op, &[&x]).data().iter().all(|&v| v == 0.0));
+    let g = vjp_with_needs(
+        &op,
+        &[&x],
+        &Tensor::new(&[2, 3], vec![1.0; 6]).unwrap(),
+        vec![true],
+    );
+    assert!(g[0].as_ref().unwrap().is_all_zero());
+}
+
+#[test]
+fn spatial_errors_name_the_op_and_both_counts() {
+    let x = Tensor::<f64>::new(&[2, 3, 4], vec![0.0; 24]).unwrap();
+    let cases = [
+        (
+            Op::Loss(LossOp::cross_entropy(Arc::new(vec![0; 6]), Reduction::Mean)),
+            vec![
+                "cross_entropy",
+                "[2, 3, 4]",
+                "8 class labels",
+                "[2, 4]",
+                "found 6",
+            ],
+        ),
+        (
+            Op::Loss(LossOp::nll_loss(Arc::new(vec![0; 9]), Reduction::Sum)),
+            vec!["nll_loss", "[2, 3, 4]", "8 class labels", "found 9"],
+        ),
+        (
+            Op::Loss(LossOp::cross_entropy(
+                Arc::new(vec![0, 1, 2, 3, 0, 0, 0, 0]),
+                Reduction::None,
+            )),
+            vec!["cross_entropy", "class label", "3"],
+        ),
+    ];
+    for (op, words) in cases {
+        let err = op.forward(&[&x]).unwrap_err().to_string();
+        for w in words {
+            assert!(err.contains(w), "{op}: '{err}' does not say '{w}'");
+        }
+        assert!(op.output_shape(&[x.shape()]).is_err(), "{op}");
+    }
+    // No class and some positions: PyTorch rejects it even with every label ignored.
+    let empty = Tensor::<f64>::new(&[2, 0, 3], vec![]).unwrap();
+    let op = Spatial {
+        dims: vec![2, 0, 3],
+        targets: vec![7; 6],
+        weight: None,
+        ignore_index: Some(7),
+        smoothing: 0.0,
+        reduction: Reduction::Sum,
+    };
+    for op in [op.cross_entropy(), op.nll()] {
+        let err = op.forward(&[&empty]).unwrap_err().to_string();
+        for w in [op.name(), "[2, 0, 3]", "6 positions", "C = 0"] {
+            assert!(err.contains(w), "{op}: '{err}' does not say '{w}'");
+        }
+    }
+    // A 0-d input has no class axis.
+    let err = Op::Loss(LossOp::cross_entropy(Arc::new(vec![0]), Reduction::Sum))
+        .forward(&[&Tensor::scalar(1.0)])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cross_entropy") && err.contains("(N, C, d1, ..., dk)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn session_and_graph_files_take_the_spatial_form() {
+    let call = Spatial {
+        dims: vec![2, 3, 2, 2],
+        targets: vec![0, 1, 2, 2, 1, 0, 9, 1],
+        weight: Some(vec![0.5, 1.0, 2.0]),
+        ignore_index: Some(9),
+        smoothing: 0.3,
+        reduction: Reduction::Mean,
+    };
+    let mut r = rng(9);
+    let x = uniform(&mut r, &call.dims, -2.0, 2.0);
+    let options = ClassLossOptions {
+        reduction: call.reduction,
+        weight: call.weight.clone(),
+        ignore_index: call.ignore_index,
+        label_smoothing: call.smoothing,
+    };
+    let mut s = Session::<f64>::new();
+    let p = s.parameter("x", x.clone()).unwrap();
+    let loss = s.cross_entropy_with(p, &call.targets, &options).unwrap();
+    close(
+        s.value(loss).unwrap().data(),
+        &call.definition(x.data(), true),
+        "cross_entropy_with",
+    );
+    let g = s.backward(loss).unwrap();
+    assert_eq!(g.get("x").unwrap().dims(), &call.dims[..]);
+    let nll_options = ClassLossOptions {
+        label_smoothing: 0.0,
+        ..options
+    };
+    let loss = s.nll_loss_with(p, &call.targets, &nll_options).unwrap();
+    let nll_call = Spatial {
+        smoothing: 0.0,
+        ..call.clone()
+    };
+    close(
+        s.value(loss).unwrap().data(),
+        &nll_call.definition(x.data(), false),
+        "nll_loss_with",
+    );
+    round_trips(&call.cross_entropy(), 1);
+    round_trips(&nll_call.nll(), 1);
+}
