@@ -237,6 +237,15 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
             weight: class_weights(rng),
             ignore_index: ignore_index(rng),
         }),
+        K::CrossEntropyProbs => Op::Loss(LossOp::CrossEntropyProbs {
+            reduction: reduction(rng),
+            weight: class_weights(rng),
+            label_smoothing: if rng.random_bool(0.5) {
+                0.0
+            } else {
+                value(rng)
+            },
+        }),
         K::Nn(n) => hostile_nn(n, rng),
     }
 }

@@ -475,3 +475,339 @@ fn session_and_graph_files_take_the_spatial_form() {
     round_trips(&call.cross_entropy(), 1);
     round_trips(&nll_call.nll(), 1);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Probability targets: cross_entropy_probs, PyTorch's cross_entropy with a float target.
+
+/// One call with probability targets.
+#[derive(Clone, Debug)]
+struct Soft {
+    dims: Vec<usize>,
+    weight: Option<Vec<f64>>,
+    smoothing: f64,
+    reduction: Reduction,
+}
+
+impl Soft {
+    fn op(&self) -> Op {
+        Op::Loss(LossOp::CrossEntropyProbs {
+            reduction: self.reduction,
+            weight: self.weight.clone().map(Arc::new),
+            label_smoothing: self.smoothing,
+        })
+    }
+
+    /// (samples, classes, positions): (1, C, 1) for (C), (N, C, d1···dk) otherwise.
+    fn layout(&self) -> (usize, usize, usize) {
+        match self.dims[..] {
+            [c] => (1, c, 1),
+            [n, c, ref rest @ ..] => (n, c, rest.iter().product()),
+            _ => unreachable!("no 0-d case"),
+        }
+    }
+
+    /// PyTorch's definition, written out on the input as laid out: per sample `b` and position
+    /// `s`, `-sum_k w_k y'_k lsm_k` with `y'_k = (1 - e) y[b, k, s] + e / C` and
+    /// `lsm = log_softmax(x[b, :, s])`; `mean` divides the sum by the number of positions
+    /// (numel / C, NaN for an empty input), whatever the weights.
+    fn definition(&self, x: &[f64], y: &[f64]) -> Vec<f64> {
+        let (n, c, p) = self.layout();
+        let w = |k: usize| self.weight.as_ref().map_or(1.0, |w| w[k]);
+        let at = |t: &[f64], b: usize, k: usize, s: usize| t[(b * c + k) * p + s];
+        let e = self.smoothing;
+        let mut per = Vec::new();
+        for b in 0..n {
+            for s in 0..p {
+                let m = (0..c)
+                    .map(|k| at(x, b, k, s))
+                    .fold(f64::NEG_INFINITY, f64::max);
+                let lse = m + (0..c).map(|k| (at(x, b, k, s) - m).exp()).sum::<f64>().ln();
+                let loss: f64 = (0..c)
+                    .map(|k| {
+                        let smoothed = (1.0 - e) * at(y, b, k, s) + e / c as f64;
+                        -w(k) * smoothed * (at(x, b, k, s) - lse)
+                    })
+                    .sum();
+                per.push(loss);
+            }
+        }
+        let numel: usize = self.dims.iter().product();
+        match self.reduction {
+            Reduction::None => per,
+            Reduction::Sum => vec![per.iter().sum()],
+            Reduction::Mean if numel == 0 => vec![f64::NAN],
+            Reduction::Mean => vec![per.iter().sum::<f64>() / (numel / c) as f64],
+        }
+    }
+}
+
+/// Random calls: rank 1 to 4, weights or none, smoothing 0, 0.1, 0.5 or 1.
+fn random_soft(seed: u64) -> Soft {
+    let mut r = rng(seed);
+    let rank = r.random_range(1..=4);
+    let dims: Vec<usize> = (0..rank).map(|_| r.random_range(1..=3)).collect();
+    let c = dims[usize::from(rank >= 2)];
+    Soft {
+        dims,
+        weight: r
+            .random_bool(0.6)
+            .then(|| (0..c).map(|_| r.random_range(0.25..2.0)).collect()),
+        smoothing: [0.0, 0.1, 0.5, 1.0][r.random_range(0..4)],
+        reduction: REDUCTIONS[r.random_range(0..3)],
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn probability_targets_are_the_definition_and_obey_the_laws(seed in any::<u64>()) {
+        let call = random_soft(seed);
+        let mut r = rng(seed ^ 4);
+        let x = uniform(&mut r, &call.dims, -3.0, 3.0);
+        let y = uniform(&mut r, &call.dims, 0.0, 1.0);
+        let op = call.op();
+        close(fwd(&op, &[&x, &y]).data(), &call.definition(x.data(), y.data()), &op.to_string());
+        laws(&op, &[x, y], &mut r);
+    }
+
+    /// One-hot targets give the class-label loss (with the same weights and smoothing) for
+    /// `none` and `sum`; the means differ only in their divisor.
+    #[test]
+    fn one_hot_targets_are_the_class_label_loss(seed in any::<u64>()) {
+        let call = Soft { dims: vec![3, 4, 2], ..random_soft(seed) };
+        let call = Soft {
+            weight: call.weight.map(|_| vec![0.5, 1.5, 2.0, 0.75]),
+            ..call
+        };
+        let mut r = rng(seed ^ 5);
+        let labels: Vec<usize> = (0..6).map(|_| r.random_range(0..4)).collect();
+        let mut onehot = vec![0.0; 24];
+        for (i, &t) in labels.iter().enumerate() {
+            let (b, s) = (i / 2, i % 2);
+            onehot[(b * 4 + t) * 2 + s] = 1.0;
+        }
+        let y = Tensor::new(&[3, 4, 2], onehot).unwrap();
+        let x = uniform(&mut r, &[3, 4, 2], -3.0, 3.0);
+        let labelled = Spatial {
+            dims: vec![3, 4, 2],
+            targets: labels,
+            weight: call.weight.clone(),
+            ignore_index: None,
+            smoothing: call.smoothing,
+            reduction: call.reduction,
+        };
+        let got = fwd(&call.op(), &[&x, &y]);
+        let want = fwd(&labelled.cross_entropy(), &[&x]);
+        if call.reduction == Reduction::Mean {
+            let total: f64 = labelled.targets.iter().map(|&t| labelled.weight.as_ref().map_or(1.0, |w| w[t])).sum();
+            close(&[got.data()[0] * 6.0], &[want.data()[0] * total], "mean");
+        } else {
+            close(got.data(), want.data(), &call.op().to_string());
+        }
+    }
+}
+
+#[test]
+fn probability_mean_divides_by_positions_not_weights() {
+    let x = Tensor::new(&[2, 2], vec![0.0, 1.0, 2.0, -1.0]).unwrap();
+    let y = Tensor::new(&[2, 2], vec![1.0, 0.0, 0.0, 1.0]).unwrap();
+    let weighted = Soft {
+        dims: vec![2, 2],
+        weight: Some(vec![3.0, 5.0]),
+        smoothing: 0.0,
+        reduction: Reduction::Mean,
+    };
+    let sum = Soft {
+        reduction: Reduction::Sum,
+        ..weighted.clone()
+    };
+    let mean = fwd(&weighted.op(), &[&x, &y]).data()[0];
+    let total = fwd(&sum.op(), &[&x, &y]).data()[0];
+    assert_eq!(mean, total / 2.0);
+}
+
+#[test]
+fn probability_edge_cases_empty_and_one_class() {
+    // No class: every position's loss is an empty sum; the mean of an empty input is NaN.
+    let x = Tensor::<f64>::new(&[2, 0], vec![]).unwrap();
+    for (reduction, dims, want) in [
+        (Reduction::None, vec![2], vec![0.0, 0.0]),
+        (Reduction::Sum, vec![], vec![0.0]),
+        (Reduction::Mean, vec![], vec![f64::NAN]),
+    ] {
+        let op = Soft {
+            dims: vec![2, 0],
+            weight: None,
+            smoothing: 0.5,
+            reduction,
+        }
+        .op();
+        let y = fwd(&op, &[&x, &x]);
+        assert_eq!(y.dims(), &dims[..], "{op}");
+        close(y.data(), &want, &op.to_string());
+        let g = vjp_with_needs(&op, &[&x, &x], &Tensor::ones(y.shape()), vec![true, true]);
+        assert!(
+            g.iter().all(|g| g.as_ref().unwrap().dims() == [2, 0]),
+            "{op}"
+        );
+        let out = op.forward(&[&x, &x]).unwrap();
+        let t = op.jvp(&[&x, &x], &out, &[&x, &x]).unwrap();
+        assert!(t.data().iter().all(|&v| v == 0.0), "{op}: {t:?}");
+    }
+    // No sample, and a zero-size trailing dim.
+    for dims in [vec![0, 3], vec![2, 3, 0]] {
+        let x = Tensor::<f64>::new(&dims, vec![]).unwrap();
+        let op = Soft {
+            dims: dims.clone(),
+            weight: None,
+            smoothing: 0.0,
+            reduction: Reduction::Mean,
+        }
+        .op();
+        assert!(fwd(&op, &[&x, &x]).data()[0].is_nan(), "{op}");
+    }
+    // One class: the log-softmax is 0, so the loss and both gradients are 0.
+    let mut r = rng(8);
+    let x = uniform(&mut r, &[3, 1, 2], -2.0, 2.0);
+    let y = uniform(&mut r, &[3, 1, 2], 0.0, 1.0);
+    let op = Soft {
+        dims: vec![3, 1, 2],
+        weight: Some(vec![2.0]),
+        smoothing: 0.3,
+        reduction: Reduction::Sum,
+    }
+    .op();
+    assert_eq!(fwd(&op, &[&x, &y]).data(), &[0.0]);
+    let g = vjp_with_needs(&op, &[&x, &y], &Tensor::scalar(1.0), vec![true, true]);
+    assert!(g.iter().all(|g| g.as_ref().unwrap().is_all_zero()));
+}
+
+#[test]
+fn probability_errors_name_the_op_and_both_values() {
+    let x = Tensor::<f64>::new(&[2, 3], vec![0.0; 6]).unwrap();
+    let plain = Soft {
+        dims: vec![2, 3],
+        weight: None,
+        smoothing: 0.0,
+        reduction: Reduction::Mean,
+    };
+    let y = Tensor::<f64>::new(&[2, 4], vec![0.0; 8]).unwrap();
+    let cases = [
+        (
+            plain.op(),
+            y.clone(),
+            vec!["cross_entropy_probs", "[2, 3]", "[2, 4]"],
+        ),
+        (
+            Soft {
+                weight: Some(vec![1.0; 4]),
+                ..plain.clone()
+            }
+            .op(),
+            x.clone(),
+            vec!["cross_entropy_probs", "3 classes", "4 entries"],
+        ),
+        (
+            Soft {
+                smoothing: 1.5,
+                ..plain.clone()
+            }
+            .op(),
+            x.clone(),
+            vec!["cross_entropy_probs", "label_smoothing", "1.5"],
+        ),
+        (
+            Soft {
+                smoothing: -0.5,
+                ..plain.clone()
+            }
+            .op(),
+            x.clone(),
+            vec!["cross_entropy_probs", "label_smoothing", "-0.5"],
+        ),
+    ];
+    for (op, y, words) in cases {
+        let err = op.forward(&[&x, &y]).unwrap_err().to_string();
+        for w in words {
+            assert!(err.contains(w), "{op}: '{err}' does not say '{w}'");
+        }
+        assert!(op.output_shape(&[x.shape(), y.shape()]).is_err(), "{op}");
+    }
+    let s0 = Tensor::scalar(0.0);
+    let err = plain.op().forward(&[&s0, &s0]).unwrap_err().to_string();
+    assert!(
+        err.contains("cross_entropy_probs") && err.contains("found []"),
+        "{err}"
+    );
+    let err = plain.op().forward(&[&x]).unwrap_err().to_string();
+    assert!(err.contains("cross_entropy_probs"), "{err}");
+}
+
+#[test]
+fn session_and_graph_files_take_probability_targets() {
+    let call = Soft {
+        dims: vec![2, 3, 2],
+        weight: Some(vec![0.5, 1.0, 2.0]),
+        smoothing: 0.2,
+        reduction: Reduction::Mean,
+    };
+    let mut r = rng(12);
+    let x = uniform(&mut r, &call.dims, -2.0, 2.0);
+    let y = uniform(&mut r, &call.dims, 0.0, 1.0);
+    let options = ClassLossOptions {
+        reduction: call.reduction,
+        weight: call.weight.clone(),
+        ignore_index: None,
+        label_smoothing: call.smoothing,
+    };
+    let mut s = Session::<f64>::new();
+    let px = s.parameter("x", x.clone()).unwrap();
+    let py = s.parameter("y", y.clone()).unwrap();
+    let loss = s.cross_entropy_probs_with(px, py, &options).unwrap();
+    close(
+        s.value(loss).unwrap().data(),
+        &call.definition(x.data(), y.data()),
+        "cross_entropy_probs_with",
+    );
+    let g = s.backward(loss).unwrap();
+    assert_eq!(g.get("x").unwrap().dims(), &call.dims[..]);
+    assert_eq!(g.get("y").unwrap().dims(), &call.dims[..]);
+    let plain = s.cross_entropy_probs(px, py).unwrap();
+    let want = Soft {
+        weight: None,
+        smoothing: 0.0,
+        ..call.clone()
+    }
+    .definition(x.data(), y.data());
+    close(s.value(plain).unwrap().data(), &want, "cross_entropy_probs");
+    // PyTorch: "ignore_index is not supported for floating point target".
+    let err = s
+        .cross_entropy_probs_with(
+            px,
+            py,
+            &ClassLossOptions {
+                ignore_index: Some(1),
+                ..options
+            },
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cross_entropy_probs") && err.contains("ignore_index"),
+        "{err}"
+    );
+
+    round_trips(&call.op(), 2);
+    // A graph file may also spell it as PyTorch does: cross_entropy with two arguments.
+    let attrs = serde_json::json!({"reduction": "sum", "label_smoothing": 0.1});
+    let op = parse_op("cross_entropy", 2, attrs.as_object().unwrap().clone()).unwrap();
+    assert_eq!(
+        op,
+        Op::Loss(LossOp::CrossEntropyProbs {
+            reduction: Reduction::Sum,
+            weight: None,
+            label_smoothing: 0.1,
+        })
+    );
+}

@@ -1,6 +1,7 @@
 //! layer_norm, batch_norm, group_norm, scaled_dot_product_attention, the losses (cross_entropy and
 //! nll_loss also with class weights, ignore_index and label_smoothing and on (N, C, d1, ..., dk)
-//! inputs, bce_with_logits also with pos_weight), the activations,
+//! inputs, cross_entropy with probability targets, bce_with_logits also with pos_weight), the
+//! activations,
 //! softmax/log_softmax, amax and maximum/minimum (with ties) against PyTorch itself: small random
 //! cases whose output and argument gradients PyTorch 2.15 recorded in float64 in
 //! `fixtures/pytorch_ops.json` (written by `fixtures/pytorch_ops.py`), including the calls it
@@ -162,6 +163,13 @@ fn op_of(case: &Value) -> Op {
             },
         }),
         "class_options" | "spatial" => Op::Loss(class_options(case, targets())),
+        "prob_targets" => Op::Loss(LossOp::CrossEntropyProbs {
+            reduction: reduction(case),
+            weight: case.get("weight").map(|w| Arc::new(numbers(w))),
+            label_smoothing: case
+                .get("label_smoothing")
+                .map_or(0.0, |_| float(case, "label_smoothing")),
+        }),
         "bce_pos_weight" => Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
             reduction: reduction(case),
             pos_weight: Some(Arc::new(numbers(&case["pos_weight"]))),
@@ -374,7 +382,7 @@ fn ops_match_pytorch_on_random_cases() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    assert_eq!(cases.len(), 820);
+    assert_eq!(cases.len(), 920);
     // Every family is checked in earnest, and the rejections too (see pytorch_ops.py).
     for (family, t) in &tallies {
         assert!(t.computed >= 20, "{family}: only {} computed", t.computed);

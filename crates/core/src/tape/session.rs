@@ -567,6 +567,35 @@ impl<S: Scalar> Session<S> {
         self.apply(Op::Loss(op), &[logits])
     }
 
+    /// PyTorch's cross_entropy with a probability target: `target_probs` has the logits' shape
+    /// ((C), (N, C) or (N, C, d1, ..., dk)) and is differentiable too; mean reduction.
+    pub fn cross_entropy_probs(&mut self, logits: Var, target_probs: Var) -> Result<Var> {
+        self.cross_entropy_probs_with(logits, target_probs, &ClassLossOptions::default())
+    }
+
+    /// cross_entropy_probs with PyTorch's keyword arguments `reduction`, class `weight` and
+    /// `label_smoothing`; the mean divides by the number of positions, not by the weights.
+    /// PyTorch rejects `ignore_index` with a probability target, and so does this method.
+    pub fn cross_entropy_probs_with(
+        &mut self,
+        logits: Var,
+        target_probs: Var,
+        options: &ClassLossOptions,
+    ) -> Result<Var> {
+        if let Some(i) = options.ignore_index {
+            return Err(Error::invalid(
+                "cross_entropy_probs",
+                format!("ignore_index ({i}) is not supported with probability targets"),
+            ));
+        }
+        let op = LossOp::CrossEntropyProbs {
+            reduction: options.reduction,
+            weight: options.weight.clone().map(Arc::new),
+            label_smoothing: options.label_smoothing,
+        };
+        self.apply(Op::Loss(op), &[logits, target_probs])
+    }
+
     /// binary_cross_entropy_with_logits with PyTorch's `reduction` and `pos_weight` (one weight
     /// per class along the last axis, or one for all).
     pub fn binary_cross_entropy_with_logits_with(

@@ -89,6 +89,7 @@ op_kinds! {
         Concat => "concat", Slice => "slice",
         MseLoss => "mse_loss", CrossEntropy => "cross_entropy",
         BinaryCrossEntropyWithLogits => "binary_cross_entropy_with_logits", NllLoss => "nll_loss",
+        CrossEntropyProbs => "cross_entropy_probs",
     }
     nn {
         Conv1d => "conv1d", Conv2d => "conv2d", MaxPool2d => "max_pool2d",
@@ -168,6 +169,7 @@ pub fn kind_of(op: &Op) -> Option<OpKind> {
             Lo::CrossEntropy { .. } => K::CrossEntropy,
             Lo::BinaryCrossEntropyWithLogits { .. } => K::BinaryCrossEntropyWithLogits,
             Lo::NllLoss { .. } => K::NllLoss,
+            Lo::CrossEntropyProbs { .. } => K::CrossEntropyProbs,
         },
         Op::Nn(n) => K::Nn(nn::kind_of_nn(n)),
     })
@@ -252,6 +254,14 @@ pub fn variants(kind: OpKind) -> &'static [&'static str] {
         ],
         K::CrossEntropy => CROSS_ENTROPY,
         K::NllLoss => NLL,
+        K::CrossEntropyProbs => &[
+            "mean",
+            "sum",
+            "none",
+            "single",
+            "weights, smoothing, mean",
+            "spatial weights, smoothing, none",
+        ],
         K::Nn(n) => nn::variants(n),
     }
 }
@@ -861,6 +871,35 @@ fn generate<R: Rng + ?Sized>(
             };
             (Op::Loss(op), vec![uniform(x, rng, -3.0, 3.0)])
         }
+        K::CrossEntropyProbs => {
+            let (reduction, options) = match (variant, rank) {
+                (0..=2, 2) => (
+                    [Reduction::Mean, Reduction::Sum, Reduction::None][variant],
+                    false,
+                ),
+                (3, 1) => (Reduction::Sum, false),
+                (4, 2) => (Reduction::Mean, true),
+                (5, r) if r >= 3 => (Reduction::None, true),
+                _ => return None,
+            };
+            let classes = x.dims()[usize::from(rank >= 2)];
+            let (weight, label_smoothing) = if options {
+                let w = (0..classes).map(|_| rng.random_range(0.5..2.0)).collect();
+                (Some(Arc::new(w)), 0.2)
+            } else {
+                (None, 0.0)
+            };
+            let op = Lo::CrossEntropyProbs {
+                reduction,
+                weight,
+                label_smoothing,
+            };
+            // Targets need not sum to 1 (PyTorch does not ask it); the loss is smooth in both.
+            (
+                Op::Loss(op),
+                vec![uniform(x, rng, -3.0, 3.0), uniform(x, rng, 0.0, 1.0)],
+            )
+        }
         K::Nn(n) => return nn::generate(n, variant, x, rng),
     })
 }
@@ -952,7 +991,8 @@ pub fn is_generic(op: &Op, inputs: &[&Tensor<f64>]) -> bool {
             | K::MseLoss
             | K::CrossEntropy
             | K::BinaryCrossEntropyWithLogits
-            | K::NllLoss,
+            | K::NllLoss
+            | K::CrossEntropyProbs,
             _,
         ) => true,
         // A kind paired with an op of another kind cannot come from `kind_of`.

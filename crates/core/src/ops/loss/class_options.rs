@@ -65,7 +65,7 @@ impl<'a> Weighting<'a> {
         self.ignore_index == Some(label)
     }
 
-    fn class_weight<S: Scalar>(&self, class: usize) -> S {
+    pub(super) fn class_weight<S: Scalar>(&self, class: usize) -> S {
         self.weight.map_or(S::ONE, |w| S::from_f64(w[class]))
     }
 
@@ -137,7 +137,7 @@ impl<'a> Weighting<'a> {
     }
 
     /// `(1 - e, e / C)`: the weights of the label's term and of each class's smoothing term.
-    fn smoothing_factors<S: Scalar>(&self) -> (S, S) {
+    pub(super) fn smoothing_factors<S: Scalar>(&self) -> (S, S) {
         let e = S::from_f64(self.smoothing);
         let share = if self.smoothing == 0.0 {
             S::ZERO

@@ -21,9 +21,27 @@ pub(super) struct Classes {
 }
 
 impl Classes {
-    /// Reads the layout of an input of `shape` for `op`, whose `targets` count (one class label,
-    /// or for the probability form one row of probabilities, per position) must be its rows.
+    /// Reads the layout of an input of `shape` for `op`, whose `targets` count (one per
+    /// position, called `what` in the error) must be its rows.
     pub(super) fn new(op: &'static str, shape: &Shape, targets: usize, what: &str) -> Result<Self> {
+        let cl = Classes::of(op, shape)?;
+        let n = cl.n;
+        if targets != n {
+            let at = if cl.is_spatial() {
+                format!(" (one per position of {})", cl.per_sample)
+            } else {
+                String::new()
+            };
+            return Err(Error::invalid(
+                op,
+                format!("input of shape {shape} needs {n} {what}{at}, found {targets}"),
+            ));
+        }
+        Ok(cl)
+    }
+
+    /// The layout of an input of `shape` for `op`: an error for a 0-d input.
+    pub(super) fn of(op: &'static str, shape: &Shape) -> Result<Self> {
         let (c, per_sample, spatial) = match *shape.dims() {
             [c] => (c, Shape::scalar(), None),
             [n, c] => (c, Shape::for_op(op, [n])?, None),
@@ -43,17 +61,6 @@ impl Classes {
             }
         };
         let n = per_sample.numel();
-        if targets != n {
-            let at = if spatial.is_some() {
-                format!(" (one per position of {per_sample})")
-            } else {
-                String::new()
-            };
-            return Err(Error::invalid(
-                op,
-                format!("input of shape {shape} needs {n} {what}{at}, found {targets}"),
-            ));
-        }
         let rows_shape = match spatial {
             Some(_) => Shape::for_op(op, [n, c])?,
             None => shape.clone(),

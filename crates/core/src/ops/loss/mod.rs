@@ -1,11 +1,13 @@
 //! Loss functions with PyTorch's definitions and reductions: mse_loss, cross_entropy from logits
 //! with integer class labels, binary_cross_entropy_with_logits and nll_loss. Class labels are
 //! attributes (not differentiable), one per position of a (C), (N, C) or (N, C, d1, ..., dk)
-//! input; an out-of-range label is an error naming it and the bound.
+//! input; an out-of-range label is an error naming it and the bound. cross_entropy_probs is
+//! PyTorch's cross_entropy with a probability target, a second differentiable argument.
 
 mod binary;
 mod class_options;
 mod layout;
+mod soft_targets;
 
 use super::{Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
 use binary::PosWeight;
@@ -207,6 +209,15 @@ pub enum LossOp {
         weight: Option<Arc<Vec<f64>>>,
         ignore_index: Option<usize>,
     },
+    /// PyTorch's cross_entropy with a probability target: logits and targets of one shape, (C),
+    /// (N, C) or (N, C, d1, ..., dk) (classes along axis 1), both differentiable. Per position
+    /// `-sum_c w_c y'_c log_softmax(x)_c` with `y' = (1 - e) y + e / C`; `mean` divides by the
+    /// number of positions (not by the weights, as PyTorch), NaN when the input is empty.
+    CrossEntropyProbs {
+        reduction: Reduction,
+        weight: Option<Arc<Vec<f64>>>,
+        label_smoothing: f64,
+    },
 }
 
 use LossOp as Lo;
@@ -314,14 +325,17 @@ impl LossOp {
             Lo::MseLoss { reduction }
             | Lo::CrossEntropy { reduction, .. }
             | Lo::BinaryCrossEntropyWithLogits { reduction, .. }
-            | Lo::NllLoss { reduction, .. } => *reduction,
+            | Lo::NllLoss { reduction, .. }
+            | Lo::CrossEntropyProbs { reduction, .. } => *reduction,
         }
     }
 
     fn targets(&self) -> &[usize] {
         match self {
             Lo::CrossEntropy { targets, .. } | Lo::NllLoss { targets, .. } => targets,
-            Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => &[],
+            Lo::MseLoss { .. }
+            | Lo::BinaryCrossEntropyWithLogits { .. }
+            | Lo::CrossEntropyProbs { .. } => &[],
         }
     }
 
@@ -339,13 +353,38 @@ impl LossOp {
                 ignore_index,
                 ..
             } => (weight, *ignore_index, 0.0),
-            Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => {
+            Lo::MseLoss { .. }
+            | Lo::BinaryCrossEntropyWithLogits { .. }
+            | Lo::CrossEntropyProbs { .. } => {
                 return Err(Error::invalid(self.name(), "not a class-label loss"))
             }
         };
         let cl = classes(self.name(), shape, self.targets(), ignore_index)?;
         let weighting = Weighting::new(self.name(), weight, ignore_index, smoothing, cl.c)?;
         Ok((cl, weighting))
+    }
+
+    /// cross_entropy_probs's layout and options, checked against its logits' and targets'
+    /// shapes, and the mean's divisor: the positions, or 0 (a NaN mean) for an empty input.
+    fn soft_targets(&self, x: &Shape, y: &Shape) -> Result<(Classes, Weighting<'_>, f64)> {
+        let name = self.name();
+        let Lo::CrossEntropyProbs {
+            weight,
+            label_smoothing,
+            ..
+        } = self
+        else {
+            return Err(Error::invalid(
+                name,
+                "not cross_entropy with probability targets",
+            ));
+        };
+        same_shape(name, x, y)?;
+        let cl = Classes::of(name, x)?;
+        let weighting = Weighting::new(name, weight, None, *label_smoothing, cl.c)?;
+        // PyTorch divides by numel / C, and takes an empty input's mean as NaN.
+        let divisor = if x.numel() == 0 { 0.0 } else { cl.n as f64 };
+        Ok((cl, weighting, divisor))
     }
 
     /// The input gradient of a class-label loss with an option set; `w` holds each sample's
@@ -380,7 +419,8 @@ impl LossOp {
         }
     }
 
-    /// The softmax probabilities cross_entropy's forward leaves in its aux data.
+    /// The rows cross_entropy's forward leaves in its aux data: the softmax for class labels, the
+    /// log-softmax for probability targets.
     fn probabilities<'a, S: Scalar>(
         &self,
         aux: &'a Aux<S>,
@@ -390,7 +430,7 @@ impl LossOp {
             Aux::Tensors(ts) if ts.len() == 1 && ts[0].shape() == shape => Ok(&ts[0]),
             _ => Err(Error::invalid(
                 self.name(),
-                format!("the softmax probabilities of the input (shape {shape}) were not saved"),
+                format!("the softmax rows of the input (shape {shape}) were not saved"),
             )),
         }
     }
@@ -403,12 +443,15 @@ impl OpRules for LossOp {
             Lo::CrossEntropy { .. } => "cross_entropy",
             Lo::BinaryCrossEntropyWithLogits { .. } => "binary_cross_entropy_with_logits",
             Lo::NllLoss { .. } => "nll_loss",
+            Lo::CrossEntropyProbs { .. } => "cross_entropy_probs",
         }
     }
 
     fn arity(&self) -> Arity {
         match self {
-            Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => Arity::Exact(2),
+            Lo::MseLoss { .. }
+            | Lo::BinaryCrossEntropyWithLogits { .. }
+            | Lo::CrossEntropyProbs { .. } => Arity::Exact(2),
             Lo::CrossEntropy { .. } | Lo::NllLoss { .. } => Arity::Exact(1),
         }
     }
@@ -426,6 +469,10 @@ impl OpRules for LossOp {
             Lo::CrossEntropy { reduction, .. } | Lo::NllLoss { reduction, .. } => {
                 Ok(reduction.output_shape(self.class_loss(x)?.0.per_sample))
             }
+            Lo::CrossEntropyProbs { reduction, .. } => {
+                let (cl, _, _) = self.soft_targets(x, inputs[1])?;
+                Ok(reduction.output_shape(cl.per_sample))
+            }
         }
     }
 
@@ -435,6 +482,8 @@ impl OpRules for LossOp {
             // cross_entropy keeps its softmax probabilities in the aux data; nll_loss's gradient
             // depends only on the labels and the input's shape.
             Lo::CrossEntropy { .. } | Lo::NllLoss { .. } => Saves::NOTHING,
+            // The targets, and the log-softmax of the logits in the aux data.
+            Lo::CrossEntropyProbs { .. } => Saves::inputs(&[1]),
         }
     }
 
@@ -457,6 +506,18 @@ impl OpRules for LossOp {
                         .collect()
                 };
                 Ok(Forward::new(reduction.forward(per, x.shape())?))
+            }
+            Lo::CrossEntropyProbs { .. } => {
+                let y = xs[1];
+                let (cl, weighting, divisor) = self.soft_targets(x.shape(), y.shape())?;
+                let (x, y) = (cl.to_rows(x), cl.to_rows(y));
+                let (per, lsm) = soft_targets::losses(&weighting, x.data(), y.data(), cl.c, cl.n);
+                let value = reduction.forward_by(per, &cl.per_sample, s::<S>(divisor))?;
+                let lsm = Tensor::from_shape(cl.rows_shape.clone(), lsm)?;
+                Ok(Forward {
+                    value,
+                    aux: Aux::Tensors(vec![lsm]),
+                })
             }
             Lo::CrossEntropy { targets, .. } => {
                 let (cl, weighting) = self.class_loss(x.shape())?;
@@ -564,6 +625,36 @@ impl OpRules for LossOp {
                 };
                 Ok(smallvec![wrap(gx)?, wrap(gy)?])
             }
+            Lo::CrossEntropyProbs { .. } => {
+                let (needs_x, needs_y) = (ctx.needs(0), ctx.needs(1));
+                if !needs_x && !needs_y {
+                    return Ok(smallvec![None, None]);
+                }
+                let y_shape = ctx.input_shapes.get(1).ok_or(Error::Arity {
+                    op: name,
+                    expected: 2,
+                    found: 1,
+                })?;
+                let (cl, weighting, divisor) = self.soft_targets(in_shape, y_shape)?;
+                let w = reduction.weights_by(name, cot, &cl.per_sample, s::<S>(divisor))?;
+                let lsm = self.probabilities(ctx.aux, &cl.rows_shape)?;
+                let gx = if needs_x {
+                    let y = cl.to_rows(ctx.input(name, 1)?);
+                    let g = Tensor::from_writer(cl.rows_shape.clone(), |g| {
+                        soft_targets::grad_logits(&weighting, lsm.data(), y.data(), cl.c, &w, g)
+                    });
+                    Some(cl.rows_to_input(g, in_shape))
+                } else {
+                    None
+                };
+                let gy = needs_y.then(|| {
+                    let g = Tensor::from_writer(cl.rows_shape.clone(), |g| {
+                        soft_targets::grad_targets(&weighting, lsm.data(), cl.c, &w, g)
+                    });
+                    cl.rows_to_input(g, y_shape)
+                });
+                Ok(smallvec![gx, gy])
+            }
             Lo::CrossEntropy { targets, .. } | Lo::NllLoss { targets, .. } => {
                 if !ctx.needs(0) {
                     return Ok(smallvec![None]);
@@ -637,6 +728,24 @@ impl OpRules for LossOp {
                     })
                     .collect();
                 reduction.tangent(per, x.shape())
+            }
+            Lo::CrossEntropyProbs { .. } => {
+                let (y, ty) = (xs[1], ts[1]);
+                same_shape(name, y.shape(), ty.shape())?;
+                let (cl, weighting, divisor) = self.soft_targets(x.shape(), y.shape())?;
+                let lsm = self.probabilities(&out.aux, &cl.rows_shape)?;
+                let (y, tx, ty) = (cl.to_rows(y), cl.to_rows(tx), cl.to_rows(ty));
+                let per = soft_targets::tangents(
+                    &weighting,
+                    lsm.data(),
+                    y.data(),
+                    (tx.data(), ty.data()),
+                    cl.c,
+                    cl.n,
+                );
+                // An empty input's mean is the constant NaN: its tangent is 0, not 0/0.
+                let counted = x.numel() > 0;
+                reduction.tangent_by(per, &cl.per_sample, s::<S>(divisor), |_| counted)
             }
             Lo::CrossEntropy { .. } | Lo::NllLoss { .. } => {
                 let targets = self.targets();
@@ -746,6 +855,21 @@ impl std::fmt::Display for LossOp {
             } => {
                 write!(f, "{}(reduction='{reduction}', pos_weight=", self.name())?;
                 write_list(f, w, "weights")?;
+                write!(f, ")")
+            }
+            Lo::CrossEntropyProbs {
+                reduction,
+                weight,
+                label_smoothing,
+            } => {
+                write!(f, "{}(reduction='{reduction}'", self.name())?;
+                if let Some(w) = weight {
+                    write!(f, ", weight=")?;
+                    write_list(f, w, "weights")?;
+                }
+                if *label_smoothing != 0.0 {
+                    write!(f, ", label_smoothing={label_smoothing}")?;
+                }
                 write!(f, ")")
             }
             Lo::CrossEntropy {

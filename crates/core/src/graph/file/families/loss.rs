@@ -2,7 +2,9 @@
 //! cross_entropy and nll_loss, `targets` (one class label per position of (N, d1, ..., dk), flat)
 //! and the optional `weight`
 //! (one number per class), `ignore_index` and (cross_entropy) `label_smoothing`; for
-//! binary_cross_entropy_with_logits the optional `pos_weight`.
+//! binary_cross_entropy_with_logits the optional `pos_weight`; cross_entropy_probs (also read from
+//! `cross_entropy` with two arguments, PyTorch's probability target) takes `reduction`, `weight`
+//! and `label_smoothing`.
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
 use crate::ops::{LossOp as Lo, Op, Reduction};
@@ -14,6 +16,7 @@ pub(super) const OPS: &[&str] = &[
     "cross_entropy",
     "binary_cross_entropy_with_logits",
     "nll_loss",
+    "cross_entropy_probs",
 ];
 
 fn reduction(a: &mut Attrs) -> Result<Reduction> {
@@ -26,8 +29,16 @@ fn reduction(a: &mut Attrs) -> Result<Reduction> {
     )
 }
 
-pub(super) fn parse(name: &'static str, _args: usize, a: &mut Attrs) -> Result<Op> {
+pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op> {
     let op = match name {
+        // PyTorch's cross_entropy with a probability target: two arguments, no `targets`.
+        "cross_entropy_probs" | "cross_entropy" if args == 2 || name == "cross_entropy_probs" => {
+            Lo::CrossEntropyProbs {
+                reduction: reduction(a)?,
+                weight: a.f64s("weight")?.map(Arc::new),
+                label_smoothing: a.f64_or("label_smoothing", 0.0)?,
+            }
+        }
         "mse_loss" => Lo::MseLoss {
             reduction: reduction(a)?,
         },
@@ -84,6 +95,19 @@ pub(super) fn write(op: &Lo, w: &mut AttrWriter) -> Result<()> {
             weight,
             ignore_index,
         } => class_labels(w, targets, *reduction, weight, *ignore_index),
+        Lo::CrossEntropyProbs {
+            reduction,
+            weight,
+            label_smoothing,
+        } => {
+            w.str("reduction", reduction.name());
+            if let Some(weight) = weight {
+                w.floats("weight", weight);
+            }
+            if *label_smoothing != 0.0 {
+                w.f64("label_smoothing", *label_smoothing);
+            }
+        }
         other => return Err(not_writable(crate::ops::OpRules::name(other))),
     }
     Ok(())
