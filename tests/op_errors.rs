@@ -246,6 +246,15 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
                 value(rng)
             },
         }),
+        K::WeightedBinaryCrossEntropyWithLogits => {
+            let shape = small_shape(rng);
+            let values = (0..shape.numel()).map(|_| value(rng)).collect();
+            Op::Loss(LossOp::WeightedBinaryCrossEntropyWithLogits {
+                reduction: reduction(rng),
+                pos_weight: class_weights(rng),
+                weight: Arc::new(Tensor::new(shape.dims(), values).unwrap()),
+            })
+        }
         K::Nn(n) => hostile_nn(n, rng),
     }
 }

@@ -1,5 +1,7 @@
 //! The loss forms beyond (N, C) class labels: cross_entropy and nll_loss on (N, C, d1, ..., dk)
-//! inputs with one class label per position. Each form is checked against PyTorch's definition
+//! inputs with one class label per position, cross_entropy with probability targets
+//! (cross_entropy_probs) and binary_cross_entropy_with_logits with a per-element `weight`. Each
+//! form is checked against PyTorch's definition
 //! written out term by term here (indexing the input where PyTorch does), the per-op laws, its
 //! edge cases (zero-size dimensions, every position ignored, C = 0 or 1), its errors, the session
 //! methods and the graph-file round trip. PyTorch's own answers are checked in pytorch_ops.rs.
@@ -809,5 +811,320 @@ fn session_and_graph_files_take_probability_targets() {
             weight: None,
             label_smoothing: 0.1,
         })
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// binary_cross_entropy_with_logits with `weight`, a factor per element broadcast to the input.
+
+/// The factor `weight` gives element `i` of an input of shape `dims` under broadcasting: the
+/// weight's axes line up with the input's trailing ones, and a size-1 axis repeats.
+fn weight_at(dims: &[usize], weight: &Tensor<f64>, i: usize) -> f64 {
+    let lead = dims.len() - weight.rank();
+    // The input's multi-index of element i, then the weight's (size-1 axes at 0).
+    let mut rest = i;
+    let mut index = vec![0; dims.len()];
+    for axis in (0..dims.len()).rev() {
+        index[axis] = rest % dims[axis];
+        rest /= dims[axis];
+    }
+    let at = weight.dims().iter().enumerate().fold(0, |at, (a, &d)| {
+        at * d + if d == 1 { 0 } else { index[lead + a] }
+    });
+    weight.data()[at]
+}
+
+/// PyTorch's definition per element, `-w (p y log sigmoid(x) + (1 - y) log(1 - sigmoid(x)))`,
+/// with `p` the pos_weight of the element's class (its last-axis index) and `w` its weight.
+fn weighted_bce_definition(
+    x: &Tensor<f64>,
+    y: &Tensor<f64>,
+    weight: &Tensor<f64>,
+    pos_weight: Option<&[f64]>,
+    reduction: Reduction,
+) -> Vec<f64> {
+    let per: Vec<f64> = (0..x.numel())
+        .map(|i| {
+            let w = weight_at(x.dims(), weight, i);
+            let p = pos_weight.map_or(1.0, |pw| pw[i % pw.len()]);
+            let s = 1.0 / (1.0 + (-x.data()[i]).exp());
+            let t = y.data()[i];
+            -w * (p * t * s.ln() + (1.0 - t) * (1.0 - s).ln())
+        })
+        .collect();
+    match reduction {
+        Reduction::None => per,
+        Reduction::Sum => vec![per.iter().sum()],
+        Reduction::Mean => vec![per.iter().sum::<f64>() / per.len() as f64],
+    }
+}
+
+/// The two gradients of `<seed, loss>` written out per element: the partials
+/// `w ((p y + 1 - y) sigmoid(x) - p y)` for the logit and `w (log(1 - sigmoid(x)) - p log
+/// sigmoid(x))` for the target, times the seed (its single value over numel under "mean").
+fn weighted_bce_gradients(
+    x: &Tensor<f64>,
+    y: &Tensor<f64>,
+    weight: &Tensor<f64>,
+    pos_weight: Option<&[f64]>,
+    reduction: Reduction,
+    seed: &Tensor<f64>,
+) -> (Vec<f64>, Vec<f64>) {
+    let n = x.numel();
+    (0..n)
+        .map(|i| {
+            let g = match reduction {
+                Reduction::None => seed.data()[i],
+                Reduction::Sum => seed.data()[0],
+                Reduction::Mean => seed.data()[0] / n as f64,
+            };
+            let w = weight_at(x.dims(), weight, i);
+            let p = pos_weight.map_or(1.0, |pw| pw[i % pw.len()]);
+            let s = 1.0 / (1.0 + (-x.data()[i]).exp());
+            let t = y.data()[i];
+            let dx = w * ((p * t + 1.0 - t) * s - p * t);
+            let dy = w * ((1.0 - s).ln() - p * s.ln());
+            (g * dx, g * dy)
+        })
+        .unzip()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn weighted_bce_is_the_definition_and_obeys_the_laws(seed in any::<u64>()) {
+        let mut r = rng(seed);
+        let dims: Vec<usize> = (0..r.random_range(1..=3)).map(|_| r.random_range(1..=3)).collect();
+        // A shape that broadcasts into the input's: trailing axes, some of them 1.
+        let w_dims: Vec<usize> = dims[r.random_range(0..=dims.len())..]
+            .iter()
+            .map(|&d| if r.random_bool(0.3) { 1 } else { d })
+            .collect();
+        let weight = uniform(&mut r, &w_dims, 0.25, 2.0);
+        let pos_weight: Option<Vec<f64>> = r
+            .random_bool(0.5)
+            .then(|| (0..*dims.last().unwrap()).map(|_| r.random_range(0.25..4.0)).collect());
+        let reduction = REDUCTIONS[r.random_range(0..3)];
+        let x = uniform(&mut r, &dims, -3.0, 3.0);
+        let y = uniform(&mut r, &dims, 0.0, 1.0);
+        let op = Op::Loss(LossOp::bce_with_logits_weighted(reduction, weight.clone(), pos_weight.clone()));
+        let want = weighted_bce_definition(&x, &y, &weight, pos_weight.as_deref(), reduction);
+        let out = fwd(&op, &[&x, &y]);
+        close(out.data(), &want, &op.to_string());
+        let seed = uniform(&mut r, out.dims(), -1.0, 1.0);
+        let (gx, gy) = weighted_bce_gradients(&x, &y, &weight, pos_weight.as_deref(), reduction, &seed);
+        let g = vjp_with_needs(&op, &[&x, &y], &seed, vec![true, true]);
+        close(g[0].as_ref().unwrap().data(), &gx, &format!("{op}: d/dlogits"));
+        close(g[1].as_ref().unwrap().data(), &gy, &format!("{op}: d/dtargets"));
+        laws(&op, &[x, y], &mut r);
+    }
+}
+
+/// A weight of ones gives the unweighted loss's bits (a product by 1 is exact), and the
+/// unweighted variant is untouched by the weight's code.
+#[test]
+fn weight_of_ones_is_the_unweighted_loss_bit_for_bit() {
+    let mut r = rng(21);
+    let x = uniform(&mut r, &[3, 4], -5.0, 5.0);
+    let y = uniform(&mut r, &[3, 4], 0.0, 1.0);
+    for reduction in REDUCTIONS {
+        for pos_weight in [None, Some(vec![0.5, 1.0, 2.0, 3.0])] {
+            let plain = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
+                reduction,
+                pos_weight: pos_weight.clone().map(Arc::new),
+            });
+            let ones = Tensor::new(&[4], vec![1.0; 4]).unwrap();
+            let weighted = Op::Loss(LossOp::bce_with_logits_weighted(
+                reduction, ones, pos_weight,
+            ));
+            let out = fwd(&plain, &[&x, &y]);
+            assert_eq!(out.data(), fwd(&weighted, &[&x, &y]).data(), "{weighted}");
+            let seed = uniform(&mut r, out.dims(), -1.0, 1.0);
+            let g = vjp_with_needs(&plain, &[&x, &y], &seed, vec![true, true]);
+            let gw = vjp_with_needs(&weighted, &[&x, &y], &seed, vec![true, true]);
+            assert_eq!(g, gw, "{weighted}");
+        }
+    }
+}
+
+#[test]
+fn weight_shapes_that_do_not_broadcast_into_the_input_are_errors() {
+    let x = Tensor::<f64>::new(&[2, 3], vec![0.0; 6]).unwrap();
+    for w_dims in [vec![2], vec![4, 2, 3], vec![3, 3], vec![1, 1, 1]] {
+        let n: usize = w_dims.iter().product();
+        let weight = Tensor::new(&w_dims, vec![1.0; n]).unwrap();
+        let op = Op::Loss(LossOp::bce_with_logits_weighted(
+            Reduction::Mean,
+            weight.clone(),
+            None,
+        ));
+        let err = op.forward(&[&x, &x]).unwrap_err().to_string();
+        for w in [
+            "binary_cross_entropy_with_logits",
+            &format!("{}", weight.shape()),
+            "[2, 3]",
+        ] {
+            assert!(err.contains(w), "{op}: '{err}' does not say '{w}'");
+        }
+        assert!(op.output_shape(&[x.shape(), x.shape()]).is_err());
+    }
+    // An empty input takes a weight of ones broadcast to nothing: mean NaN, sum 0.
+    let empty = Tensor::<f64>::new(&[2, 0], vec![]).unwrap();
+    let one = Tensor::new(&[1], vec![2.0]).unwrap();
+    for (reduction, want) in [(Reduction::Mean, f64::NAN), (Reduction::Sum, 0.0)] {
+        let op = Op::Loss(LossOp::bce_with_logits_weighted(
+            reduction,
+            one.clone(),
+            None,
+        ));
+        close(fwd(&op, &[&empty, &empty]).data(), &[want], &op.to_string());
+    }
+}
+
+/// "mean" divides by the element count, not by the weights: a weight of 2 everywhere doubles
+/// every reduction, bit for bit (doubling is exact), where a division by the weights' sum would
+/// give the unweighted mean back.
+#[test]
+fn weighted_mean_divides_by_numel_not_by_the_weights() {
+    let mut r = rng(23);
+    let x = uniform(&mut r, &[2, 3, 2], -4.0, 4.0);
+    let y = uniform(&mut r, &[2, 3, 2], 0.0, 1.0);
+    for reduction in REDUCTIONS {
+        let plain = Op::Loss(LossOp::bce_with_logits(reduction));
+        let twos = Tensor::new(&[3, 1], vec![2.0; 3]).unwrap();
+        let doubled = Op::Loss(LossOp::bce_with_logits_weighted(reduction, twos, None));
+        let want: Vec<f64> = fwd(&plain, &[&x, &y])
+            .data()
+            .iter()
+            .map(|v| 2.0 * v)
+            .collect();
+        assert_eq!(fwd(&doubled, &[&x, &y]).data(), &want[..], "{doubled}");
+    }
+    // One non-zero weight: the mean is that element's loss over all 12 elements.
+    let mut w = vec![0.0; 12];
+    w[7] = 1.5;
+    let weight = Tensor::new(&[2, 3, 2], w).unwrap();
+    let op = Op::Loss(LossOp::bce_with_logits_weighted(
+        Reduction::Mean,
+        weight.clone(),
+        None,
+    ));
+    let one = weighted_bce_definition(&x, &y, &weight, None, Reduction::None)[7];
+    close(fwd(&op, &[&x, &y]).data(), &[one / 12.0], &op.to_string());
+}
+
+/// A weight of zeros gives a zero loss and zero gradients, also at logits far out in both tails
+/// (every partial is finite there, so nothing turns into NaN), and with a pos_weight.
+#[test]
+fn weight_of_zeros_gives_zero_loss_and_gradients() {
+    let x = Tensor::new(&[2, 3], vec![-80.0, -30.0, -1.0, 0.0, 30.0, 80.0]).unwrap();
+    let y = Tensor::new(&[2, 3], vec![0.0, 1.0, 0.5, 1.0, 0.0, 0.25]).unwrap();
+    for reduction in REDUCTIONS {
+        for pos_weight in [None, Some(vec![0.5, 2.0, 4.0])] {
+            let zeros = Tensor::new(&[3], vec![0.0; 3]).unwrap();
+            let op = Op::Loss(LossOp::bce_with_logits_weighted(
+                reduction, zeros, pos_weight,
+            ));
+            let out = fwd(&op, &[&x, &y]);
+            assert!(out.data().iter().all(|&v| v == 0.0), "{op}: {out:?}");
+            let seed = Tensor::new(out.dims(), vec![1.0; out.numel()]).unwrap();
+            for g in vjp_with_needs(&op, &[&x, &y], &seed, vec![true, true]) {
+                let g = g.unwrap();
+                assert!(g.data().iter().all(|&v| v == 0.0), "{op}: {g:?}");
+            }
+        }
+    }
+}
+
+/// A 0-d input takes a 0-d weight (PyTorch too); the laws hold there.
+#[test]
+fn a_scalar_input_takes_a_scalar_weight() {
+    let mut r = rng(24);
+    let x = Tensor::new(&[], vec![0.7]).unwrap();
+    let y = Tensor::new(&[], vec![0.2]).unwrap();
+    let weight = Tensor::new(&[], vec![1.75]).unwrap();
+    for reduction in REDUCTIONS {
+        let op = Op::Loss(LossOp::bce_with_logits_weighted(
+            reduction,
+            weight.clone(),
+            None,
+        ));
+        let want = weighted_bce_definition(&x, &y, &weight, None, reduction);
+        close(fwd(&op, &[&x, &y]).data(), &want, &op.to_string());
+        laws(&op, &[x.clone(), y.clone()], &mut r);
+    }
+}
+
+#[test]
+fn session_and_graph_files_take_the_bce_weight() {
+    let mut r = rng(22);
+    let x = uniform(&mut r, &[2, 3], -2.0, 2.0);
+    let y = uniform(&mut r, &[2, 3], 0.0, 1.0);
+    let weight = uniform(&mut r, &[2, 1], 0.5, 2.0);
+    let mut s = Session::<f64>::new();
+    let px = s.parameter("x", x.clone()).unwrap();
+    let py = s.input(y.clone());
+    let loss = s
+        .binary_cross_entropy_with_logits_weighted(px, py, Reduction::Sum, &weight, Some(&[2.0]))
+        .unwrap();
+    let want = weighted_bce_definition(&x, &y, &weight, Some(&[2.0]), Reduction::Sum);
+    close(s.value(loss).unwrap().data(), &want, "session weighted bce");
+    assert_eq!(s.backward(loss).unwrap().get("x").unwrap().dims(), &[2, 3]);
+    // A weight that does not fit is an error naming the op and both shapes.
+    let wide = Tensor::new(&[3, 3], vec![1.0; 9]).unwrap();
+    let err = s
+        .binary_cross_entropy_with_logits_weighted(px, py, Reduction::Sum, &wide, None)
+        .unwrap_err()
+        .to_string();
+    for w in ["binary_cross_entropy_with_logits", "[3, 3]", "[2, 3]"] {
+        assert!(err.contains(w), "'{err}' does not say '{w}'");
+    }
+
+    let op = Op::Loss(LossOp::bce_with_logits_weighted(
+        Reduction::None,
+        weight,
+        Some(vec![1.5, 2.0, 0.5]),
+    ));
+    round_trips(&op, 2);
+    // Without `weight_shape` the weights match the input's last axis.
+    let attrs = serde_json::json!({"weight": [1, 2, 3]});
+    let op = parse_op(
+        "binary_cross_entropy_with_logits",
+        2,
+        attrs.as_object().unwrap().clone(),
+    )
+    .unwrap();
+    assert_eq!(
+        op,
+        Op::Loss(LossOp::bce_with_logits_weighted(
+            Reduction::Mean,
+            Tensor::new(&[3], vec![1.0, 2.0, 3.0]).unwrap(),
+            None,
+        ))
+    );
+    let attrs = serde_json::json!({"weight_shape": [3]});
+    let err = parse_op(
+        "binary_cross_entropy_with_logits",
+        2,
+        attrs.as_object().unwrap().clone(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("binary_cross_entropy_with_logits") && err.contains("weight_shape"),
+        "{err}"
+    );
+    let attrs = serde_json::json!({"weight": [1, 2, 3], "weight_shape": [2, 2]});
+    let err = parse_op(
+        "binary_cross_entropy_with_logits",
+        2,
+        attrs.as_object().unwrap().clone(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("binary_cross_entropy_with_logits") && err.contains("weight"),
+        "{err}"
     );
 }

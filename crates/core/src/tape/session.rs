@@ -612,6 +612,25 @@ impl<S: Scalar> Session<S> {
         self.apply(Op::Loss(op), &[logits, targets])
     }
 
+    /// binary_cross_entropy_with_logits with PyTorch's `weight` (a factor per element; its shape
+    /// must broadcast into the logits', as PyTorch requires; not differentiated) besides
+    /// `reduction` and `pos_weight`.
+    pub fn binary_cross_entropy_with_logits_weighted(
+        &mut self,
+        logits: Var,
+        targets: Var,
+        reduction: Reduction,
+        weight: &Tensor<f64>,
+        pos_weight: Option<&[f64]>,
+    ) -> Result<Var> {
+        let op = LossOp::bce_with_logits_weighted(
+            reduction,
+            weight.clone(),
+            pos_weight.map(<[f64]>::to_vec),
+        );
+        self.apply(Op::Loss(op), &[logits, targets])
+    }
+
     /// nll_loss with PyTorch's keyword arguments: `reduction`, class `weight` and `ignore_index`
     /// (it has no `label_smoothing`: a non-zero one is an error).
     pub fn nll_loss_with(

@@ -90,6 +90,7 @@ op_kinds! {
         MseLoss => "mse_loss", CrossEntropy => "cross_entropy",
         BinaryCrossEntropyWithLogits => "binary_cross_entropy_with_logits", NllLoss => "nll_loss",
         CrossEntropyProbs => "cross_entropy_probs",
+        WeightedBinaryCrossEntropyWithLogits => "binary_cross_entropy_with_logits",
     }
     nn {
         Conv1d => "conv1d", Conv2d => "conv2d", MaxPool2d => "max_pool2d",
@@ -170,6 +171,9 @@ pub fn kind_of(op: &Op) -> Option<OpKind> {
             Lo::BinaryCrossEntropyWithLogits { .. } => K::BinaryCrossEntropyWithLogits,
             Lo::NllLoss { .. } => K::NllLoss,
             Lo::CrossEntropyProbs { .. } => K::CrossEntropyProbs,
+            Lo::WeightedBinaryCrossEntropyWithLogits { .. } => {
+                K::WeightedBinaryCrossEntropyWithLogits
+            }
         },
         Op::Nn(n) => K::Nn(nn::kind_of_nn(n)),
     })
@@ -261,6 +265,11 @@ pub fn variants(kind: OpKind) -> &'static [&'static str] {
             "single",
             "weights, smoothing, mean",
             "spatial weights, smoothing, none",
+        ],
+        K::WeightedBinaryCrossEntropyWithLogits => &[
+            "weight same shape, mean",
+            "weight broadcast, sum",
+            "weight broadcast, pos_weight, none",
         ],
         K::Nn(n) => nn::variants(n),
     }
@@ -900,6 +909,29 @@ fn generate<R: Rng + ?Sized>(
                 vec![uniform(x, rng, -3.0, 3.0), uniform(x, rng, 0.0, 1.0)],
             )
         }
+        K::WeightedBinaryCrossEntropyWithLogits => {
+            let pos_weight = match (variant, x.dims().last()) {
+                (2, None) => return None, // pos_weight needs a class axis
+                (2, Some(&classes)) => Some(Arc::new(
+                    (0..classes).map(|_| rng.random_range(0.25..4.0)).collect(),
+                )),
+                _ => None,
+            };
+            let w_shape = if variant == 0 {
+                x.clone()
+            } else {
+                broadcast_into(x, rng)
+            };
+            let op = Lo::WeightedBinaryCrossEntropyWithLogits {
+                reduction: [Reduction::Mean, Reduction::Sum, Reduction::None][variant],
+                pos_weight,
+                weight: Arc::new(uniform(&w_shape, rng, 0.25, 2.0)),
+            };
+            (
+                Op::Loss(op),
+                vec![uniform(x, rng, -3.0, 3.0), uniform(x, rng, 0.0, 1.0)],
+            )
+        }
         K::Nn(n) => return nn::generate(n, variant, x, rng),
     })
 }
@@ -992,7 +1024,8 @@ pub fn is_generic(op: &Op, inputs: &[&Tensor<f64>]) -> bool {
             | K::CrossEntropy
             | K::BinaryCrossEntropyWithLogits
             | K::NllLoss
-            | K::CrossEntropyProbs,
+            | K::CrossEntropyProbs
+            | K::WeightedBinaryCrossEntropyWithLogits,
             _,
         ) => true,
         // A kind paired with an op of another kind cannot come from `kind_of`.

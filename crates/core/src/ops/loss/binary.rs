@@ -1,9 +1,11 @@
 //! binary_cross_entropy_with_logits per element, with PyTorch's optional `pos_weight` (the weight
-//! of the positive term, one per class along the input's last axis, or one for all): the loss and
-//! its two partial derivatives, each stable for every finite logit.
+//! of the positive term, one per class along the input's last axis, or one for all) and `weight`
+//! (a factor per element, broadcast to the input): the loss and its two partial derivatives, each
+//! stable for every finite logit.
 
 use std::sync::Arc;
-use tapegrad_tensor::{Error, Result, Scalar, Shape};
+use tapegrad_tensor::kernels::broadcast_to;
+use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// The logistic function without overflow (`exp` only sees non-positive arguments).
 pub(super) fn sigmoid<S: Scalar>(x: S) -> S {
@@ -55,6 +57,64 @@ impl<'a> PosWeight<'a> {
     /// The weight of element `i` of a row-major input, `None` without `pos_weight`.
     pub(super) fn at<S: Scalar>(&self, i: usize) -> Option<S> {
         self.weights.map(|w| S::from_f64(w[i % w.len()]))
+    }
+}
+
+/// PyTorch's `weight`, broadcast to the input: one factor per element of every loss and partial.
+/// A constant attribute, as in PyTorch (whose autograd does not differentiate `weight` either).
+pub(super) struct Rescale {
+    factors: Option<Tensor<f64>>,
+}
+
+impl Rescale {
+    /// Whether `weight` fits the input's `shape`: its shape must broadcast into the input's
+    /// (trailing axes equal or 1, no more axes), as PyTorch requires (it rescales the loss in
+    /// place, so the weight cannot enlarge it). Allocates nothing.
+    pub(super) fn check(
+        op: &'static str,
+        weight: Option<&Tensor<f64>>,
+        shape: &Shape,
+    ) -> Result<()> {
+        let Some(w) = weight else {
+            return Ok(());
+        };
+        let fits = w.rank() <= shape.rank()
+            && w.dims()
+                .iter()
+                .rev()
+                .zip(shape.dims().iter().rev())
+                .all(|(&a, &b)| a == b || a == 1);
+        if fits {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                op,
+                format!(
+                    "weight of shape {} does not broadcast to the input's shape {shape}",
+                    w.shape()
+                ),
+            ))
+        }
+    }
+
+    /// `weight` checked against the input's `shape` and broadcast to it.
+    pub(super) fn new(
+        op: &'static str,
+        weight: Option<&Tensor<f64>>,
+        shape: &Shape,
+    ) -> Result<Self> {
+        Self::check(op, weight, shape)?;
+        Ok(Rescale {
+            factors: weight.map(|w| broadcast_to(w, shape)).transpose()?,
+        })
+    }
+
+    /// `v` times the factor of element `i`; `v` itself without a weight.
+    pub(super) fn apply<S: Scalar>(&self, i: usize, v: S) -> S {
+        match &self.factors {
+            None => v,
+            Some(f) => v * S::from_f64(f.data()[i]),
+        }
     }
 }
 

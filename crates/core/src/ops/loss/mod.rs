@@ -1,5 +1,6 @@
 //! Loss functions with PyTorch's definitions and reductions: mse_loss, cross_entropy from logits
-//! with integer class labels, binary_cross_entropy_with_logits and nll_loss. Class labels are
+//! with integer class labels, binary_cross_entropy_with_logits (with PyTorch's `pos_weight` and
+//! per-element `weight`, constant attributes) and nll_loss. Class labels are
 //! attributes (not differentiable), one per position of a (C), (N, C) or (N, C, d1, ..., dk)
 //! input; an out-of-range label is an error naming it and the bound. cross_entropy_probs is
 //! PyTorch's cross_entropy with a probability target, a second differentiable argument.
@@ -10,7 +11,7 @@ mod layout;
 mod soft_targets;
 
 use super::{Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
-use binary::PosWeight;
+use binary::{PosWeight, Rescale};
 use class_options::Weighting;
 use layout::Classes;
 use smallvec::smallvec;
@@ -209,6 +210,16 @@ pub enum LossOp {
         weight: Option<Arc<Vec<f64>>>,
         ignore_index: Option<usize>,
     },
+    /// binary_cross_entropy_with_logits with PyTorch's `weight`: every element's loss (and its
+    /// partials) times `weight` broadcast to the input, whose shape it must broadcast into, as
+    /// PyTorch requires; `mean` still divides by the element count. Like `pos_weight` (as above)
+    /// it is a constant attribute, not an argument: PyTorch does not differentiate either. A
+    /// variant of its own, so that the unweighted one keeps its fields.
+    WeightedBinaryCrossEntropyWithLogits {
+        reduction: Reduction,
+        pos_weight: Option<Arc<Vec<f64>>>,
+        weight: Arc<Tensor<f64>>,
+    },
     /// PyTorch's cross_entropy with a probability target: logits and targets of one shape, (C),
     /// (N, C) or (N, C, d1, ..., dk) (classes along axis 1), both differentiable. Per position
     /// `-sum_c w_c y'_c log_softmax(x)_c` with `y' = (1 - e) y + e / C`; `mean` divides by the
@@ -301,6 +312,20 @@ impl LossOp {
         }
     }
 
+    /// binary_cross_entropy_with_logits with PyTorch's `weight` (its shape must broadcast into
+    /// the input's) and optional `pos_weight`.
+    pub fn bce_with_logits_weighted(
+        reduction: Reduction,
+        weight: Tensor<f64>,
+        pos_weight: Option<Vec<f64>>,
+    ) -> LossOp {
+        Lo::WeightedBinaryCrossEntropyWithLogits {
+            reduction,
+            pos_weight: pos_weight.map(Arc::new),
+            weight: Arc::new(weight),
+        }
+    }
+
     /// binary_cross_entropy_with_logits without a positive weight.
     pub fn bce_with_logits(reduction: Reduction) -> LossOp {
         Lo::BinaryCrossEntropyWithLogits {
@@ -313,11 +338,25 @@ impl LossOp {
     fn pos_weight(&self, shape: &Shape) -> Result<PosWeight<'_>> {
         const NONE: Option<Arc<Vec<f64>>> = None;
         match self {
-            Lo::BinaryCrossEntropyWithLogits { pos_weight, .. } => {
+            Lo::BinaryCrossEntropyWithLogits { pos_weight, .. }
+            | Lo::WeightedBinaryCrossEntropyWithLogits { pos_weight, .. } => {
                 PosWeight::new(self.name(), pos_weight, shape)
             }
             _ => PosWeight::new(self.name(), &NONE, shape),
         }
+    }
+
+    /// binary_cross_entropy_with_logits's `weight`, if any.
+    fn bce_weight(&self) -> Option<&Tensor<f64>> {
+        match self {
+            Lo::WeightedBinaryCrossEntropyWithLogits { weight, .. } => Some(&**weight),
+            _ => None,
+        }
+    }
+
+    /// binary_cross_entropy_with_logits's `weight`, checked against its input and broadcast to it.
+    fn rescale(&self, shape: &Shape) -> Result<Rescale> {
+        Rescale::new(self.name(), self.bce_weight(), shape)
     }
 
     fn reduction(&self) -> Reduction {
@@ -325,6 +364,7 @@ impl LossOp {
             Lo::MseLoss { reduction }
             | Lo::CrossEntropy { reduction, .. }
             | Lo::BinaryCrossEntropyWithLogits { reduction, .. }
+            | Lo::WeightedBinaryCrossEntropyWithLogits { reduction, .. }
             | Lo::NllLoss { reduction, .. }
             | Lo::CrossEntropyProbs { reduction, .. } => *reduction,
         }
@@ -335,6 +375,7 @@ impl LossOp {
             Lo::CrossEntropy { targets, .. } | Lo::NllLoss { targets, .. } => targets,
             Lo::MseLoss { .. }
             | Lo::BinaryCrossEntropyWithLogits { .. }
+            | Lo::WeightedBinaryCrossEntropyWithLogits { .. }
             | Lo::CrossEntropyProbs { .. } => &[],
         }
     }
@@ -355,6 +396,7 @@ impl LossOp {
             } => (weight, *ignore_index, 0.0),
             Lo::MseLoss { .. }
             | Lo::BinaryCrossEntropyWithLogits { .. }
+            | Lo::WeightedBinaryCrossEntropyWithLogits { .. }
             | Lo::CrossEntropyProbs { .. } => {
                 return Err(Error::invalid(self.name(), "not a class-label loss"))
             }
@@ -441,7 +483,8 @@ impl OpRules for LossOp {
         match self {
             Lo::MseLoss { .. } => "mse_loss",
             Lo::CrossEntropy { .. } => "cross_entropy",
-            Lo::BinaryCrossEntropyWithLogits { .. } => "binary_cross_entropy_with_logits",
+            Lo::BinaryCrossEntropyWithLogits { .. }
+            | Lo::WeightedBinaryCrossEntropyWithLogits { .. } => "binary_cross_entropy_with_logits",
             Lo::NllLoss { .. } => "nll_loss",
             Lo::CrossEntropyProbs { .. } => "cross_entropy_probs",
         }
@@ -451,6 +494,7 @@ impl OpRules for LossOp {
         match self {
             Lo::MseLoss { .. }
             | Lo::BinaryCrossEntropyWithLogits { .. }
+            | Lo::WeightedBinaryCrossEntropyWithLogits { .. }
             | Lo::CrossEntropyProbs { .. } => Arity::Exact(2),
             Lo::CrossEntropy { .. } | Lo::NllLoss { .. } => Arity::Exact(1),
         }
@@ -461,9 +505,12 @@ impl OpRules for LossOp {
         let arity = self.arity().min();
         let x = arg(name, inputs, 0, arity)?;
         match self {
-            Lo::MseLoss { reduction } | Lo::BinaryCrossEntropyWithLogits { reduction, .. } => {
+            Lo::MseLoss { reduction }
+            | Lo::BinaryCrossEntropyWithLogits { reduction, .. }
+            | Lo::WeightedBinaryCrossEntropyWithLogits { reduction, .. } => {
                 same_shape(name, x, inputs[1])?;
                 self.pos_weight(x)?;
+                Rescale::check(name, self.bce_weight(), x)?;
                 Ok(reduction.output_shape(x.clone()))
             }
             Lo::CrossEntropy { reduction, .. } | Lo::NllLoss { reduction, .. } => {
@@ -478,7 +525,9 @@ impl OpRules for LossOp {
 
     fn saves(&self) -> Saves {
         match self {
-            Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => Saves::inputs(&[0, 1]),
+            Lo::MseLoss { .. }
+            | Lo::BinaryCrossEntropyWithLogits { .. }
+            | Lo::WeightedBinaryCrossEntropyWithLogits { .. } => Saves::inputs(&[0, 1]),
             // cross_entropy keeps its softmax probabilities in the aux data; nll_loss's gradient
             // depends only on the labels and the input's shape.
             Lo::CrossEntropy { .. } | Lo::NllLoss { .. } => Saves::NOTHING,
@@ -492,7 +541,9 @@ impl OpRules for LossOp {
         let x = arg(name, xs, 0, self.arity().min())?;
         let reduction = self.reduction();
         match self {
-            Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => {
+            Lo::MseLoss { .. }
+            | Lo::BinaryCrossEntropyWithLogits { .. }
+            | Lo::WeightedBinaryCrossEntropyWithLogits { .. } => {
                 let y = xs[1];
                 same_shape(name, x.shape(), y.shape())?;
                 let pairs = x.data().iter().zip(y.data());
@@ -500,9 +551,10 @@ impl OpRules for LossOp {
                     pairs.map(|(&a, &b)| (a - b) * (a - b)).collect()
                 } else {
                     let pw = self.pos_weight(x.shape())?;
+                    let rs = self.rescale(x.shape())?;
                     pairs
                         .enumerate()
-                        .map(|(i, (&a, &b))| binary::loss(a, b, pw.at(i)))
+                        .map(|(i, (&a, &b))| rs.apply(i, binary::loss(a, b, pw.at(i))))
                         .collect()
                 };
                 Ok(Forward::new(reduction.forward(per, x.shape())?))
@@ -586,7 +638,9 @@ impl OpRules for LossOp {
             found: 0,
         })?;
         match self {
-            Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => {
+            Lo::MseLoss { .. }
+            | Lo::BinaryCrossEntropyWithLogits { .. }
+            | Lo::WeightedBinaryCrossEntropyWithLogits { .. } => {
                 if !ctx.needs(0) && !ctx.needs(1) {
                     return Ok(smallvec![None, None]);
                 }
@@ -596,6 +650,7 @@ impl OpRules for LossOp {
                 let pairs = x.data().iter().zip(y.data()).enumerate();
                 let mse = matches!(self, Lo::MseLoss { .. });
                 let pw = self.pos_weight(x.shape())?;
+                let rs = self.rescale(x.shape())?;
                 let gx: Option<Vec<S>> = ctx.needs(0).then(|| {
                     pairs
                         .clone()
@@ -603,7 +658,7 @@ impl OpRules for LossOp {
                             if mse {
                                 s::<S>(2.0) * (a - b) * w.at(i)
                             } else {
-                                binary::d_logit(a, b, pw.at(i)) * w.at(i)
+                                rs.apply(i, binary::d_logit(a, b, pw.at(i))) * w.at(i)
                             }
                         })
                         .collect()
@@ -614,7 +669,7 @@ impl OpRules for LossOp {
                             if mse {
                                 -(s::<S>(2.0) * (a - b) * w.at(i))
                             } else {
-                                binary::d_target(a, pw.at(i)) * w.at(i)
+                                rs.apply(i, binary::d_target(a, pw.at(i))) * w.at(i)
                             }
                         })
                         .collect()
@@ -709,12 +764,15 @@ impl OpRules for LossOp {
         same_shape(name, x.shape(), tx.shape())?;
         let reduction = self.reduction();
         match self {
-            Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => {
+            Lo::MseLoss { .. }
+            | Lo::BinaryCrossEntropyWithLogits { .. }
+            | Lo::WeightedBinaryCrossEntropyWithLogits { .. } => {
                 let (y, ty) = (xs[1], ts[1]);
                 same_shape(name, x.shape(), y.shape())?;
                 same_shape(name, x.shape(), ty.shape())?;
                 let mse = matches!(self, Lo::MseLoss { .. });
                 let pw = self.pos_weight(x.shape())?;
+                let rs = self.rescale(x.shape())?;
                 let per: Vec<S> = (0..x.numel())
                     .map(|i| {
                         let (a, b) = (x.data()[i], y.data()[i]);
@@ -723,7 +781,8 @@ impl OpRules for LossOp {
                             s::<S>(2.0) * (a - b) * (ta - tb)
                         } else {
                             let p = pw.at(i);
-                            binary::d_logit(a, b, p) * ta + binary::d_target(a, p) * tb
+                            let d = binary::d_logit(a, b, p) * ta + binary::d_target(a, p) * tb;
+                            rs.apply(i, d)
                         }
                     })
                     .collect();
@@ -855,6 +914,20 @@ impl std::fmt::Display for LossOp {
             } => {
                 write!(f, "{}(reduction='{reduction}', pos_weight=", self.name())?;
                 write_list(f, w, "weights")?;
+                write!(f, ")")
+            }
+            Lo::WeightedBinaryCrossEntropyWithLogits {
+                reduction,
+                pos_weight,
+                weight,
+            } => {
+                write!(f, "{}(reduction='{reduction}', weight=", self.name())?;
+                write_list(f, weight.data(), "weights")?;
+                write!(f, " of shape {}", weight.shape())?;
+                if let Some(w) = pos_weight {
+                    write!(f, ", pos_weight=")?;
+                    write_list(f, w, "weights")?;
+                }
                 write!(f, ")")
             }
             Lo::CrossEntropyProbs {

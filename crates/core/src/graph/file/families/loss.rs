@@ -2,14 +2,15 @@
 //! cross_entropy and nll_loss, `targets` (one class label per position of (N, d1, ..., dk), flat)
 //! and the optional `weight`
 //! (one number per class), `ignore_index` and (cross_entropy) `label_smoothing`; for
-//! binary_cross_entropy_with_logits the optional `pos_weight`; cross_entropy_probs (also read from
+//! binary_cross_entropy_with_logits the optional `pos_weight` and `weight` (its values row-major,
+//! and `weight_shape`, by default one axis of their count); cross_entropy_probs (also read from
 //! `cross_entropy` with two arguments, PyTorch's probability target) takes `reduction`, `weight`
 //! and `label_smoothing`.
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
 use crate::ops::{LossOp as Lo, Op, Reduction};
 use std::sync::Arc;
-use tapegrad_tensor::Result;
+use tapegrad_tensor::{Error, Result, Tensor};
 
 pub(super) const OPS: &[&str] = &[
     "mse_loss",
@@ -49,10 +50,34 @@ pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op
             ignore_index: a.usize("ignore_index")?,
             label_smoothing: a.f64_or("label_smoothing", 0.0)?,
         },
-        "binary_cross_entropy_with_logits" => Lo::BinaryCrossEntropyWithLogits {
-            reduction: reduction(a)?,
-            pos_weight: a.f64s("pos_weight")?.map(Arc::new),
-        },
+        "binary_cross_entropy_with_logits" => {
+            let reduction = reduction(a)?;
+            let pos_weight = a.f64s("pos_weight")?.map(Arc::new);
+            let shape = a.usizes("weight_shape")?;
+            match (a.f64s("weight")?, shape) {
+                (None, None) => Lo::BinaryCrossEntropyWithLogits {
+                    reduction,
+                    pos_weight,
+                },
+                (None, Some(_)) => {
+                    return Err(Error::invalid(
+                        name,
+                        "attribute 'weight_shape' without 'weight'",
+                    ))
+                }
+                (Some(values), shape) => {
+                    // A list of weights without a shape matches the input's last axis.
+                    let dims = shape.unwrap_or(vec![values.len()]);
+                    let weight = Tensor::new(&dims, values)
+                        .map_err(|e| Error::invalid(name, format!("attribute 'weight': {e}")))?;
+                    Lo::WeightedBinaryCrossEntropyWithLogits {
+                        reduction,
+                        pos_weight,
+                        weight: Arc::new(weight),
+                    }
+                }
+            }
+        }
         "nll_loss" => Lo::NllLoss {
             targets: Arc::new(a.usizes_req("targets")?),
             reduction: reduction(a)?,
@@ -95,6 +120,18 @@ pub(super) fn write(op: &Lo, w: &mut AttrWriter) -> Result<()> {
             weight,
             ignore_index,
         } => class_labels(w, targets, *reduction, weight, *ignore_index),
+        Lo::WeightedBinaryCrossEntropyWithLogits {
+            reduction,
+            pos_weight,
+            weight,
+        } => {
+            w.str("reduction", reduction.name());
+            if let Some(p) = pos_weight {
+                w.floats("pos_weight", p);
+            }
+            w.floats("weight", weight.data());
+            w.ints("weight_shape", weight.dims());
+        }
         Lo::CrossEntropyProbs {
             reduction,
             weight,
