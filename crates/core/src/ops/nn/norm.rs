@@ -103,12 +103,13 @@ impl Grouping {
     /// Per-group mean and biased variance, two-pass for accuracy, each sum pairwise
     /// (`group_sums`) and divided by the count (not multiplied by a rounded reciprocal).
     fn stats<S: Scalar>(&self, x: &[S]) -> (Vec<S>, Vec<S>) {
-        let mean = self.divided(group_sums(x.len(), self.groups, self.group, |i, _| x[i]));
-        let var = self.divided(group_sums(x.len(), self.groups, self.group, |i, g| {
-            let d = x[i] - mean[g];
-            d * d
-        }));
-        (mean, var)
+        let [sum] = group_sums(self.group, self.groups, x, x, [], |v, _, []| [v]);
+        let mean = self.divided(sum);
+        let [squares] = group_sums(self.group, self.groups, x, x, [&mean], |v, _, [m]| {
+            let d = v - m;
+            [d * d]
+        });
+        (mean, self.divided(squares))
     }
 
     /// Group sums divided by `group_len` (left as they are, zeros, for empty groups).
@@ -120,34 +121,59 @@ impl Grouping {
         sums
     }
 
-    fn xhat<S: Scalar>(&self, x: &[S], mean: &[S], rstd: &[S]) -> Vec<S> {
-        map_groups(self.group, x.len(), |i, g| (x[i] - mean[g]) * rstd[g])
+    fn xhat<S: Scalar>(&self, x: &Tensor<S>, mean: &[S], rstd: &[S]) -> Tensor<S> {
+        let v = x.data();
+        mapped(x.shape(), self.group, v, v, [mean, rstd], |v, _, [m, r]| {
+            (v - m) * r
+        })
     }
 
-    /// `y = xhat * w[c] + b[c]`.
-    fn affine<S: Scalar>(&self, xhat: &[S], w: Option<&[S]>, b: Option<&[S]>) -> Vec<S> {
-        map_groups(self.param, xhat.len(), |i, c| {
-            let h = xhat[i];
-            let y = w.map_or(h, |w| h * w[c]);
-            b.map_or(y, |b| y + b[c])
+    /// `y = xhat * w[c] + b[c]`; a missing weight is 1 and a missing bias -0, the exact
+    /// identities (`h * 1 == h` and `h + -0 == h` bit for bit, signed zeros and NaNs included).
+    fn affine<S: Scalar>(&self, xhat: &Tensor<S>, w: Option<&[S]>, b: Option<&[S]>) -> Tensor<S> {
+        let ones = self.filler(w, S::ONE);
+        let zeros = self.filler(b, -S::ZERO);
+        let (w, b) = (w.unwrap_or(&ones), b.unwrap_or(&zeros));
+        let h = xhat.data();
+        mapped(xhat.shape(), self.param, h, h, [w, b], |h, _, [w, b]| {
+            h * w + b
         })
+    }
+
+    /// `value` per parameter where `given` is absent (nothing allocated where it is present).
+    fn filler<S: Scalar>(&self, given: Option<&[S]>, value: S) -> Vec<S> {
+        match given {
+            Some(_) => Vec::new(),
+            None => vec![value; self.params],
+        }
     }
 
     /// The tangent (and, by symmetry of the projection, the cotangent) of `xhat` given that of
-    /// `x`: `rstd * (d - mean(d) - xhat * mean(d * xhat))` per group.
-    fn normalize_derivative<S: Scalar>(&self, d: &[S], xhat: &[S], rstd: &[S]) -> Vec<S> {
-        let a = self.divided(group_sums(d.len(), self.groups, self.group, |i, _| d[i]));
-        let b = self.divided(group_sums(d.len(), self.groups, self.group, |i, _| {
-            d[i] * xhat[i]
-        }));
-        map_groups(self.group, d.len(), |i, g| {
-            rstd[g] * (d[i] - a[g] - xhat[i] * b[g])
-        })
+    /// `x`: `rstd * (d - mean(d) - xhat * mean(d * xhat))` per group; both means from one walk.
+    fn normalize_derivative<S: Scalar>(&self, d: &[S], xhat: &Tensor<S>, rstd: &[S]) -> Tensor<S> {
+        let h = xhat.data();
+        let [a, b] = group_sums(self.group, self.groups, d, h, [], |v, h, []| [v, v * h]);
+        let (a, b) = (self.divided(a), self.divided(b));
+        mapped(
+            xhat.shape(),
+            self.group,
+            d,
+            h,
+            [rstd, &a, &b],
+            |v, h, [r, a, b]| r * (v - a - h * b),
+        )
     }
 
-    /// `sum over elements i of channel c of f(i, c)` (pairwise, see `group_sums`).
-    fn per_param<S: Scalar>(&self, n: usize, f: impl Fn(usize, usize) -> S) -> Vec<S> {
-        group_sums(n, self.params, self.param, f)
+    /// `sum over elements i of channel c of term(a[i], b[i], [p[c] for p in per_param])`
+    /// (pairwise, see `group_sums`), M sums from one walk.
+    fn per_param<S: Scalar, const K: usize, const M: usize>(
+        &self,
+        a: &[S],
+        b: &[S],
+        per_param: [&[S]; K],
+        term: impl Fn(S, S, [S; K]) -> [S; M],
+    ) -> [Vec<S>; M] {
+        group_sums(self.param, self.params, a, b, per_param, term)
     }
 }
 
@@ -198,7 +224,7 @@ fn normalized_vjp<S: Scalar>(
     bias: bool,
 ) -> Result<Grads<S>> {
     let x = ctx.input(op, 0)?;
-    let xhat = grouping.xhat(x.data(), mean, rstd);
+    let xhat = grouping.xhat(x, mean, rstd);
     let g = cot.data();
     let w = if weight {
         Some(ctx.input(op, 1)?.data())
@@ -206,25 +232,40 @@ fn normalized_vjp<S: Scalar>(
         None
     };
     let mut grads = smallvec![when(ctx, 0, || {
-        let gh: Vec<S> = match w {
-            Some(w) => map_groups(grouping.param, g.len(), |i, c| g[i] * w[c]),
-            None => g.to_vec(),
+        let dx = match w {
+            Some(w) => {
+                let gh = mapped(x.shape(), grouping.param, g, g, [w], |v, _, [w]| v * w);
+                grouping.normalize_derivative(gh.data(), &xhat, rstd)
+            }
+            None => grouping.normalize_derivative(g, &xhat, rstd),
         };
-        let dx = grouping.normalize_derivative(&gh, &xhat, rstd);
-        Tensor::from_shape(x.shape().clone(), dx)
+        Ok(dx)
     })?];
+    // The weight's and the bias's gradients from one walk when both are needed.
+    let bias_at = 1 + usize::from(weight);
+    let (need_w, need_b) = (weight && ctx.needs(1), bias && ctx.needs(bias_at));
+    let (mut dw, mut db) = (None, None);
+    if need_w && need_b {
+        let [sw, sb] = grouping.per_param(g, xhat.data(), [], |v, h, []| [v * h, v]);
+        (dw, db) = (Some(sw), Some(sb));
+    } else if need_w {
+        let [sw] = grouping.per_param(g, xhat.data(), [], |v, h, []| [v * h]);
+        dw = Some(sw);
+    } else if need_b {
+        let [sb] = grouping.per_param(g, g, [], |v, _, []| [v]);
+        db = Some(sb);
+    }
     if weight {
-        grads.push(when(ctx, 1, || {
-            let dw = grouping.per_param(g.len(), |i, _| g[i] * xhat[i]);
-            Tensor::from_shape(ctx.input_shapes[1].clone(), dw)
-        })?);
+        grads.push(match dw {
+            Some(dw) => Some(Tensor::from_shape(ctx.input_shapes[1].clone(), dw)?),
+            None => None,
+        });
     }
     if bias {
-        let at = 1 + usize::from(weight);
-        grads.push(when(ctx, at, || {
-            let db = grouping.per_param(g.len(), |i, _| g[i]);
-            Tensor::from_shape(ctx.input_shapes[at].clone(), db)
-        })?);
+        grads.push(match db {
+            Some(db) => Some(Tensor::from_shape(ctx.input_shapes[bias_at].clone(), db)?),
+            None => None,
+        });
     }
     Ok(grads)
 }
@@ -240,22 +281,34 @@ fn normalized_jvp<S: Scalar>(
     weight: bool,
     bias: bool,
 ) -> Result<Tensor<S>> {
-    let xhat = grouping.xhat(x[0].data(), mean, rstd);
+    let xhat = grouping.xhat(x[0], mean, rstd);
     let dh = grouping.normalize_derivative(t[0].data(), &xhat, rstd);
+    let (dh, h) = (dh.data(), xhat.data());
     let (w, _) = affine_args(x, 1, weight, bias);
     let (tw, tb) = affine_args(t, 1, weight, bias);
-    let data = map_groups(grouping.param, dh.len(), |i, c| {
-        let (d, h) = (dh[i], xhat[i]);
-        let mut y = w.map_or(d, |w| d * w[c]);
-        if let Some(tw) = tw {
-            y += h * tw[c];
-        }
-        if let Some(tb) = tb {
-            y += tb[c];
-        }
-        y
-    });
-    Tensor::from_shape(x[0].shape().clone(), data)
+    let ones = grouping.filler(w, S::ONE);
+    let w = w.unwrap_or(&ones);
+    let (has_tw, has_tb) = (tw.is_some(), tb.is_some());
+    // Absent tangents are skipped, not added as zeros (`h * 0` is NaN for an infinite `h`).
+    let (tw, tb) = (tw.unwrap_or(w), tb.unwrap_or(w));
+    let shape = x[0].shape();
+    Ok(mapped(
+        shape,
+        grouping.param,
+        dh,
+        h,
+        [w, tw, tb],
+        |d, h, [w, tw, tb]| {
+            let mut y = d * w;
+            if has_tw {
+                y += h * tw;
+            }
+            if has_tb {
+                y += tb;
+            }
+            y
+        },
+    ))
 }
 
 /// The forward of the norms whose statistics come from the input alone (layer and group norm):
@@ -270,12 +323,12 @@ fn group_stats_forward<S: Scalar>(
 ) -> Result<Forward<S>> {
     let (mean, var) = grouping.stats(x[0].data());
     let rstd = rstd_of(&var, eps);
-    let xhat = grouping.xhat(x[0].data(), &mean, &rstd);
+    let xhat = grouping.xhat(x[0], &mean, &rstd);
     let (w, b) = affine_args(x, 1, weight, bias);
     let y = grouping.affine(&xhat, w, b);
     let stats = Shape::new([grouping.groups])?;
     Ok(Forward {
-        value: Tensor::from_shape(x[0].shape().clone(), y)?,
+        value: y,
         aux: Aux::Tensors(vec![
             Tensor::from_shape(stats.clone(), mean)?,
             Tensor::from_shape(stats, rstd)?,
@@ -636,20 +689,18 @@ impl OpRules for BatchNorm {
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         let grouping = self.grouping(x[0].shape())?;
         let (w, b) = affine_args(x, self.affine_at(), self.weight, self.bias);
-        let shape = x[0].shape().clone();
         if !self.training {
             let rstd = self.eval_rstd(x[2]);
-            let xhat = grouping.xhat(x[0].data(), x[1].data(), &rstd);
-            let y = grouping.affine(&xhat, w, b);
-            return Ok(Forward::new(Tensor::from_shape(shape, y)?));
+            let xhat = grouping.xhat(x[0], x[1].data(), &rstd);
+            return Ok(Forward::new(grouping.affine(&xhat, w, b)));
         }
         let (mean, var) = grouping.stats(x[0].data());
         let rstd = rstd_of(&var, self.eps);
-        let xhat = grouping.xhat(x[0].data(), &mean, &rstd);
+        let xhat = grouping.xhat(x[0], &mean, &rstd);
         let y = grouping.affine(&xhat, w, b);
         let c = Shape::new([grouping.groups])?;
         Ok(Forward {
-            value: Tensor::from_shape(shape, y)?,
+            value: y,
             aux: Aux::Tensors(vec![
                 Tensor::from_shape(c.clone(), mean)?,
                 Tensor::from_shape(c.clone(), var)?,
@@ -684,38 +735,45 @@ impl OpRules for BatchNorm {
         };
         let g = cot.data();
         // gw_i = g_i * w_c, the cotangent of xhat.
-        let gw: Vec<S> = map_groups(grouping.param, g.len(), |i, c| {
-            w.map_or(g[i], |w| g[i] * w[c])
-        });
+        let gw_tensor;
+        let gw = match w {
+            Some(w) => {
+                gw_tensor = mapped(cot.shape(), grouping.param, g, g, [w], |v, _, [w]| v * w);
+                gw_tensor.data()
+            }
+            None => g,
+        };
         let shape = |i: usize| ctx.input_shapes[i].clone();
         let half = S::from_f64(0.5);
+        let (param, params) = (grouping.param, grouping.params);
         let mut grads = smallvec![
             when(ctx, 0, || {
-                let dx = map_groups(grouping.param, gw.len(), |i, c| gw[i] * rstd[c]);
-                Tensor::from_shape(shape(0), dx)
+                Ok(mapped(&shape(0), param, gw, gw, [&rstd], |v, _, [r]| v * r))
             })?,
             when(ctx, 1, || {
-                let dm = grouping.per_param(g.len(), |i, c| gw[i] * rstd[c]);
+                let [dm] = group_sums(param, params, gw, gw, [&rstd], |v, _, [r]| [v * r]);
                 Tensor::from_shape(shape(1), dm.into_iter().map(|v| -v).collect())
             })?,
             when(ctx, 2, || {
-                let dv = grouping.per_param(g.len(), |i, c| {
-                    let r = rstd[c];
-                    gw[i] * (x[i] - m[c]) * (r * r * r)
+                let [dv] = group_sums(param, params, gw, x, [m, &rstd], |v, x, [m, r]| {
+                    [v * (x - m) * (r * r * r)]
                 });
                 Tensor::from_shape(shape(2), dv.into_iter().map(|v| -(v * half)).collect())
             })?,
         ];
         if self.weight {
             grads.push(when(ctx, 3, || {
-                let dw = grouping.per_param(g.len(), |i, c| g[i] * ((x[i] - m[c]) * rstd[c]));
+                let [dw] = group_sums(param, params, g, x, [m, &rstd], |v, x, [m, r]| {
+                    [v * ((x - m) * r)]
+                });
                 Tensor::from_shape(shape(3), dw)
             })?);
         }
         if self.bias {
             let at = 3 + usize::from(self.weight);
             grads.push(when(ctx, at, || {
-                Tensor::from_shape(shape(at), grouping.per_param(g.len(), |i, _| g[i]))
+                let [db] = group_sums(param, params, g, g, [], |v, _, []| [v]);
+                Tensor::from_shape(shape(at), db)
             })?);
         }
         Ok(grads)
@@ -743,23 +801,36 @@ impl OpRules for BatchNorm {
         let rstd = self.eval_rstd(x[2]);
         let (w, _) = affine_args(x, 3, self.weight, self.bias);
         let (tw, tb) = affine_args(t, 3, self.weight, self.bias);
-        let (tx, tm, tv) = (t[0].data(), t[1].data(), t[2].data());
         let half = S::from_f64(0.5);
-        let data = map_groups(grouping.param, xs.len(), |i, c| {
-            let r = rstd[c];
-            let centered = xs[i] - m[c];
-            // d xhat = (dx - dm) * rstd - (x - m) * rstd^3 * dv / 2
-            let dh = (tx[i] - tm[c]) * r - centered * (r * r * r) * tv[c] * half;
-            let mut y = w.map_or(dh, |w| dh * w[c]);
-            if let Some(tw) = tw {
-                y += centered * r * tw[c];
-            }
-            if let Some(tb) = tb {
-                y += tb[c];
-            }
-            y
-        });
-        Tensor::from_shape(x[0].shape().clone(), data)
+        let ones = grouping.filler(w, S::ONE);
+        let w = w.unwrap_or(&ones);
+        let (has_tw, has_tb) = (tw.is_some(), tb.is_some());
+        // Absent tangents are skipped, not added as zeros (`h * 0` is NaN for an infinite `h`).
+        let (tw, tb) = (tw.unwrap_or(w), tb.unwrap_or(w));
+        let (tm, tv) = (t[1].data(), t[2].data());
+        let per_channel = [m, &rstd[..], w, tw, tb, tm, tv];
+        let shape = x[0].shape();
+        Ok(mapped(
+            shape,
+            grouping.param,
+            xs,
+            t[0].data(),
+            per_channel,
+            |x, tx, p| {
+                let [m, r, w, tw, tb, tm, tv] = p;
+                let centered = x - m;
+                // d xhat = (dx - dm) * rstd - (x - m) * rstd^3 * dv / 2
+                let dh = (tx - tm) * r - centered * (r * r * r) * tv * half;
+                let mut y = dh * w;
+                if has_tw {
+                    y += centered * r * tw;
+                }
+                if has_tb {
+                    y += tb;
+                }
+                y
+            },
+        ))
     }
     /// Evaluation mode needs `running_var + eps > 0`.
     fn check_domain<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<()> {
@@ -815,4 +886,18 @@ impl std::fmt::Display for GroupNorm {
             self.num_groups, self.eps, self.weight, self.bias
         )
     }
+}
+
+/// `f` over the elements as [`map_groups`] maps it, written straight into a tensor's buffer.
+fn mapped<S: Scalar, const K: usize>(
+    shape: &Shape,
+    map: IndexMap,
+    a: &[S],
+    b: &[S],
+    per_group: [&[S]; K],
+    f: impl Fn(S, S, [S; K]) -> S,
+) -> Tensor<S> {
+    Tensor::from_writer(shape.clone(), |out| {
+        map_groups(map, out, a, b, per_group, f)
+    })
 }
