@@ -140,12 +140,19 @@ impl Grouping {
         })
     }
 
-    /// `value` per parameter where `given` is absent (nothing allocated where it is present).
+    /// `value` per parameter where `given` is absent (nothing allocated where it is present,
+    /// nor for an empty input, whose maps read no parameter: its parameter count may be huge,
+    /// as layer_norm's over [0, 2^28, 2^28] with no weight).
     fn filler<S: Scalar>(&self, given: Option<&[S]>, value: S) -> Vec<S> {
         match given {
-            Some(_) => Vec::new(),
-            None => vec![value; self.params],
+            None if !self.is_empty() => vec![value; self.params],
+            _ => Vec::new(),
         }
+    }
+
+    /// Whether the input has no element (no group, or groups of none).
+    fn is_empty(&self) -> bool {
+        self.groups == 0 || self.group_len == 0
     }
 
     /// The tangent (and, by symmetry of the projection, the cotangent) of `xhat` given that of
