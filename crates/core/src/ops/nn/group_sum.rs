@@ -6,6 +6,8 @@
 use std::ops::Range;
 use tapegrad_tensor::Scalar;
 
+pub(super) mod joint;
+
 /// Independent running sums inside a block: a group's value at position k of its block is added
 /// to lane `k % LANES`, so a block is LANES dependent chains (one SIMD register of f32), not one.
 const LANES: usize = 8;
@@ -35,12 +37,14 @@ fn add_each<S: Scalar, const M: usize>(a: [S; M], b: [S; M]) -> [S; M] {
 
 /// M running sums of one group fed the same positions: the lanes of the current block, and the
 /// sums of 2^k earlier blocks at level k (a binary counter, so equal-sized partial sums are
-/// added together: pairwise summation, online).
+/// added together: pairwise summation, online). Level k holds a sum where bit k of `blocks`,
+/// the count of full blocks, is set.
 #[derive(Clone)]
 struct CascadeSum<S, const M: usize> {
     lanes: [[S; LANES]; M],
     in_block: usize,
-    levels: Vec<Option<[S; M]>>,
+    blocks: usize,
+    levels: Vec<[S; M]>,
 }
 
 impl<S: Scalar, const M: usize> CascadeSum<S, M> {
@@ -48,6 +52,7 @@ impl<S: Scalar, const M: usize> CascadeSum<S, M> {
         CascadeSum {
             lanes: [[S::ZERO; LANES]; M],
             in_block: 0,
+            blocks: 0,
             levels: Vec::new(),
         }
     }
@@ -66,22 +71,18 @@ impl<S: Scalar, const M: usize> CascadeSum<S, M> {
         }
     }
 
-    /// Adds `term(a[i], b[i])` for i in order, with the same additions as `add` one by one; the
-    /// lanes stay in registers across blocks.
+    /// Adds `term(a[i], b[i], c[i])` for i in order, with the same additions as `add` one by
+    /// one (`b` and `c` at least as long as `a`); the lanes stay in registers across blocks.
     #[inline(always)]
-    fn add_run(&mut self, a: &[S], b: &[S], term: impl Fn(S, S) -> [S; M]) {
-        let b = &b[..a.len()];
+    fn add_run(&mut self, a: &[S], b: &[S], c: &[S], term: impl Fn(S, S, S) -> [S; M]) {
+        let (b, c) = (&b[..a.len()], &c[..a.len()]);
         let mut lanes = self.lanes;
         let mut at = 0;
         while at < a.len() {
             let take = (BLOCK - self.in_block).min(a.len() - at);
-            fill(
-                &mut lanes,
-                self.in_block,
-                &a[at..at + take],
-                &b[at..at + take],
-                &term,
-            );
+            let piece = at..at + take;
+            let (a, b, c) = (&a[piece.clone()], &b[piece.clone()], &c[piece]);
+            fill(&mut lanes, self.in_block, [a, b, c], &term);
             self.in_block += take;
             at += take;
             if self.in_block == BLOCK {
@@ -96,21 +97,25 @@ impl<S: Scalar, const M: usize> CascadeSum<S, M> {
     fn carry(&mut self, block: [S; M]) {
         let mut carry = block;
         self.in_block = 0;
-        for level in self.levels.iter_mut() {
-            match level.take() {
-                None => {
-                    *level = Some(carry);
-                    return;
-                }
-                Some(earlier) => carry = add_each(earlier, carry),
-            }
+        let mut level = 0;
+        while self.blocks >> level & 1 == 1 {
+            carry = add_each(self.levels[level], carry);
+            level += 1;
         }
-        self.levels.push(Some(carry));
+        match self.levels.get_mut(level) {
+            Some(slot) => *slot = carry,
+            None => self.levels.push(carry),
+        }
+        self.blocks += 1;
     }
 
     /// The totals: the partial sums from the largest (earliest) down, then the open block.
     fn total(&self) -> [S; M] {
-        let whole = self.levels.iter().rev().flatten().copied().reduce(add_each);
+        let whole = (0..self.levels.len())
+            .rev()
+            .filter(|&level| self.blocks >> level & 1 == 1)
+            .map(|level| self.levels[level])
+            .reduce(add_each);
         let open = self.lanes.map(fold_lanes);
         match whole {
             Some(w) if self.in_block > 0 => add_each(w, open),
@@ -120,42 +125,101 @@ impl<S: Scalar, const M: usize> CascadeSum<S, M> {
     }
 }
 
-/// Adds `term(a[i], b[i])` to `lanes`, the open block holding `in_block` values, where all of
-/// `a` fits in the block: one by one up to a lane boundary, then whole rounds of LANES values
-/// (the loop that vectorizes), then the rest from lane 0.
+/// Adds `term(a[i], b[i], c[i])` for `[a, b, c]` (of one length) to `lanes`, the open block
+/// holding `in_block` values, where all of them fit in the block.
 #[inline(always)]
 fn fill<S: Scalar, const M: usize>(
     lanes: &mut [[S; LANES]; M],
     in_block: usize,
-    a: &[S],
-    b: &[S],
-    term: &impl Fn(S, S) -> [S; M],
+    abc: [&[S]; 3],
+    term: &impl Fn(S, S, S) -> [S; M],
 ) {
-    let b = &b[..a.len()];
-    let first = in_block % LANES;
-    let head = ((LANES - first) % LANES).min(a.len());
-    for i in 0..head {
-        let t = term(a[i], b[i]);
-        for m in 0..M {
-            lanes[m][first + i] += t[m];
-        }
-    }
-    let (ca, cb) = (a[head..].chunks_exact(LANES), b[head..].chunks_exact(LANES));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for k in 0..LANES {
-            let t = term(x[k], y[k]);
-            for m in 0..M {
-                lanes[m][k] += t[m];
-            }
-        }
-    }
-    for (k, (&x, &y)) in ra.iter().zip(rb).enumerate() {
-        let t = term(x, y);
+    for_each_lane(in_block, abc, |k, x, y, z| {
+        let t = term(x, y, z);
         for m in 0..M {
             lanes[m][k] += t[m];
         }
+    });
+}
+
+/// Calls `add(lane, a[i], b[i], c[i])` for `[a, b, c]` (of one length) in order, the lane of
+/// element i being `(in_block + i) % LANES`: one by one up to a lane boundary, then whole
+/// rounds of LANES values (the loop that vectorizes), then the rest from lane 0.
+#[inline(always)]
+fn for_each_lane<S: Scalar>(
+    in_block: usize,
+    [a, b, c]: [&[S]; 3],
+    mut add: impl FnMut(usize, S, S, S),
+) {
+    let (b, c) = (&b[..a.len()], &c[..a.len()]);
+    let first = in_block % LANES;
+    let head = ((LANES - first) % LANES).min(a.len());
+    for i in 0..head {
+        add(first + i, a[i], b[i], c[i]);
     }
+    let (ca, cb, cc) = (
+        a[head..].chunks_exact(LANES),
+        b[head..].chunks_exact(LANES),
+        c[head..].chunks_exact(LANES),
+    );
+    let (ra, rb, rc) = (ca.remainder(), cb.remainder(), cc.remainder());
+    for ((x, y), z) in ca.zip(cb).zip(cc) {
+        for k in 0..LANES {
+            add(k, x[k], y[k], z[k]);
+        }
+    }
+    for (k, ((&x, &y), &z)) in ra.iter().zip(rb).zip(rc).enumerate() {
+        add(k, x, y, z);
+    }
+}
+
+/// `first.add_run(a, b, a, first_term)` and `second.add_run(a, b, a, second_term)` (the same
+/// additions), in one loop where both open blocks are at the same lane, so that the terms share
+/// their loads and common parts and the two sets of lanes add side by side.
+#[inline(always)]
+fn add_run_pair<S: Scalar, const MA: usize, const MB: usize>(
+    first: &mut CascadeSum<S, MA>,
+    second: &mut CascadeSum<S, MB>,
+    a: &[S],
+    b: &[S],
+    first_term: impl Fn(S, S) -> [S; MA],
+    second_term: impl Fn(S, S) -> [S; MB],
+) {
+    if first.in_block % LANES != second.in_block % LANES {
+        first.add_run(a, b, a, |x, y, _| first_term(x, y));
+        second.add_run(a, b, a, |x, y, _| second_term(x, y));
+        return;
+    }
+    let b = &b[..a.len()];
+    let (mut lanes_a, mut lanes_b) = (first.lanes, second.lanes);
+    let mut at = 0;
+    while at < a.len() {
+        let room = (BLOCK - first.in_block).min(BLOCK - second.in_block);
+        let take = room.min(a.len() - at);
+        let (a, b) = (&a[at..at + take], &b[at..at + take]);
+        for_each_lane(first.in_block, [a, b, a], |k, x, y, _| {
+            let (t, u) = (first_term(x, y), second_term(x, y));
+            for m in 0..MA {
+                lanes_a[m][k] += t[m];
+            }
+            for m in 0..MB {
+                lanes_b[m][k] += u[m];
+            }
+        });
+        first.in_block += take;
+        second.in_block += take;
+        at += take;
+        if first.in_block == BLOCK {
+            first.carry(lanes_a.map(fold_lanes));
+            lanes_a = [[S::ZERO; LANES]; MA];
+        }
+        if second.in_block == BLOCK {
+            second.carry(lanes_b.map(fold_lanes));
+            lanes_b = [[S::ZERO; LANES]; MB];
+        }
+    }
+    first.lanes = lanes_a;
+    second.lanes = lanes_b;
 }
 
 /// `(i / div) % modulo`: how an element's flat index maps to its statistics group or channel.
@@ -236,7 +300,7 @@ pub(super) fn map_groups<S: Scalar, const K: usize>(
                 }
             }
         }
-    });
+    })
 }
 
 /// M [`CascadeSum`]s per column of rows fed whole: every column gets one value per row, so all
@@ -283,7 +347,7 @@ impl<S: Scalar, const M: usize> RowCascade<S, M> {
     }
 
     /// Adds `term(a[j], b[j], [p[j] for p in per_group])[m]` to sum m of column j.
-    #[inline]
+    #[inline(always)]
     fn add_row<const K: usize>(
         &mut self,
         a: &[S],
@@ -381,7 +445,8 @@ pub(super) fn group_sums<S: Scalar, const K: usize, const M: usize>(
                 sums = vec![CascadeSum::new(); groups];
             }
             let p = per_group.map(|p| p[g]);
-            sums[g].add_run(&a[run.clone()], &b[run], |x, y| term(x, y, p));
+            let (a, b) = (&a[run.clone()], &b[run]);
+            sums[g].add_run(a, b, a, |x, y, _| term(x, y, p));
         }
         Segment::Ascending => rows.get_or_insert_with(|| RowCascade::new(groups)).add_row(
             &a[run.clone()],
@@ -392,11 +457,14 @@ pub(super) fn group_sums<S: Scalar, const K: usize, const M: usize>(
     });
     match rows {
         Some(rows) => rows.totals(),
-        None => {
-            let totals: Vec<[S; M]> = sums.iter().map(CascadeSum::total).collect();
-            std::array::from_fn(|m| totals.iter().map(|t| t[m]).collect())
-        }
+        None => totals(&sums),
     }
+}
+
+/// Sum m of each [`CascadeSum`] of `sums`, in order, for each m.
+fn totals<S: Scalar, const M: usize>(sums: &[CascadeSum<S, M>]) -> [Vec<S>; M] {
+    let totals: Vec<[S; M]> = sums.iter().map(CascadeSum::total).collect();
+    std::array::from_fn(|m| totals.iter().map(|t| t[m]).collect())
 }
 
 #[cfg(test)]
@@ -476,10 +544,10 @@ mod tests {
             assert_eq!(sum.total()[0].to_bits(), want.to_bits(), "length {len}");
             // A run fed at once, and in uneven pieces, adds the same way.
             let mut whole = CascadeSum::<f32, 1>::new();
-            whole.add_run(&values, &values, |v, _| [v]);
+            whole.add_run(&values, &values, &values, |v, _, _| [v]);
             let mut pieces = CascadeSum::<f32, 1>::new();
             for piece in values.chunks(13) {
-                pieces.add_run(piece, piece, |v, _| [v]);
+                pieces.add_run(piece, piece, piece, |v, _, _| [v]);
             }
             assert_eq!(whole.total()[0].to_bits(), want.to_bits(), "length {len}");
             assert_eq!(pieces.total()[0].to_bits(), want.to_bits(), "length {len}");

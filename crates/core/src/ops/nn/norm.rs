@@ -2,6 +2,7 @@
 //! statistics, left in `Aux` with a pure running-statistics update; evaluation: running statistics
 //! as arguments) and `group_norm`. All share one core: statistics per group, per-channel affine.
 
+use super::group_sum::joint::Joint;
 use super::group_sum::{group_sums, map_groups, IndexMap};
 use super::{arity_with, check_eps, expect_shape, when};
 use crate::ops::{Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
@@ -140,6 +141,81 @@ impl Grouping {
         })
     }
 
+    /// `y = (x - mean[g]) * rstd[g] * w[c] + b[c]`: [`Grouping::xhat`] then
+    /// [`Grouping::affine`], in one pass where one walk follows both maps (the same bits).
+    fn normalized<S: Scalar>(
+        &self,
+        x: &Tensor<S>,
+        mean: &[S],
+        rstd: &[S],
+        w: Option<&[S]>,
+        b: Option<&[S]>,
+    ) -> Tensor<S> {
+        let Some(joint) = Joint::of(self.group, self.param, x.numel()) else {
+            return self.affine(&self.xhat(x, mean, rstd), w, b);
+        };
+        let ones = self.filler(w, S::ONE);
+        let zeros = self.filler(b, -S::ZERO);
+        let (w, b) = (w.unwrap_or(&ones), b.unwrap_or(&zeros));
+        let v = x.data();
+        Tensor::from_writer(x.shape().clone(), |out| {
+            joint.map(out, v, v, [mean, rstd], [w, b], |x, _, [m, r], [w, b]| {
+                (x - m) * r * w + b
+            })
+        })
+    }
+
+    /// The input's gradient given the output's, `g`, and the sums of the weight's and the
+    /// bias's gradients (`[dw, db]`) where `channel_sums` asks for them, from one walk of the
+    /// data for the sums and one for the gradient: the same values as
+    /// [`Grouping::normalize_derivative`] of `g * w` and [`Grouping::per_param`] of `g * xhat`
+    /// and `g`, with `xhat` and `g * w` computed where they are used instead of kept.
+    #[allow(clippy::too_many_arguments)]
+    fn joint_vjp<S: Scalar>(
+        &self,
+        joint: &Joint,
+        x: &Tensor<S>,
+        g: &[S],
+        mean: &[S],
+        rstd: &[S],
+        w: Option<&[S]>,
+        channel_sums: bool,
+    ) -> (Tensor<S>, Option<[Vec<S>; 2]>) {
+        let ones = self.filler(w, S::ONE);
+        let w = w.unwrap_or(&ones);
+        let (xs, stats) = (x.data(), [mean, rstd]);
+        let (groups, params) = (self.groups, self.params);
+        // Per group: the sums of gh = g * w and of gh * xhat.
+        let by_group = |x: S, g: S, [m, r]: [S; 2], w: S| {
+            let gh = g * w;
+            [gh, gh * ((x - m) * r)]
+        };
+        let ([a, b], channel) = if channel_sums {
+            let (a_b, [dw, db]) = joint.sums(groups, params, xs, g, stats, w, by_group, {
+                |x: S, g: S, [m, r]: [S; 2], _| [g * ((x - m) * r), g]
+            });
+            (a_b, Some([dw, db]))
+        } else {
+            let (a_b, []) = joint.sums(groups, params, xs, g, stats, w, by_group, |_, _, _, _| []);
+            (a_b, None)
+        };
+        let (a, b) = (self.divided(a), self.divided(b));
+        let dx = Tensor::from_writer(x.shape().clone(), |out| {
+            joint.map(
+                out,
+                xs,
+                g,
+                [mean, rstd, &a, &b],
+                [w],
+                |x, g, [m, r, a, b], [w]| {
+                    let h = (x - m) * r;
+                    r * (g * w - a - h * b)
+                },
+            )
+        });
+        (dx, channel)
+    }
+
     /// `value` per parameter where `given` is absent (nothing allocated where it is present,
     /// nor for an empty input, whose maps read no parameter: its parameter count may be huge,
     /// as layer_norm's over [0, 2^28, 2^28] with no weight).
@@ -231,37 +307,50 @@ fn normalized_vjp<S: Scalar>(
     bias: bool,
 ) -> Result<Grads<S>> {
     let x = ctx.input(op, 0)?;
-    let xhat = grouping.xhat(x, mean, rstd);
     let g = cot.data();
     let w = if weight {
         Some(ctx.input(op, 1)?.data())
     } else {
         None
     };
-    let mut grads = smallvec![when(ctx, 0, || {
-        let dx = match w {
-            Some(w) => {
-                let gh = mapped(x.shape(), grouping.param, g, g, [w], |v, _, [w]| v * w);
-                grouping.normalize_derivative(gh.data(), &xhat, rstd)
-            }
-            None => grouping.normalize_derivative(g, &xhat, rstd),
-        };
-        Ok(dx)
-    })?];
-    // The weight's and the bias's gradients from one walk when both are needed.
     let bias_at = 1 + usize::from(weight);
     let (need_w, need_b) = (weight && ctx.needs(1), bias && ctx.needs(bias_at));
-    let (mut dw, mut db) = (None, None);
-    if need_w && need_b {
-        let [sw, sb] = grouping.per_param(g, xhat.data(), [], |v, h, []| [v * h, v]);
-        (dw, db) = (Some(sw), Some(sb));
-    } else if need_w {
-        let [sw] = grouping.per_param(g, xhat.data(), [], |v, h, []| [v * h]);
-        dw = Some(sw);
-    } else if need_b {
-        let [sb] = grouping.per_param(g, g, [], |v, _, []| [v]);
-        db = Some(sb);
-    }
+    let (dx, dw, db) = match Joint::of(grouping.group, grouping.param, g.len()) {
+        Some(joint) if ctx.needs(0) => {
+            let (dx, sums) = grouping.joint_vjp(&joint, x, g, mean, rstd, w, need_w || need_b);
+            let [dw, db] = sums.map_or([None, None], |sums| sums.map(Some));
+            (Some(dx), dw.filter(|_| need_w), db.filter(|_| need_b))
+        }
+        _ => {
+            let xhat = grouping.xhat(x, mean, rstd);
+            let dx = ctx.needs(0).then(|| match w {
+                Some(w) => {
+                    let gh = mapped(x.shape(), grouping.param, g, g, [w], |v, _, [w]| v * w);
+                    grouping.normalize_derivative(gh.data(), &xhat, rstd)
+                }
+                None => grouping.normalize_derivative(g, &xhat, rstd),
+            });
+            // The weight's and the bias's gradients from one walk when both are needed.
+            let h = xhat.data();
+            let (dw, db) = match (need_w, need_b) {
+                (true, true) => {
+                    let [dw, db] = grouping.per_param(g, h, [], |v, h, []| [v * h, v]);
+                    (Some(dw), Some(db))
+                }
+                (true, false) => {
+                    let [dw] = grouping.per_param(g, h, [], |v, h, []| [v * h]);
+                    (Some(dw), None)
+                }
+                (false, true) => {
+                    let [db] = grouping.per_param(g, g, [], |v, _, []| [v]);
+                    (None, Some(db))
+                }
+                (false, false) => (None, None),
+            };
+            (dx, dw, db)
+        }
+    };
+    let mut grads = smallvec![dx];
     if weight {
         grads.push(match dw {
             Some(dw) => Some(Tensor::from_shape(ctx.input_shapes[1].clone(), dw)?),
@@ -330,9 +419,8 @@ fn group_stats_forward<S: Scalar>(
 ) -> Result<Forward<S>> {
     let (mean, var) = grouping.stats(x[0].data());
     let rstd = rstd_of(&var, eps);
-    let xhat = grouping.xhat(x[0], &mean, &rstd);
     let (w, b) = affine_args(x, 1, weight, bias);
-    let y = grouping.affine(&xhat, w, b);
+    let y = grouping.normalized(x[0], &mean, &rstd, w, b);
     let stats = Shape::new([grouping.groups])?;
     Ok(Forward {
         value: y,
@@ -698,13 +786,12 @@ impl OpRules for BatchNorm {
         let (w, b) = affine_args(x, self.affine_at(), self.weight, self.bias);
         if !self.training {
             let rstd = self.eval_rstd(x[2]);
-            let xhat = grouping.xhat(x[0], x[1].data(), &rstd);
-            return Ok(Forward::new(grouping.affine(&xhat, w, b)));
+            let y = grouping.normalized(x[0], x[1].data(), &rstd, w, b);
+            return Ok(Forward::new(y));
         }
         let (mean, var) = grouping.stats(x[0].data());
         let rstd = rstd_of(&var, self.eps);
-        let xhat = grouping.xhat(x[0], &mean, &rstd);
-        let y = grouping.affine(&xhat, w, b);
+        let y = grouping.normalized(x[0], &mean, &rstd, w, b);
         let c = Shape::new([grouping.groups])?;
         Ok(Forward {
             value: y,
