@@ -23,7 +23,7 @@ fn fold_lanes<S: Scalar>(mut lanes: [S; LANES]) -> S {
     while w > 1 {
         w /= 2;
         for k in 0..w {
-            lanes[k] = lanes[k] + lanes[k + w];
+            lanes[k] += lanes[k + w];
         }
     }
     lanes[0]
@@ -322,7 +322,7 @@ fn fold_lane_rows<S: Scalar>(lanes: &mut [S], columns: usize) {
         w /= 2;
         let (low, high) = lanes.split_at_mut(w * columns);
         for (x, &y) in low.iter_mut().zip(&high[..w * columns]) {
-            *x = *x + y;
+            *x += y;
         }
     }
 }
@@ -331,7 +331,7 @@ fn fold_lane_rows<S: Scalar>(lanes: &mut [S], columns: usize) {
 fn add_rows<S: Scalar, const M: usize>(a: &mut [Vec<S>; M], b: &[Vec<S>; M]) {
     for (a, b) in a.iter_mut().zip(b) {
         for (x, &y) in a.iter_mut().zip(b) {
-            *x = *x + y;
+            *x += y;
         }
     }
 }
