@@ -179,7 +179,8 @@ fn factored(batch: usize, out: usize, inn: usize, salt: usize) -> Grad<f32> {
 fn fused_factored_update_gives_the_same_bits_on_every_thread_count() {
     let _threads = thread_count_lock();
     // The MLP's first layer at batch 32 (a product large enough to be cut into bands on 2 or
-    // more threads), next to a dense gradient and a one-row factored one.
+    // more threads), next to a dense gradient, a one-row factored one, and a one-row factored
+    // one large enough for its outer-product update to be cut into bands of rows.
     let config = OptimizerConfig::Sgd {
         lr: 0.05,
         momentum: 0.0,
@@ -190,7 +191,13 @@ fn fused_factored_update_gives_the_same_bits_on_every_thread_count() {
     let run = |threads: usize| -> Vec<Vec<u32>> {
         set_num_threads(threads);
         let mut set = ParamSet::new();
-        for (name, dims) in [("w1", [256, 784]), ("w2", [10, 40]), ("w3", [16, 9])] {
+        let shapes = [
+            ("w1", [256, 784]),
+            ("w2", [10, 40]),
+            ("w3", [16, 9]),
+            ("w4", [1024, 1030]),
+        ];
+        for (name, dims) in shapes {
             let v = (0..dims[0] * dims[1]).map(|i| value(i, 3)).collect();
             set.add(name, Tensor::new(&dims, v).unwrap(), ParamKind::Trainable)
                 .unwrap();
@@ -202,6 +209,7 @@ fn fused_factored_update_gives_the_same_bits_on_every_thread_count() {
                 factored(32, 256, 784, step),
                 Grad::Dense(dense.unwrap()),
                 factored(1, 16, 9, step),
+                factored(1, 1024, 1030, step),
             ];
             opt.step_grads(&mut set, grads, 0.05).unwrap();
         }

@@ -14,6 +14,14 @@ use tapegrad_tensor::Scalar;
 /// helper that is still polling.
 pub(super) const MIN_PER_THREAD: usize = 1 << 15;
 
+/// Weight elements per thread below which [`add_scaled_outer`] stays on one thread. Higher than
+/// [`MIN_PER_THREAD`]: the weight it updates is the one the next forward product reads on the
+/// calling thread, so a band updated on another core must travel back through the caches. At
+/// batch 1 the MLP's 256 x 784 first weight (200k elements, 800 KB) updated on two threads cost
+/// more than on one (session 15, AVX-512 EPYC: a step's median 24.8-35.3 us split, 24.0-24.8 us
+/// not, eight interleaved rounds of `bench mlp --batch 1 --threads 2`).
+const MIN_OUTER_PER_THREAD: usize = 1 << 18;
+
 /// A run of elements of one tensor (and of its state) that an update treats on its own, and can
 /// be cut in two at any element.
 pub(super) trait Piece: Sized + Send {
@@ -84,7 +92,7 @@ pub(super) fn add_scaled<S: Scalar>(p: &mut [S], a: S, g: &[S]) {
 /// on Zen 3). `cols` is a whole one-row tensor's data, and tensor buffers start on a 64-byte
 /// boundary (`tapegrad_tensor::BUFFER_ALIGN`), so it is read in place.
 pub(super) fn add_scaled_outer<S: Scalar>(p: &mut [S], a: S, rows: &[S], cols: &[S]) {
-    let threads = num_threads().min(p.len() / MIN_PER_THREAD).max(1);
+    let threads = num_threads().min(p.len() / MIN_OUTER_PER_THREAD).max(1);
     if threads == 1 || cols.is_empty() {
         return add_scaled_outer_here(p, a, rows, cols);
     }
