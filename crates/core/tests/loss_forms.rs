@@ -8,7 +8,7 @@
 
 mod ops_nn_support;
 
-use ops_nn_support::{fwd, laws, rng, uniform, vjp_with_needs};
+use ops_nn_support::{fwd, labels_with_options, laws, rng, uniform, vjp_with_needs};
 use proptest::prelude::*;
 use rand::Rng;
 use std::sync::Arc;
@@ -152,26 +152,7 @@ fn random_spatial(seed: u64) -> Spatial {
         dims.push(r.random_range(1..=3));
     }
     let count: usize = dims[0] * dims[2..].iter().product::<usize>();
-    let mut targets: Vec<usize> = (0..count).map(|_| r.random_range(0..c)).collect();
-    let weight = r
-        .random_bool(0.6)
-        .then(|| (0..c).map(|_| r.random_range(0.25..2.0)).collect());
-    let ignore_index = match r.random_range(0..3) {
-        0 => None,
-        1 if c >= 2 => Some(r.random_range(0..c)),
-        1 => None,
-        _ => Some(c + r.random_range(0..3)),
-    };
-    if let Some(i) = ignore_index {
-        for t in targets.iter_mut().skip(1) {
-            if r.random_bool(0.4) {
-                *t = i;
-            }
-        }
-        if targets[0] == i {
-            targets[0] = (i + 1) % c;
-        }
-    }
+    let (targets, weight, ignore_index) = labels_with_options(&mut r, c, count);
     Spatial {
         dims,
         targets,

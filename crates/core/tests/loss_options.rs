@@ -7,7 +7,7 @@
 
 mod ops_nn_support;
 
-use ops_nn_support::{fwd, laws, rng, uniform, vjp_with_needs};
+use ops_nn_support::{fwd, labels_with_options, laws, rng, uniform, vjp_with_needs};
 use proptest::prelude::*;
 use rand::Rng;
 use std::sync::Arc;
@@ -126,28 +126,7 @@ fn random_case(seed: u64) -> Case {
     let mut r = rng(seed);
     let c = r.random_range(1..=5);
     let n = r.random_range(1..=5);
-    let mut targets: Vec<usize> = (0..n).map(|_| r.random_range(0..c)).collect();
-    let weight = r
-        .random_bool(0.6)
-        .then(|| (0..c).map(|_| r.random_range(0.25..2.0)).collect());
-    let ignore_index = match r.random_range(0..3) {
-        0 => None,
-        // In range only with a second class left for the counted sample.
-        1 if c >= 2 => Some(r.random_range(0..c)),
-        1 => None,
-        _ => Some(c + r.random_range(0..3)),
-    };
-    if let Some(i) = ignore_index {
-        for t in targets.iter_mut().skip(1) {
-            if r.random_bool(0.4) {
-                *t = i;
-            }
-        }
-        if targets[0] == i {
-            // Keep one sample counted, so that the mean is a number and the laws apply.
-            targets[0] = (i + 1) % c;
-        }
-    }
+    let (targets, weight, ignore_index) = labels_with_options(&mut r, c, n);
     Case {
         targets,
         classes: c,

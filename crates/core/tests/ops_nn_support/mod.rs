@@ -1,6 +1,7 @@
 //! Shared checks for the nn-op tests: random tensors, and `laws`, which runs on one op at one point
 //! the finite-difference and adjoint checks (laws 5 and 6), zero preservation of the VJP, the
-//! `needs` contract, f32/f64 agreement of the forward pass and the op's `Display`.
+//! `needs` contract, f32/f64 agreement of the forward pass and the op's `Display`; and the class
+//! labels with PyTorch's options that the loss tests draw.
 
 #![allow(dead_code)]
 
@@ -12,6 +13,38 @@ use tapegrad_core::{Op, Scalar, Tensor};
 
 pub fn rng(seed: u64) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(seed)
+}
+
+/// `count` class labels among `c` classes, with PyTorch's options now and then: positive class
+/// weights, and an `ignore_index` in range (only with a second class left) or beyond it, which
+/// then marks about 40% of the labels but never the first, so one stays counted and the mean is
+/// a number where the laws apply.
+pub fn labels_with_options(
+    r: &mut ChaCha8Rng,
+    c: usize,
+    count: usize,
+) -> (Vec<usize>, Option<Vec<f64>>, Option<usize>) {
+    let mut targets: Vec<usize> = (0..count).map(|_| r.random_range(0..c)).collect();
+    let weight = r
+        .random_bool(0.6)
+        .then(|| (0..c).map(|_| r.random_range(0.25..2.0)).collect());
+    let ignore_index = match r.random_range(0..3) {
+        0 => None,
+        1 if c >= 2 => Some(r.random_range(0..c)),
+        1 => None,
+        _ => Some(c + r.random_range(0..3)),
+    };
+    if let Some(i) = ignore_index {
+        for t in targets.iter_mut().skip(1) {
+            if r.random_bool(0.4) {
+                *t = i;
+            }
+        }
+        if targets[0] == i {
+            targets[0] = (i + 1) % c;
+        }
+    }
+    (targets, weight, ignore_index)
 }
 
 pub fn t(dims: &[usize], data: &[f64]) -> Tensor<f64> {
