@@ -229,7 +229,7 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
         }),
         K::BinaryCrossEntropyWithLogits => Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
             reduction: reduction(rng),
-            pos_weight: class_weights(rng),
+            pos_weight: pos_weight(rng),
         }),
         K::NllLoss => Op::Loss(LossOp::NllLoss {
             targets: labels(rng),
@@ -251,7 +251,7 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
             let values = (0..shape.numel()).map(|_| value(rng)).collect();
             Op::Loss(LossOp::WeightedBinaryCrossEntropyWithLogits {
                 reduction: reduction(rng),
-                pos_weight: class_weights(rng),
+                pos_weight: pos_weight(rng),
                 weight: Arc::new(Tensor::new(shape.dims(), values).unwrap()),
             })
         }
@@ -264,6 +264,16 @@ fn class_weights(rng: &mut ChaCha8Rng) -> Option<Arc<Vec<f64>>> {
     rng.random_bool(0.4).then(|| {
         let len = rng.random_range(0..=5);
         Arc::new((0..len).map(|_| value(rng)).collect())
+    })
+}
+
+/// A hostile `pos_weight`: now and then, of any small shape (broadcastable into the input's or
+/// not, 0-d, empty), with hostile values.
+fn pos_weight(rng: &mut ChaCha8Rng) -> Option<Arc<Tensor<f64>>> {
+    rng.random_bool(0.4).then(|| {
+        let shape = small_shape(rng);
+        let values = (0..shape.numel()).map(|_| value(rng)).collect();
+        Arc::new(Tensor::new(shape.dims(), values).unwrap())
     })
 }
 

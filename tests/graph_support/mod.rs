@@ -282,8 +282,10 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
                 let len = if rng.random_bool(0.5) { last } else { 1 };
                 LossOp::BinaryCrossEntropyWithLogits {
                     reduction: reduction(rng),
-                    pos_weight: (v[a].rank() > 0 && rng.random_bool(0.3))
-                        .then(|| Arc::new((0..len).map(|_| rng.random_range(0.5..3.0)).collect())),
+                    pos_weight: (v[a].rank() > 0 && rng.random_bool(0.3)).then(|| {
+                        let w: Vec<f64> = (0..len).map(|_| rng.random_range(0.5..3.0)).collect();
+                        Arc::new(Tensor::new(&[len], w).unwrap())
+                    }),
                 }
             };
             (Op::Loss(op), vec![a, b])

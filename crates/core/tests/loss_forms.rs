@@ -1,6 +1,7 @@
 //! The loss forms beyond (N, C) class labels: cross_entropy and nll_loss on (N, C, d1, ..., dk)
 //! inputs with one class label per position, cross_entropy with probability targets
-//! (cross_entropy_probs) and binary_cross_entropy_with_logits with a per-element `weight`. Each
+//! (cross_entropy_probs) and binary_cross_entropy_with_logits with a per-element `weight` and
+//! with a `pos_weight` of any shape that broadcasts into the input's ([C, 1, 1] and so on). Each
 //! form is checked against PyTorch's definition
 //! written out term by term here (indexing the input where PyTorch does), the per-op laws, its
 //! edge cases (zero-size dimensions, every position ignored, C = 0 or 1), its errors, the session
@@ -798,6 +799,12 @@ fn session_and_graph_files_take_probability_targets() {
 // ---------------------------------------------------------------------------------------------
 // binary_cross_entropy_with_logits with `weight`, a factor per element broadcast to the input.
 
+/// A one-axis tensor of `values` (a pos_weight of the usual form).
+fn vector(values: Vec<f64>) -> Tensor<f64> {
+    let n = values.len();
+    Tensor::new(&[n], values).unwrap()
+}
+
 /// The factor `weight` gives element `i` of an input of shape `dims` under broadcasting: the
 /// weight's axes line up with the input's trailing ones, and a size-1 axis repeats.
 fn weight_at(dims: &[usize], weight: &Tensor<f64>, i: usize) -> f64 {
@@ -816,18 +823,18 @@ fn weight_at(dims: &[usize], weight: &Tensor<f64>, i: usize) -> f64 {
 }
 
 /// PyTorch's definition per element, `-w (p y log sigmoid(x) + (1 - y) log(1 - sigmoid(x)))`,
-/// with `p` the pos_weight of the element's class (its last-axis index) and `w` its weight.
+/// with `p` the element's pos_weight and `w` its weight, each broadcast to the input.
 fn weighted_bce_definition(
     x: &Tensor<f64>,
     y: &Tensor<f64>,
     weight: &Tensor<f64>,
-    pos_weight: Option<&[f64]>,
+    pos_weight: Option<&Tensor<f64>>,
     reduction: Reduction,
 ) -> Vec<f64> {
     let per: Vec<f64> = (0..x.numel())
         .map(|i| {
             let w = weight_at(x.dims(), weight, i);
-            let p = pos_weight.map_or(1.0, |pw| pw[i % pw.len()]);
+            let p = pos_weight.map_or(1.0, |pw| weight_at(x.dims(), pw, i));
             let s = 1.0 / (1.0 + (-x.data()[i]).exp());
             let t = y.data()[i];
             -w * (p * t * s.ln() + (1.0 - t) * (1.0 - s).ln())
@@ -847,7 +854,7 @@ fn weighted_bce_gradients(
     x: &Tensor<f64>,
     y: &Tensor<f64>,
     weight: &Tensor<f64>,
-    pos_weight: Option<&[f64]>,
+    pos_weight: Option<&Tensor<f64>>,
     reduction: Reduction,
     seed: &Tensor<f64>,
 ) -> (Vec<f64>, Vec<f64>) {
@@ -860,7 +867,7 @@ fn weighted_bce_gradients(
                 Reduction::Mean => seed.data()[0] / n as f64,
             };
             let w = weight_at(x.dims(), weight, i);
-            let p = pos_weight.map_or(1.0, |pw| pw[i % pw.len()]);
+            let p = pos_weight.map_or(1.0, |pw| weight_at(x.dims(), pw, i));
             let s = 1.0 / (1.0 + (-x.data()[i]).exp());
             let t = y.data()[i];
             let dx = w * ((p * t + 1.0 - t) * s - p * t);
@@ -883,18 +890,18 @@ proptest! {
             .map(|&d| if r.random_bool(0.3) { 1 } else { d })
             .collect();
         let weight = uniform(&mut r, &w_dims, 0.25, 2.0);
-        let pos_weight: Option<Vec<f64>> = r
+        let pos_weight: Option<Tensor<f64>> = r
             .random_bool(0.5)
-            .then(|| (0..*dims.last().unwrap()).map(|_| r.random_range(0.25..4.0)).collect());
+            .then(|| vector((0..*dims.last().unwrap()).map(|_| r.random_range(0.25..4.0)).collect()));
         let reduction = REDUCTIONS[r.random_range(0..3)];
         let x = uniform(&mut r, &dims, -3.0, 3.0);
         let y = uniform(&mut r, &dims, 0.0, 1.0);
         let op = Op::Loss(LossOp::bce_with_logits_weighted(reduction, weight.clone(), pos_weight.clone()));
-        let want = weighted_bce_definition(&x, &y, &weight, pos_weight.as_deref(), reduction);
+        let want = weighted_bce_definition(&x, &y, &weight, pos_weight.as_ref(), reduction);
         let out = fwd(&op, &[&x, &y]);
         close(out.data(), &want, &op.to_string());
         let seed = uniform(&mut r, out.dims(), -1.0, 1.0);
-        let (gx, gy) = weighted_bce_gradients(&x, &y, &weight, pos_weight.as_deref(), reduction, &seed);
+        let (gx, gy) = weighted_bce_gradients(&x, &y, &weight, pos_weight.as_ref(), reduction, &seed);
         let g = vjp_with_needs(&op, &[&x, &y], &seed, vec![true, true]);
         close(g[0].as_ref().unwrap().data(), &gx, &format!("{op}: d/dlogits"));
         close(g[1].as_ref().unwrap().data(), &gy, &format!("{op}: d/dtargets"));
@@ -910,7 +917,7 @@ fn weight_of_ones_is_the_unweighted_loss_bit_for_bit() {
     let x = uniform(&mut r, &[3, 4], -5.0, 5.0);
     let y = uniform(&mut r, &[3, 4], 0.0, 1.0);
     for reduction in REDUCTIONS {
-        for pos_weight in [None, Some(vec![0.5, 1.0, 2.0, 3.0])] {
+        for pos_weight in [None, Some(vector(vec![0.5, 1.0, 2.0, 3.0]))] {
             let plain = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
                 reduction,
                 pos_weight: pos_weight.clone().map(Arc::new),
@@ -1002,7 +1009,7 @@ fn weight_of_zeros_gives_zero_loss_and_gradients() {
     let x = Tensor::new(&[2, 3], vec![-80.0, -30.0, -1.0, 0.0, 30.0, 80.0]).unwrap();
     let y = Tensor::new(&[2, 3], vec![0.0, 1.0, 0.5, 1.0, 0.0, 0.25]).unwrap();
     for reduction in REDUCTIONS {
-        for pos_weight in [None, Some(vec![0.5, 2.0, 4.0])] {
+        for pos_weight in [None, Some(vector(vec![0.5, 2.0, 4.0]))] {
             let zeros = Tensor::new(&[3], vec![0.0; 3]).unwrap();
             let op = Op::Loss(LossOp::bce_with_logits_weighted(
                 reduction, zeros, pos_weight,
@@ -1047,9 +1054,15 @@ fn session_and_graph_files_take_the_bce_weight() {
     let px = s.parameter("x", x.clone()).unwrap();
     let py = s.input(y.clone());
     let loss = s
-        .binary_cross_entropy_with_logits_weighted(px, py, Reduction::Sum, &weight, Some(&[2.0]))
+        .binary_cross_entropy_with_logits_weighted(
+            px,
+            py,
+            Reduction::Sum,
+            &weight,
+            Some(&vector(vec![2.0])),
+        )
         .unwrap();
-    let want = weighted_bce_definition(&x, &y, &weight, Some(&[2.0]), Reduction::Sum);
+    let want = weighted_bce_definition(&x, &y, &weight, Some(&vector(vec![2.0])), Reduction::Sum);
     close(s.value(loss).unwrap().data(), &want, "session weighted bce");
     assert_eq!(s.backward(loss).unwrap().get("x").unwrap().dims(), &[2, 3]);
     // A weight that does not fit is an error naming the op and both shapes.
@@ -1065,7 +1078,7 @@ fn session_and_graph_files_take_the_bce_weight() {
     let op = Op::Loss(LossOp::bce_with_logits_weighted(
         Reduction::None,
         weight,
-        Some(vec![1.5, 2.0, 0.5]),
+        Some(vector(vec![1.5, 2.0, 0.5])),
     ));
     round_trips(&op, 2);
     // Without `weight_shape` the weights match the input's last axis.
@@ -1108,4 +1121,271 @@ fn session_and_graph_files_take_the_bce_weight() {
         err.contains("binary_cross_entropy_with_logits") && err.contains("weight"),
         "{err}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// binary_cross_entropy_with_logits with a `pos_weight` broadcast to the input.
+
+/// A pos_weight shape that broadcasts into `dims`: a random tail of its axes, each kept or 1
+/// (PyTorch's [C, 1, 1] for a [C, H, W] input among them; 0-d when the tail is empty).
+fn broadcastable<R: Rng>(dims: &[usize], r: &mut R) -> Vec<usize> {
+    dims[r.random_range(0..=dims.len())..]
+        .iter()
+        .map(|&d| if r.random_bool(0.4) { 1 } else { d })
+        .collect()
+}
+
+/// `t` rounded to multiples of 1/16.
+fn sixteenths(t: Tensor<f64>) -> Tensor<f64> {
+    let data = t.data().iter().map(|v| (v * 16.0).round() / 16.0).collect();
+    Tensor::new(t.dims(), data).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn broadcast_pos_weight_is_the_definition_and_obeys_the_laws(seed in any::<u64>()) {
+        let mut r = rng(seed);
+        let dims: Vec<usize> = (0..r.random_range(0..=4)).map(|_| r.random_range(1..=3)).collect();
+        let p_dims = broadcastable(&dims, &mut r);
+        // Sixteenths, which a graph file's decimals carry exactly (serde_json's default float
+        // parsing can be an ulp off on arbitrary doubles).
+        let pos_weight = sixteenths(uniform(&mut r, &p_dims, 0.25, 4.0));
+        let weighted = r.random_bool(0.3);
+        let weight = if weighted {
+            let w_dims = broadcastable(&dims, &mut r);
+            sixteenths(uniform(&mut r, &w_dims, 0.25, 2.0))
+        } else {
+            Tensor::new(&[], vec![1.0]).unwrap()
+        };
+        let reduction = REDUCTIONS[r.random_range(0..3)];
+        let x = uniform(&mut r, &dims, -3.0, 3.0);
+        let y = uniform(&mut r, &dims, 0.0, 1.0);
+        let op = Op::Loss(if weighted {
+            LossOp::bce_with_logits_weighted(reduction, weight.clone(), Some(pos_weight.clone()))
+        } else {
+            LossOp::BinaryCrossEntropyWithLogits {
+                reduction,
+                pos_weight: Some(Arc::new(pos_weight.clone())),
+            }
+        });
+        let want = weighted_bce_definition(&x, &y, &weight, Some(&pos_weight), reduction);
+        let out = fwd(&op, &[&x, &y]);
+        close(out.data(), &want, &op.to_string());
+        let seed = uniform(&mut r, out.dims(), -1.0, 1.0);
+        let (gx, gy) = weighted_bce_gradients(&x, &y, &weight, Some(&pos_weight), reduction, &seed);
+        let g = vjp_with_needs(&op, &[&x, &y], &seed, vec![true, true]);
+        close(g[0].as_ref().unwrap().data(), &gx, &format!("{op}: d/dlogits"));
+        close(g[1].as_ref().unwrap().data(), &gy, &format!("{op}: d/dtargets"));
+        laws(&op, &[x, y], &mut r);
+        round_trips(&op, 2);
+    }
+}
+
+/// PyTorch's segmentation form: pos_weight [C, 1, 1] on an [N, C, H, W] input weighs class c's
+/// plane, element by element as the definition says.
+#[test]
+fn pos_weight_c11_weighs_the_class_axis() {
+    let mut r = rng(31);
+    let x = uniform(&mut r, &[2, 3, 2, 2], -3.0, 3.0);
+    let y = uniform(&mut r, &[2, 3, 2, 2], 0.0, 1.0);
+    let p = Tensor::new(&[3, 1, 1], vec![0.5, 2.0, 4.0]).unwrap();
+    let op = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
+        reduction: Reduction::None,
+        pos_weight: Some(Arc::new(p)),
+    });
+    let out = fwd(&op, &[&x, &y]);
+    for i in 0..x.numel() {
+        let c = (i / 4) % 3;
+        let p = [0.5, 2.0, 4.0][c];
+        let (xi, yi) = (x.data()[i], y.data()[i]);
+        let s = 1.0 / (1.0 + (-xi).exp());
+        let want = -(p * yi * s.ln() + (1.0 - yi) * (1.0 - s).ln());
+        close(&[out.data()[i]], &[want], &format!("{op} at {i}"));
+    }
+}
+
+/// A one-axis pos_weight reads its values as before (`w[i % len]`, no copy) and gives the same
+/// bits as the same values broadcast by the general path: as [1, C], and written out in full.
+#[test]
+fn one_axis_pos_weight_gives_the_old_bits() {
+    let mut r = rng(32);
+    let x = uniform(&mut r, &[3, 2, 4], -30.0, 30.0);
+    let y = uniform(&mut r, &[3, 2, 4], 0.0, 1.0);
+    let values = vec![0.5, 1.0, 2.5, 3.0];
+    let full: Vec<f64> = (0..x.numel()).map(|i| values[i % 4]).collect();
+    for reduction in REDUCTIONS {
+        let with = |p: Tensor<f64>| {
+            Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
+                reduction,
+                pos_weight: Some(Arc::new(p)),
+            })
+        };
+        let old = with(vector(values.clone()));
+        let out = fwd(&old, &[&x, &y]);
+        let seed = uniform(&mut r, out.dims(), -1.0, 1.0);
+        let g = vjp_with_needs(&old, &[&x, &y], &seed, vec![true, true]);
+        for p in [
+            Tensor::new(&[1, 4], values.clone()).unwrap(),
+            Tensor::new(&[1, 1, 4], values.clone()).unwrap(),
+            Tensor::new(&[3, 2, 4], full.clone()).unwrap(),
+        ] {
+            let op = with(p);
+            assert_eq!(fwd(&op, &[&x, &y]).data(), out.data(), "{op}");
+            assert_eq!(
+                vjp_with_needs(&op, &[&x, &y], &seed, vec![true, true]),
+                g,
+                "{op}"
+            );
+        }
+        // One value: [1], 0-d and [1, 1] agree too.
+        let one = with(vector(vec![2.5]));
+        let want = fwd(&one, &[&x, &y]);
+        for p in [
+            Tensor::new(&[], vec![2.5]).unwrap(),
+            Tensor::new(&[1, 1], vec![2.5]).unwrap(),
+        ] {
+            let op = with(p);
+            assert_eq!(fwd(&op, &[&x, &y]).data(), want.data(), "{op}");
+        }
+    }
+}
+
+/// PyTorch 2.15 rejects a pos_weight with more axes than the input (even all 1) or an axis that
+/// would enlarge the loss; the error names the op and both shapes, in every entry point.
+#[test]
+fn pos_weight_shapes_that_do_not_broadcast_into_the_input_are_errors() {
+    let x = Tensor::<f64>::new(&[2, 3, 1], vec![0.0; 6]).unwrap();
+    for p_dims in [
+        vec![1, 2, 3, 1],
+        vec![1, 1, 1, 1],
+        vec![3, 1, 1],
+        vec![2],
+        vec![3, 2],
+        vec![2, 2, 1],
+    ] {
+        let n: usize = p_dims.iter().product();
+        let p = Tensor::new(&p_dims, vec![1.5; n]).unwrap();
+        for op in [
+            Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
+                reduction: Reduction::Mean,
+                pos_weight: Some(Arc::new(p.clone())),
+            }),
+            Op::Loss(LossOp::bce_with_logits_weighted(
+                Reduction::None,
+                Tensor::new(&[1], vec![1.0]).unwrap(),
+                Some(p.clone()),
+            )),
+        ] {
+            let err = op.forward(&[&x, &x]).unwrap_err().to_string();
+            for w in [
+                "binary_cross_entropy_with_logits",
+                "pos_weight",
+                &format!("{}", p.shape()),
+                "[2, 3, 1]",
+            ] {
+                assert!(err.contains(w), "{op}: '{err}' does not say '{w}'");
+            }
+            assert!(op.output_shape(&[x.shape(), x.shape()]).is_err(), "{op}");
+        }
+        let mut s = Session::<f64>::new();
+        let px = s.parameter("x", x.clone()).unwrap();
+        let py = s.input(x.clone());
+        let err = s
+            .binary_cross_entropy_with_logits_with(px, py, Reduction::Sum, Some(&p))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("pos_weight") && err.contains("[2, 3, 1]"),
+            "{err}"
+        );
+    }
+    // A 0-d input takes a 0-d pos_weight (PyTorch too), but not [1].
+    let scalar = Tensor::new(&[], vec![0.3]).unwrap();
+    let zero_d = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
+        reduction: Reduction::Sum,
+        pos_weight: Some(Arc::new(Tensor::new(&[], vec![2.0]).unwrap())),
+    });
+    let want = weighted_bce_definition(
+        &scalar,
+        &scalar,
+        &Tensor::new(&[], vec![1.0]).unwrap(),
+        Some(&Tensor::new(&[], vec![2.0]).unwrap()),
+        Reduction::Sum,
+    );
+    close(
+        fwd(&zero_d, &[&scalar, &scalar]).data(),
+        &want,
+        "0-d pos_weight",
+    );
+    let one = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
+        reduction: Reduction::Sum,
+        pos_weight: Some(Arc::new(vector(vec![2.0]))),
+    });
+    assert!(one.forward(&[&scalar, &scalar]).is_err());
+}
+
+#[test]
+fn graph_files_take_a_pos_weight_shape() {
+    let p = Tensor::new(&[3, 1, 1], vec![0.5, 2.0, 4.0]).unwrap();
+    let op = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
+        reduction: Reduction::Sum,
+        pos_weight: Some(Arc::new(p.clone())),
+    });
+    round_trips(&op, 2);
+    let attrs = write_attrs(&op).unwrap();
+    assert!(
+        attrs
+            .iter()
+            .any(|(k, v)| *k == "pos_weight_shape" && v == "[3, 1, 1]"),
+        "{attrs:?}"
+    );
+    // A 0-d pos_weight keeps its empty shape.
+    round_trips(
+        &Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
+            reduction: Reduction::Mean,
+            pos_weight: Some(Arc::new(Tensor::new(&[], vec![2.0]).unwrap())),
+        }),
+        2,
+    );
+    round_trips(
+        &Op::Loss(LossOp::bce_with_logits_weighted(
+            Reduction::None,
+            Tensor::new(&[2, 1], vec![1.0, 2.0]).unwrap(),
+            Some(p),
+        )),
+        2,
+    );
+    // A one-axis pos_weight is written as before, without a shape; old files read as one axis.
+    let old = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
+        reduction: Reduction::Mean,
+        pos_weight: Some(Arc::new(vector(vec![1.0, 2.0]))),
+    });
+    assert!(write_attrs(&old)
+        .unwrap()
+        .iter()
+        .all(|(k, _)| *k != "pos_weight_shape"));
+    let parse = |json: serde_json::Value| {
+        parse_op(
+            "binary_cross_entropy_with_logits",
+            2,
+            json.as_object().unwrap().clone(),
+        )
+    };
+    assert_eq!(
+        parse(serde_json::json!({"pos_weight": [1, 2]})).unwrap(),
+        old
+    );
+    for bad in [
+        serde_json::json!({"pos_weight_shape": [2]}),
+        serde_json::json!({"pos_weight": [1, 2, 3], "pos_weight_shape": [2, 1]}),
+        serde_json::json!({"pos_weight": [1, 2], "pos_weight_shape": [1, 1]}),
+    ] {
+        let err = parse(bad.clone()).unwrap_err().to_string();
+        assert!(
+            err.contains("binary_cross_entropy_with_logits") && err.contains("pos_weight"),
+            "{bad}: {err}"
+        );
+    }
 }

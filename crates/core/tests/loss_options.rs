@@ -368,7 +368,7 @@ proptest! {
         let y = uniform(&mut r, &dims, 0.0, 1.0);
         let op = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
             reduction,
-            pos_weight: Some(Arc::new(pos_weight.clone())),
+            pos_weight: Some(Arc::new(vector(pos_weight.clone()))),
         });
         let want = bce_definition(x.data(), y.data(), &pos_weight, reduction);
         close(fwd(&op, &[&x, &y]).data(), &want, &op.to_string());
@@ -382,7 +382,7 @@ fn pos_weight_stays_finite_for_large_logits_and_checks_its_length() {
     let y = Tensor::new(&[1, 3], vec![1.0, 0.5, 0.0]).unwrap();
     let op = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
         reduction: Reduction::None,
-        pos_weight: Some(Arc::new(vec![2.0, 3.0, 0.5])),
+        pos_weight: Some(Arc::new(vector(vec![2.0, 3.0, 0.5]))),
     });
     // log(1 + exp(800)) = 800 to double precision: 2 * 800, 3 * ln 2 / 2 + ln 2 / 2, 800.
     let ln2 = std::f64::consts::LN_2;
@@ -403,7 +403,7 @@ fn pos_weight_stays_finite_for_large_logits_and_checks_its_length() {
 
     let two = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
         reduction: Reduction::Mean,
-        pos_weight: Some(Arc::new(vec![1.0, 2.0])),
+        pos_weight: Some(Arc::new(vector(vec![1.0, 2.0]))),
     });
     let err = two.forward(&[&x, &y]).unwrap_err().to_string();
     for w in [
@@ -429,8 +429,14 @@ fn session_bce_takes_pos_weight() {
     let py = s.input(y.clone());
     let w = [0.5, 1.0, 3.0];
     let loss = s
-        .binary_cross_entropy_with_logits_with(px, py, Reduction::Sum, Some(&w))
+        .binary_cross_entropy_with_logits_with(px, py, Reduction::Sum, Some(&vector(w.to_vec())))
         .unwrap();
     let want = bce_definition(x.data(), y.data(), &w, Reduction::Sum);
     close(s.value(loss).unwrap().data(), &want, "session bce");
+}
+
+/// A one-axis tensor of `values` (a pos_weight of the usual form).
+fn vector(values: Vec<f64>) -> Tensor<f64> {
+    let n = values.len();
+    Tensor::new(&[n], values).unwrap()
 }

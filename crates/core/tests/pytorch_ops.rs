@@ -173,11 +173,17 @@ fn op_of(case: &Value) -> Op {
         "bce_weight" => Op::Loss(LossOp::bce_with_logits_weighted(
             reduction(case),
             Tensor::new(&dims(&case["weight_shape"]), numbers(&case["weight"])).unwrap(),
-            case.get("pos_weight").map(numbers),
+            case.get("pos_weight").map(|p| {
+                let p = numbers(p);
+                Tensor::new(&[p.len()], p).unwrap()
+            }),
         )),
         "bce_pos_weight" => Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
             reduction: reduction(case),
-            pos_weight: Some(Arc::new(numbers(&case["pos_weight"]))),
+            pos_weight: Some(Arc::new({
+                let p = numbers(&case["pos_weight"]);
+                Tensor::new(&[p.len()], p).unwrap()
+            })),
         }),
         "activation" => Op::Activation(activation(case)),
         "softmax" => {

@@ -596,18 +596,19 @@ impl<S: Scalar> Session<S> {
         self.apply(Op::Loss(op), &[logits, target_probs])
     }
 
-    /// binary_cross_entropy_with_logits with PyTorch's `reduction` and `pos_weight` (one weight
-    /// per class along the last axis, or one for all).
+    /// binary_cross_entropy_with_logits with PyTorch's `reduction` and `pos_weight` (its shape
+    /// must broadcast into the logits': [C] per class along the last axis, [C, 1, 1] along the
+    /// third-to-last, [1] for all).
     pub fn binary_cross_entropy_with_logits_with(
         &mut self,
         logits: Var,
         targets: Var,
         reduction: Reduction,
-        pos_weight: Option<&[f64]>,
+        pos_weight: Option<&Tensor<f64>>,
     ) -> Result<Var> {
         let op = LossOp::BinaryCrossEntropyWithLogits {
             reduction,
-            pos_weight: pos_weight.map(|w| Arc::new(w.to_vec())),
+            pos_weight: pos_weight.map(|w| Arc::new(w.clone())),
         };
         self.apply(Op::Loss(op), &[logits, targets])
     }
@@ -621,13 +622,9 @@ impl<S: Scalar> Session<S> {
         targets: Var,
         reduction: Reduction,
         weight: &Tensor<f64>,
-        pos_weight: Option<&[f64]>,
+        pos_weight: Option<&Tensor<f64>>,
     ) -> Result<Var> {
-        let op = LossOp::bce_with_logits_weighted(
-            reduction,
-            weight.clone(),
-            pos_weight.map(<[f64]>::to_vec),
-        );
+        let op = LossOp::bce_with_logits_weighted(reduction, weight.clone(), pos_weight.cloned());
         self.apply(Op::Loss(op), &[logits, targets])
     }
 

@@ -255,6 +255,7 @@ pub fn variants(kind: OpKind) -> &'static [&'static str] {
             "none",
             "pos_weight per class, mean",
             "one pos_weight, none",
+            "pos_weight [C, 1, 1] style, sum",
         ],
         K::CrossEntropy => CROSS_ENTROPY,
         K::NllLoss => NLL,
@@ -456,6 +457,25 @@ fn broadcast_into<R: Rng + ?Sized>(x: &Shape, rng: &mut R) -> Shape {
         .map(|&d| if rng.random_bool(0.3) { 1 } else { d })
         .collect();
     shape(&dims)
+}
+
+/// A pos_weight shape that weighs one axis of `x`, PyTorch's [C, 1, 1] for a [C, H, W] target:
+/// `x`'s dims from a random axis on, all but that axis 1 (0-d for a 0-d `x`).
+fn class_axis<R: Rng + ?Sized>(x: &Shape, rng: &mut R) -> Shape {
+    if x.rank() == 0 {
+        return shape(&[]);
+    }
+    let from = rng.random_range(0..x.rank());
+    let dims: Vec<usize> = (from..x.rank())
+        .map(|a| if a == from { x.dims()[a] } else { 1 })
+        .collect();
+    shape(&dims)
+}
+
+/// A one-axis tensor of `values`.
+fn vector(values: Vec<f64>) -> Tensor<f64> {
+    let n = values.len();
+    Tensor::new(&[n], values).expect("one axis of the values' count")
 }
 
 fn labels<R: Rng + ?Sized>(n: usize, classes: usize, rng: &mut R) -> Arc<Vec<usize>> {
@@ -787,8 +807,8 @@ fn generate<R: Rng + ?Sized>(
             )
         }
         K::MseLoss | K::BinaryCrossEntropyWithLogits => {
-            if variant >= 3 && x.rank() == 0 {
-                return None; // pos_weight needs a class axis
+            if (variant == 3 || variant == 4) && x.rank() == 0 {
+                return None; // a one-axis pos_weight needs a class axis
             }
             let reduction = [Reduction::Mean, Reduction::Sum, Reduction::None][variant % 3];
             let (op, target) = if kind == K::MseLoss {
@@ -799,8 +819,18 @@ fn generate<R: Rng + ?Sized>(
                 } else {
                     1
                 };
-                let pos_weight = (variant >= 3)
-                    .then(|| Arc::new((0..classes).map(|_| rng.random_range(0.25..4.0)).collect()));
+                let pos_weight = match variant {
+                    3 | 4 => Some(Arc::new(vector(
+                        (0..classes).map(|_| rng.random_range(0.25..4.0)).collect(),
+                    ))),
+                    5 => Some(Arc::new(uniform(&class_axis(x, rng), rng, 0.25, 4.0))),
+                    _ => None,
+                };
+                let reduction = if variant == 5 {
+                    Reduction::Sum
+                } else {
+                    reduction
+                };
                 (
                     Lo::BinaryCrossEntropyWithLogits {
                         reduction,
@@ -912,9 +942,9 @@ fn generate<R: Rng + ?Sized>(
         K::WeightedBinaryCrossEntropyWithLogits => {
             let pos_weight = match (variant, x.dims().last()) {
                 (2, None) => return None, // pos_weight needs a class axis
-                (2, Some(&classes)) => Some(Arc::new(
+                (2, Some(&classes)) => Some(Arc::new(vector(
                     (0..classes).map(|_| rng.random_range(0.25..4.0)).collect(),
-                )),
+                ))),
                 _ => None,
             };
             let w_shape = if variant == 0 {

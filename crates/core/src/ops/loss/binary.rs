@@ -1,9 +1,8 @@
 //! binary_cross_entropy_with_logits per element, with PyTorch's optional `pos_weight` (the weight
-//! of the positive term, one per class along the input's last axis, or one for all) and `weight`
+//! of the positive term, of a shape that broadcasts into the input's) and `weight`
 //! (a factor per element, broadcast to the input): the loss and its two partial derivatives, each
 //! stable for every finite logit.
 
-use std::sync::Arc;
 use tapegrad_tensor::kernels::broadcast_to;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
@@ -18,45 +17,67 @@ pub(super) fn sigmoid<S: Scalar>(x: S) -> S {
 }
 
 /// `pos_weight` checked against the input's shape, read per element.
-pub(super) struct PosWeight<'a> {
-    weights: Option<&'a [f64]>,
+pub(super) enum PosWeight<'a> {
+    /// No positive weight.
+    None,
+    /// A weight of at most one axis: element `i` of a row-major input reads `w[i % w.len()]`
+    /// (one per class along the last axis, or one for all), without a copy.
+    Cyclic(&'a [f64]),
+    /// Any other shape that broadcasts into the input's, broadcast to it.
+    Full(Tensor<f64>),
 }
 
 impl<'a> PosWeight<'a> {
-    /// PyTorch broadcasts `pos_weight` against the target; tapegrad takes the usual forms only:
-    /// one weight per class along the last axis, or a single weight.
+    /// PyTorch broadcasts `pos_weight` with the target into the loss, which it cannot enlarge:
+    /// its shape must broadcast into the input's (no more axes, trailing axes equal or 1), as
+    /// `weight`'s. So [C] weighs classes along the last axis, [C, 1, 1] along the third-to-last
+    /// (PyTorch's recommendation for a [C, H, W] target), [1] or a 0-d one weighs all.
     pub(super) fn new(
         op: &'static str,
-        pos_weight: &'a Option<Arc<Vec<f64>>>,
+        pos_weight: Option<&'a Tensor<f64>>,
         shape: &Shape,
     ) -> Result<Self> {
-        if let Some(w) = pos_weight {
-            let Some(&last) = shape.dims().last() else {
-                // PyTorch 2.15 rejects it too (its (1) broadcast does not fit the 0-d output).
-                return Err(Error::invalid(
-                    op,
-                    "pos_weight needs an input with a class axis, found a 0-d input",
-                ));
-            };
-            if w.len() != last && w.len() != 1 {
-                return Err(Error::invalid(
-                    op,
-                    format!(
-                        "pos_weight must have one entry per class along the last axis of the \
-                         input ({last} for shape {shape}) or a single one, found {} entries",
-                        w.len()
-                    ),
-                ));
+        let Some(w) = pos_weight else {
+            return Ok(PosWeight::None);
+        };
+        let fits = w.rank() <= shape.rank()
+            && w.dims()
+                .iter()
+                .rev()
+                .zip(shape.dims().iter().rev())
+                .all(|(&a, &b)| a == b || a == 1);
+        if !fits {
+            let mut msg = format!(
+                "pos_weight of shape {} does not broadcast to the input's shape {shape}",
+                w.shape()
+            );
+            if w.rank() == 1 {
+                // The usual form: say what it should have been.
+                match shape.dims().last() {
+                    Some(&last) => msg.push_str(&format!(
+                        ": it needs one entry per class along the last axis of the input \
+                         ({last} for shape {shape}) or a single one, found {} entries",
+                        w.data().len()
+                    )),
+                    None => msg.push_str(" (a 0-d input takes a 0-d pos_weight only)"),
+                }
             }
+            return Err(Error::invalid(op, msg));
         }
-        Ok(PosWeight {
-            weights: pos_weight.as_deref().map(Vec::as_slice),
-        })
+        if w.rank() <= 1 {
+            Ok(PosWeight::Cyclic(w.data()))
+        } else {
+            Ok(PosWeight::Full(broadcast_to(w, shape)?))
+        }
     }
 
     /// The weight of element `i` of a row-major input, `None` without `pos_weight`.
     pub(super) fn at<S: Scalar>(&self, i: usize) -> Option<S> {
-        self.weights.map(|w| S::from_f64(w[i % w.len()]))
+        match self {
+            PosWeight::None => None,
+            PosWeight::Cyclic(w) => Some(S::from_f64(w[i % w.len()])),
+            PosWeight::Full(t) => Some(S::from_f64(t.data()[i])),
+        }
     }
 }
 

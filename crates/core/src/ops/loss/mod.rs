@@ -196,10 +196,12 @@ pub enum LossOp {
         label_smoothing: f64,
     },
     /// Logits and targets of one shape, both differentiable; `pos_weight` (PyTorch's) weighs the
-    /// positive term, per class along the last axis or one for all.
+    /// positive term, broadcast to the input, whose shape it must broadcast into (no more axes,
+    /// trailing axes equal or 1), as PyTorch requires: [C] per class along the last axis,
+    /// [C, 1, 1] along the third-to-last, [1] or 0-d one for all.
     BinaryCrossEntropyWithLogits {
         reduction: Reduction,
-        pos_weight: Option<Arc<Vec<f64>>>,
+        pos_weight: Option<Arc<Tensor<f64>>>,
     },
     /// Log-probabilities (C), (N, C) or (N, C, d1, ..., dk) and one class label per position, as
     /// cross_entropy: -weight[t] input[n, t, ...] with t the position's label, `weight` and
@@ -217,7 +219,7 @@ pub enum LossOp {
     /// variant of its own, so that the unweighted one keeps its fields.
     WeightedBinaryCrossEntropyWithLogits {
         reduction: Reduction,
-        pos_weight: Option<Arc<Vec<f64>>>,
+        pos_weight: Option<Arc<Tensor<f64>>>,
         weight: Arc<Tensor<f64>>,
     },
     /// PyTorch's cross_entropy with a probability target: logits and targets of one shape, (C),
@@ -317,7 +319,7 @@ impl LossOp {
     pub fn bce_with_logits_weighted(
         reduction: Reduction,
         weight: Tensor<f64>,
-        pos_weight: Option<Vec<f64>>,
+        pos_weight: Option<Tensor<f64>>,
     ) -> LossOp {
         Lo::WeightedBinaryCrossEntropyWithLogits {
             reduction,
@@ -336,13 +338,12 @@ impl LossOp {
 
     /// The positive weights of binary_cross_entropy_with_logits, checked against its input.
     fn pos_weight(&self, shape: &Shape) -> Result<PosWeight<'_>> {
-        const NONE: Option<Arc<Vec<f64>>> = None;
         match self {
             Lo::BinaryCrossEntropyWithLogits { pos_weight, .. }
             | Lo::WeightedBinaryCrossEntropyWithLogits { pos_weight, .. } => {
-                PosWeight::new(self.name(), pos_weight, shape)
+                PosWeight::new(self.name(), pos_weight.as_deref(), shape)
             }
-            _ => PosWeight::new(self.name(), &NONE, shape),
+            _ => PosWeight::new(self.name(), None, shape),
         }
     }
 
@@ -900,6 +901,15 @@ fn write_list<T: std::fmt::Display>(
     write!(f, "]")
 }
 
+/// A `pos_weight`: its values, and its shape unless it has one axis (the usual form).
+fn write_pos_weight(f: &mut std::fmt::Formatter<'_>, w: &Tensor<f64>) -> std::fmt::Result {
+    write_list(f, w.data(), "weights")?;
+    if w.rank() != 1 {
+        write!(f, " of shape {}", w.shape())?;
+    }
+    Ok(())
+}
+
 impl std::fmt::Display for LossOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -913,7 +923,7 @@ impl std::fmt::Display for LossOp {
                 pos_weight: Some(w),
             } => {
                 write!(f, "{}(reduction='{reduction}', pos_weight=", self.name())?;
-                write_list(f, w, "weights")?;
+                write_pos_weight(f, w)?;
                 write!(f, ")")
             }
             Lo::WeightedBinaryCrossEntropyWithLogits {
@@ -926,7 +936,7 @@ impl std::fmt::Display for LossOp {
                 write!(f, " of shape {}", weight.shape())?;
                 if let Some(w) = pos_weight {
                     write!(f, ", pos_weight=")?;
-                    write_list(f, w, "weights")?;
+                    write_pos_weight(f, w)?;
                 }
                 write!(f, ")")
             }

@@ -2,8 +2,8 @@
 //! cross_entropy and nll_loss, `targets` (one class label per position of (N, d1, ..., dk), flat)
 //! and the optional `weight`
 //! (one number per class), `ignore_index` and (cross_entropy) `label_smoothing`; for
-//! binary_cross_entropy_with_logits the optional `pos_weight` and `weight` (its values row-major,
-//! and `weight_shape`, by default one axis of their count); cross_entropy_probs (also read from
+//! binary_cross_entropy_with_logits the optional `pos_weight` and `weight` (each its values
+//! row-major, and `pos_weight_shape` / `weight_shape`, by default one axis of their count); cross_entropy_probs (also read from
 //! `cross_entropy` with two arguments, PyTorch's probability target) takes `reduction`, `weight`
 //! and `label_smoothing`.
 
@@ -30,6 +30,33 @@ fn reduction(a: &mut Attrs) -> Result<Reduction> {
     )
 }
 
+/// `pos_weight` (values row-major) and `pos_weight_shape`, by default one axis of their count (the
+/// older form, one per class along the last axis).
+fn pos_weight(name: &'static str, a: &mut Attrs) -> Result<Option<Arc<Tensor<f64>>>> {
+    let shape = a.usizes("pos_weight_shape")?;
+    match (a.f64s("pos_weight")?, shape) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(Error::invalid(
+            name,
+            "attribute 'pos_weight_shape' without 'pos_weight'",
+        )),
+        (Some(values), shape) => {
+            let dims = shape.unwrap_or(vec![values.len()]);
+            Tensor::new(&dims, values)
+                .map(|t| Some(Arc::new(t)))
+                .map_err(|e| Error::invalid(name, format!("attribute 'pos_weight': {e}")))
+        }
+    }
+}
+
+/// `pos_weight`'s values, and its shape unless it has one axis.
+fn write_pos_weight(w: &mut AttrWriter, p: &Tensor<f64>) {
+    w.floats("pos_weight", p.data());
+    if p.rank() != 1 {
+        w.ints("pos_weight_shape", p.dims());
+    }
+}
+
 pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op> {
     let op = match name {
         // PyTorch's cross_entropy with a probability target: two arguments, no `targets`.
@@ -52,7 +79,7 @@ pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op
         },
         "binary_cross_entropy_with_logits" => {
             let reduction = reduction(a)?;
-            let pos_weight = a.f64s("pos_weight")?.map(Arc::new);
+            let pos_weight = pos_weight(name, a)?;
             let shape = a.usizes("weight_shape")?;
             match (a.f64s("weight")?, shape) {
                 (None, None) => Lo::BinaryCrossEntropyWithLogits {
@@ -99,7 +126,7 @@ pub(super) fn write(op: &Lo, w: &mut AttrWriter) -> Result<()> {
         } => {
             w.str("reduction", reduction.name());
             if let Some(p) = pos_weight {
-                w.floats("pos_weight", p);
+                write_pos_weight(w, p);
             }
         }
         Lo::CrossEntropy {
@@ -127,7 +154,7 @@ pub(super) fn write(op: &Lo, w: &mut AttrWriter) -> Result<()> {
         } => {
             w.str("reduction", reduction.name());
             if let Some(p) = pos_weight {
-                w.floats("pos_weight", p);
+                write_pos_weight(w, p);
             }
             w.floats("weight", weight.data());
             w.ints("weight_shape", weight.dims());
