@@ -4,8 +4,9 @@
 //! activations, softmax/log_softmax, amax and maximum/minimum (with ties) against PyTorch itself:
 //! small random cases whose output and argument gradients PyTorch 2.15 recorded in float64 in
 //! `fixtures/pytorch_ops.json` (written by `fixtures/pytorch_ops.py`), including the calls it
-//! rejects, which must be errors naming the op here too; the last family, `bce_weight`, is
-//! bce_with_logits with `weight`.
+//! rejects, which must be errors naming the op here too; the last families are bce_with_logits
+//! with `weight` (`bce_weight`) and with a pos_weight of any shape broadcastable with the target
+//! (`bce_pos_weight_broadcast`, PyTorch's [C, 1, 1] for a [C, H, W] target among them).
 
 mod ops_nn_support;
 
@@ -184,6 +185,16 @@ fn op_of(case: &Value) -> Op {
                 let p = numbers(&case["pos_weight"]);
                 Tensor::new(&[p.len()], p).unwrap()
             })),
+        }),
+        "bce_pos_weight_broadcast" => Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
+            reduction: reduction(case),
+            pos_weight: Some(Arc::new(
+                Tensor::new(
+                    &dims(&case["pos_weight_shape"]),
+                    numbers(&case["pos_weight"]),
+                )
+                .unwrap(),
+            )),
         }),
         "activation" => Op::Activation(activation(case)),
         "softmax" => {
@@ -393,7 +404,7 @@ fn ops_match_pytorch_on_random_cases() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    assert_eq!(cases.len(), 1000);
+    assert_eq!(cases.len(), 1060);
     // Every family is checked in earnest, and the rejections too (see pytorch_ops.py).
     for (family, t) in &tallies {
         assert!(t.computed >= 20, "{family}: only {} computed", t.computed);
