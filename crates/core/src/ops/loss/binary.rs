@@ -16,6 +16,18 @@ pub(super) fn sigmoid<S: Scalar>(x: S) -> S {
     }
 }
 
+/// Whether a factor of shape `w` broadcasts into `shape` without enlarging it (no more axes,
+/// trailing axes equal or 1): PyTorch's rule for `pos_weight` and `weight`, which scale the loss
+/// element by element.
+fn broadcasts_into(w: &Shape, shape: &Shape) -> bool {
+    w.rank() <= shape.rank()
+        && w.dims()
+            .iter()
+            .rev()
+            .zip(shape.dims().iter().rev())
+            .all(|(&a, &b)| a == b || a == 1)
+}
+
 /// `pos_weight` checked against the input's shape, read per element.
 pub(super) enum PosWeight<'a> {
     /// No positive weight.
@@ -40,13 +52,7 @@ impl<'a> PosWeight<'a> {
         let Some(w) = pos_weight else {
             return Ok(PosWeight::None);
         };
-        let fits = w.rank() <= shape.rank()
-            && w.dims()
-                .iter()
-                .rev()
-                .zip(shape.dims().iter().rev())
-                .all(|(&a, &b)| a == b || a == 1);
-        if !fits {
+        if !broadcasts_into(w.shape(), shape) {
             let mut msg = format!(
                 "pos_weight of shape {} does not broadcast to the input's shape {shape}",
                 w.shape()
@@ -99,13 +105,7 @@ impl Rescale {
         let Some(w) = weight else {
             return Ok(());
         };
-        let fits = w.rank() <= shape.rank()
-            && w.dims()
-                .iter()
-                .rev()
-                .zip(shape.dims().iter().rev())
-                .all(|(&a, &b)| a == b || a == 1);
-        if fits {
+        if broadcasts_into(w.shape(), shape) {
             Ok(())
         } else {
             Err(Error::invalid(
