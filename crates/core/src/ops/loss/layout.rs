@@ -3,6 +3,7 @@
 //! one row formula serves every form. The (C) and (N, C) forms are rows already and are not copied.
 
 use std::borrow::Cow;
+use tapegrad_tensor::kernels::transpose;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// The rows and classes of a class loss's input, after checking its rank and its number of
@@ -75,23 +76,16 @@ impl Classes {
     }
 
     /// `x` (of the input's shape) as rows of C: itself for (C) and (N, C); for a spatial input the
-    /// class axis moved last, row `b·P + s` holding position `s` of sample `b`.
-    pub(super) fn to_rows<'a, S: Scalar>(&self, x: &'a Tensor<S>) -> Cow<'a, Tensor<S>> {
+    /// class axis moved last (the (C, P) planes of each sample transposed by the layout kernel),
+    /// row `b·P + s` holding position `s` of sample `b`.
+    pub(super) fn to_rows<'a, S: Scalar>(&self, x: &'a Tensor<S>) -> Result<Cow<'a, Tensor<S>>> {
         let Some((batch, positions)) = self.spatial else {
-            return Cow::Borrowed(x);
+            return Ok(Cow::Borrowed(x));
         };
-        let c = self.c;
-        let src = x.data();
-        Cow::Owned(Tensor::from_writer(self.rows_shape.clone(), |out| {
-            for b in 0..batch {
-                for k in 0..c {
-                    let plane = &src[(b * c + k) * positions..][..positions];
-                    for (s, &v) in plane.iter().enumerate() {
-                        out[(b * positions + s) * c + k] = v;
-                    }
-                }
-            }
-        }))
+        let planes = x.reshape(&[batch, self.c, positions])?;
+        Ok(Cow::Owned(
+            transpose(&planes, 1, 2)?.reshape_to(&self.rows_shape)?,
+        ))
     }
 
     /// Whether the input is (N, C, d1, ..., dk).
@@ -100,21 +94,15 @@ impl Classes {
     }
 
     /// The inverse of `to_rows`: rows of C back in the input's `shape`.
-    pub(super) fn rows_to_input<S: Scalar>(&self, rows: Tensor<S>, shape: &Shape) -> Tensor<S> {
+    pub(super) fn rows_to_input<S: Scalar>(
+        &self,
+        rows: Tensor<S>,
+        shape: &Shape,
+    ) -> Result<Tensor<S>> {
         let Some((batch, positions)) = self.spatial else {
-            return rows;
+            return Ok(rows);
         };
-        let c = self.c;
-        let src = rows.data();
-        Tensor::from_writer(shape.clone(), |out| {
-            for b in 0..batch {
-                for k in 0..c {
-                    let plane = &mut out[(b * c + k) * positions..][..positions];
-                    for (s, v) in plane.iter_mut().enumerate() {
-                        *v = src[(b * positions + s) * c + k];
-                    }
-                }
-            }
-        })
+        let by_position = rows.reshape(&[batch, positions, self.c])?;
+        transpose(&by_position, 1, 2)?.reshape_to(shape)
     }
 }

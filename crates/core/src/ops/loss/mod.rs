@@ -563,7 +563,7 @@ impl OpRules for LossOp {
             Lo::CrossEntropyProbs { .. } => {
                 let y = xs[1];
                 let (cl, weighting, divisor) = self.soft_targets(x.shape(), y.shape())?;
-                let (x, y) = (cl.to_rows(x), cl.to_rows(y));
+                let (x, y) = (cl.to_rows(x)?, cl.to_rows(y)?);
                 let (per, lsm) = soft_targets::losses(&weighting, x.data(), y.data(), cl.c, cl.n);
                 let value = reduction.forward_by(per, &cl.per_sample, s::<S>(divisor))?;
                 let lsm = Tensor::from_shape(cl.rows_shape.clone(), lsm)?;
@@ -574,7 +574,7 @@ impl OpRules for LossOp {
             }
             Lo::CrossEntropy { targets, .. } => {
                 let (cl, weighting) = self.class_loss(x.shape())?;
-                let x = cl.to_rows(x);
+                let x = cl.to_rows(x)?;
                 // The VJP is (softmax - onehot) * g: keep the softmax, made in the same pass as
                 // the losses (one `exp` per logit).
                 let mut per = vec![S::ZERO; cl.n];
@@ -610,7 +610,7 @@ impl OpRules for LossOp {
             // With mean and N = 0 this is 0/0 = NaN, as PyTorch's nll_loss (total weight 0).
             Lo::NllLoss { targets, .. } => {
                 let (cl, weighting) = self.class_loss(x.shape())?;
-                let x = cl.to_rows(x);
+                let x = cl.to_rows(x)?;
                 if !weighting.is_plain() {
                     let per = weighting.nll_losses(x.data(), targets);
                     let total = weighting.total_weight(targets);
@@ -695,20 +695,22 @@ impl OpRules for LossOp {
                 let w = reduction.weights_by(name, cot, &cl.per_sample, s::<S>(divisor))?;
                 let lsm = self.probabilities(ctx.aux, &cl.rows_shape)?;
                 let gx = if needs_x {
-                    let y = cl.to_rows(ctx.input(name, 1)?);
+                    let y = cl.to_rows(ctx.input(name, 1)?)?;
                     let g = Tensor::from_writer(cl.rows_shape.clone(), |g| {
                         soft_targets::grad_logits(&weighting, lsm.data(), y.data(), cl.c, &w, g)
                     });
-                    Some(cl.rows_to_input(g, in_shape))
+                    Some(cl.rows_to_input(g, in_shape)?)
                 } else {
                     None
                 };
-                let gy = needs_y.then(|| {
-                    let g = Tensor::from_writer(cl.rows_shape.clone(), |g| {
-                        soft_targets::grad_targets(&weighting, lsm.data(), cl.c, &w, g)
-                    });
-                    cl.rows_to_input(g, y_shape)
-                });
+                let gy = needs_y
+                    .then(|| {
+                        let g = Tensor::from_writer(cl.rows_shape.clone(), |g| {
+                            soft_targets::grad_targets(&weighting, lsm.data(), cl.c, &w, g)
+                        });
+                        cl.rows_to_input(g, y_shape)
+                    })
+                    .transpose()?;
                 Ok(smallvec![gx, gy])
             }
             Lo::CrossEntropy { targets, .. } | Lo::NllLoss { targets, .. } => {
@@ -721,7 +723,7 @@ impl OpRules for LossOp {
                     let total = weighting.total_weight(targets);
                     let w = reduction.weights_by(name, cot, &cl.per_sample, total)?;
                     let grad = self.weighted_grad(ctx, &cl, &weighting, rows_shape, &w)?;
-                    return Ok(smallvec![Some(cl.rows_to_input(grad, in_shape))]);
+                    return Ok(smallvec![Some(cl.rows_to_input(grad, in_shape)?)]);
                 }
                 let w = reduction.weights(name, cot, &cl.per_sample)?;
                 // Written straight into the gradient's (pooled) buffer.
@@ -747,7 +749,7 @@ impl OpRules for LossOp {
                         }
                     }),
                 };
-                Ok(smallvec![Some(cl.rows_to_input(grad, in_shape))])
+                Ok(smallvec![Some(cl.rows_to_input(grad, in_shape)?)])
             }
         }
     }
@@ -794,7 +796,7 @@ impl OpRules for LossOp {
                 same_shape(name, y.shape(), ty.shape())?;
                 let (cl, weighting, divisor) = self.soft_targets(x.shape(), y.shape())?;
                 let lsm = self.probabilities(&out.aux, &cl.rows_shape)?;
-                let (y, tx, ty) = (cl.to_rows(y), cl.to_rows(tx), cl.to_rows(ty));
+                let (y, tx, ty) = (cl.to_rows(y)?, cl.to_rows(tx)?, cl.to_rows(ty)?);
                 let per = soft_targets::tangents(
                     &weighting,
                     lsm.data(),
@@ -810,7 +812,7 @@ impl OpRules for LossOp {
             Lo::CrossEntropy { .. } | Lo::NllLoss { .. } => {
                 let targets = self.targets();
                 let (cl, weighting) = self.class_loss(x.shape())?;
-                let tx = cl.to_rows(tx);
+                let tx = cl.to_rows(tx)?;
                 let t = tx.data();
                 if !weighting.is_plain() {
                     let per: Vec<S> = match self {
