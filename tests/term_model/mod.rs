@@ -1,7 +1,7 @@
 //! The naive reference of the extreme-argument tests: an op at given arguments is a sum of terms,
 //! each a product of one or two argument elements over a divisor, and its forward, VJP and JVP
 //! all follow from that list; plus the small-integer values and comparisons both tests use, and
-//! the derivative check both run once a call's forward has matched its terms.
+//! the check both run on a call their terms define.
 
 #![allow(dead_code)]
 
@@ -129,13 +129,16 @@ pub fn dot(a: &[f64], b: &[f64]) -> (f64, f64) {
         .fold((0.0, 0.0), |(s, m), (x, y)| (s + x * y, m + (x * y).abs()))
 }
 
-/// One call whose forward has matched its definition, ready for [`check_derivatives`].
+/// One call that succeeded, with the definition's terms and forward values, for
+/// [`check_against_terms`].
 pub struct Call<'a, S: Scalar> {
     pub op: &'a Op,
     pub shapes: &'a [Vec<usize>],
     pub inputs: &'a [&'a Tensor<S>],
     pub args: &'a [Vec<f64>],
     pub forward: &'a Forward<S>,
+    /// The forward values the definition gives (the terms', or NaN for a mean over nothing).
+    pub want: &'a [f64],
     pub out_dims: &'a [usize],
     pub terms: &'a [Term],
     /// Whether the values are exact on small integers (no division).
@@ -143,21 +146,28 @@ pub struct Call<'a, S: Scalar> {
     pub eps: f64,
 }
 
-/// The call's VJP and JVP against the terms' partial derivatives, on random small-integer
-/// cotangents and tangents, and the adjoint identity `<jvp(t), ct> = <t, vjp(ct)>` between them.
-/// The JVP of a mean over nothing is 0 here (one of the documented differences from PyTorch).
-pub fn check_derivatives<S: Scalar>(call: &Call<'_, S>, rng: &mut ChaCha8Rng) {
+/// The call's forward against `want`, its VJP and JVP against the terms' partial derivatives
+/// on random small-integer cotangents and tangents, and the adjoint identity
+/// `<jvp(t), ct> = <t, vjp(ct)>` between them. The JVP of a mean over nothing is 0 here (one of
+/// the documented differences from PyTorch).
+pub fn check_against_terms<S: Scalar>(call: &Call<'_, S>, rng: &mut ChaCha8Rng) {
     let Call {
         op,
         shapes,
         inputs,
         args,
         forward,
+        want,
         out_dims,
         terms,
         exact,
         eps,
     } = *call;
+    let got = values(&forward.value);
+    assert!(
+        close(&got, want, exact, eps),
+        "{op} on {shapes:?}: forward {got:?}, definition {want:?}"
+    );
     let out_len: usize = out_dims.iter().product();
     let cot_v = ints(rng, out_len);
     let cot: Tensor<S> = tensor(out_dims, &cot_v);
