@@ -230,6 +230,7 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
         K::BinaryCrossEntropyWithLogits => Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
             reduction: reduction(rng),
             pos_weight: pos_weight(rng),
+            weight: None,
         }),
         K::NllLoss => Op::Loss(LossOp::NllLoss {
             targets: labels(rng),
@@ -249,10 +250,10 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
         K::WeightedBinaryCrossEntropyWithLogits => {
             let shape = small_shape(rng);
             let values = (0..shape.numel()).map(|_| value(rng)).collect();
-            Op::Loss(LossOp::WeightedBinaryCrossEntropyWithLogits {
+            Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
                 reduction: reduction(rng),
                 pos_weight: pos_weight(rng),
-                weight: Arc::new(Tensor::new(shape.dims(), values).unwrap()),
+                weight: Some(Arc::new(Tensor::new(shape.dims(), values).unwrap())),
             })
         }
         K::Nn(n) => hostile_nn(n, rng),

@@ -286,6 +286,7 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
                         let w: Vec<f64> = (0..len).map(|_| rng.random_range(0.5..3.0)).collect();
                         Arc::new(Tensor::new(&[len], w).unwrap())
                     }),
+                    weight: None,
                 }
             };
             (Op::Loss(op), vec![a, b])

@@ -921,6 +921,7 @@ fn weight_of_ones_is_the_unweighted_loss_bit_for_bit() {
             let plain = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
                 reduction,
                 pos_weight: pos_weight.clone().map(Arc::new),
+                weight: None,
             });
             let ones = Tensor::new(&[4], vec![1.0; 4]).unwrap();
             let weighted = Op::Loss(LossOp::bce_with_logits_weighted(
@@ -1161,6 +1162,7 @@ proptest! {
             LossOp::BinaryCrossEntropyWithLogits {
                 reduction,
                 pos_weight: Some(Arc::new(pos_weight.clone())),
+                weight: None,
             }
         });
         let want = weighted_bce_definition(&x, &y, &weight, Some(&pos_weight), reduction);
@@ -1187,6 +1189,7 @@ fn pos_weight_c11_weighs_the_class_axis() {
     let op = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
         reduction: Reduction::None,
         pos_weight: Some(Arc::new(p)),
+        weight: None,
     });
     let out = fwd(&op, &[&x, &y]);
     for i in 0..x.numel() {
@@ -1213,6 +1216,7 @@ fn one_axis_pos_weight_gives_the_old_bits() {
             Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
                 reduction,
                 pos_weight: Some(Arc::new(p)),
+                weight: None,
             })
         };
         let old = with(vector(values.clone()));
@@ -1264,6 +1268,7 @@ fn pos_weight_shapes_that_do_not_broadcast_into_the_input_are_errors() {
             Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
                 reduction: Reduction::Mean,
                 pos_weight: Some(Arc::new(p.clone())),
+                weight: None,
             }),
             Op::Loss(LossOp::bce_with_logits_weighted(
                 Reduction::None,
@@ -1299,6 +1304,7 @@ fn pos_weight_shapes_that_do_not_broadcast_into_the_input_are_errors() {
     let zero_d = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
         reduction: Reduction::Sum,
         pos_weight: Some(Arc::new(Tensor::new(&[], vec![2.0]).unwrap())),
+        weight: None,
     });
     let want = weighted_bce_definition(
         &scalar,
@@ -1315,6 +1321,7 @@ fn pos_weight_shapes_that_do_not_broadcast_into_the_input_are_errors() {
     let one = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
         reduction: Reduction::Sum,
         pos_weight: Some(Arc::new(vector(vec![2.0]))),
+        weight: None,
     });
     assert!(one.forward(&[&scalar, &scalar]).is_err());
 }
@@ -1325,6 +1332,7 @@ fn graph_files_take_a_pos_weight_shape() {
     let op = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
         reduction: Reduction::Sum,
         pos_weight: Some(Arc::new(p.clone())),
+        weight: None,
     });
     round_trips(&op, 2);
     let attrs = write_attrs(&op).unwrap();
@@ -1339,6 +1347,7 @@ fn graph_files_take_a_pos_weight_shape() {
         &Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
             reduction: Reduction::Mean,
             pos_weight: Some(Arc::new(Tensor::new(&[], vec![2.0]).unwrap())),
+            weight: None,
         }),
         2,
     );
@@ -1354,6 +1363,7 @@ fn graph_files_take_a_pos_weight_shape() {
     let old = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
         reduction: Reduction::Mean,
         pos_weight: Some(Arc::new(vector(vec![1.0, 2.0]))),
+        weight: None,
     });
     assert!(write_attrs(&old)
         .unwrap()

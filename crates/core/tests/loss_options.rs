@@ -369,6 +369,7 @@ proptest! {
         let op = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
             reduction,
             pos_weight: Some(Arc::new(vector(pos_weight.clone()))),
+            weight: None,
         });
         let want = bce_definition(x.data(), y.data(), &pos_weight, reduction);
         close(fwd(&op, &[&x, &y]).data(), &want, &op.to_string());
@@ -383,6 +384,7 @@ fn pos_weight_stays_finite_for_large_logits_and_checks_its_length() {
     let op = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
         reduction: Reduction::None,
         pos_weight: Some(Arc::new(vector(vec![2.0, 3.0, 0.5]))),
+        weight: None,
     });
     // log(1 + exp(800)) = 800 to double precision: 2 * 800, 3 * ln 2 / 2 + ln 2 / 2, 800.
     let ln2 = std::f64::consts::LN_2;
@@ -404,6 +406,7 @@ fn pos_weight_stays_finite_for_large_logits_and_checks_its_length() {
     let two = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
         reduction: Reduction::Mean,
         pos_weight: Some(Arc::new(vector(vec![1.0, 2.0]))),
+        weight: None,
     });
     let err = two.forward(&[&x, &y]).unwrap_err().to_string();
     for w in [

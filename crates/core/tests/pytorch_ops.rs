@@ -185,6 +185,7 @@ fn op_of(case: &Value) -> Op {
                 let p = numbers(&case["pos_weight"]);
                 Tensor::new(&[p.len()], p).unwrap()
             })),
+            weight: None,
         }),
         "bce_pos_weight_broadcast" => Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
             reduction: reduction(case),
@@ -195,6 +196,7 @@ fn op_of(case: &Value) -> Op {
                 )
                 .unwrap(),
             )),
+            weight: None,
         }),
         "activation" => Op::Activation(activation(case)),
         "softmax" => {

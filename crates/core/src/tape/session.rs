@@ -609,6 +609,7 @@ impl<S: Scalar> Session<S> {
         let op = LossOp::BinaryCrossEntropyWithLogits {
             reduction,
             pos_weight: pos_weight.map(|w| Arc::new(w.clone())),
+            weight: None,
         };
         self.apply(Op::Loss(op), &[logits, targets])
     }

@@ -168,12 +168,15 @@ pub fn kind_of(op: &Op) -> Option<OpKind> {
         Op::Loss(l) => match l {
             Lo::MseLoss { .. } => K::MseLoss,
             Lo::CrossEntropy { .. } => K::CrossEntropy,
-            Lo::BinaryCrossEntropyWithLogits { .. } => K::BinaryCrossEntropyWithLogits,
+            // The weighted form has variants of its own.
+            Lo::BinaryCrossEntropyWithLogits { weight: None, .. } => {
+                K::BinaryCrossEntropyWithLogits
+            }
+            Lo::BinaryCrossEntropyWithLogits {
+                weight: Some(_), ..
+            } => K::WeightedBinaryCrossEntropyWithLogits,
             Lo::NllLoss { .. } => K::NllLoss,
             Lo::CrossEntropyProbs { .. } => K::CrossEntropyProbs,
-            Lo::WeightedBinaryCrossEntropyWithLogits { .. } => {
-                K::WeightedBinaryCrossEntropyWithLogits
-            }
         },
         Op::Nn(n) => K::Nn(nn::kind_of_nn(n)),
     })
@@ -835,6 +838,7 @@ fn generate<R: Rng + ?Sized>(
                     Lo::BinaryCrossEntropyWithLogits {
                         reduction,
                         pos_weight,
+                        weight: None,
                     },
                     uniform(x, rng, 0.0, 1.0),
                 )
@@ -952,10 +956,10 @@ fn generate<R: Rng + ?Sized>(
             } else {
                 broadcast_into(x, rng)
             };
-            let op = Lo::WeightedBinaryCrossEntropyWithLogits {
+            let op = Lo::BinaryCrossEntropyWithLogits {
                 reduction: [Reduction::Mean, Reduction::Sum, Reduction::None][variant],
                 pos_weight,
-                weight: Arc::new(uniform(&w_shape, rng, 0.25, 2.0)),
+                weight: Some(Arc::new(uniform(&w_shape, rng, 0.25, 2.0))),
             };
             (
                 Op::Loss(op),

@@ -198,10 +198,14 @@ pub enum LossOp {
     /// Logits and targets of one shape, both differentiable; `pos_weight` (PyTorch's) weighs the
     /// positive term, broadcast to the input, whose shape it must broadcast into (no more axes,
     /// trailing axes equal or 1), as PyTorch requires: [C] per class along the last axis,
-    /// [C, 1, 1] along the third-to-last, [1] or 0-d one for all.
+    /// [C, 1, 1] along the third-to-last, [1] or 0-d one for all. `weight` (PyTorch's) multiplies
+    /// every element's loss (and its partials), broadcast to the input likewise; `mean` still
+    /// divides by the element count. Both are constant attributes, not arguments: PyTorch does not
+    /// differentiate them either.
     BinaryCrossEntropyWithLogits {
         reduction: Reduction,
         pos_weight: Option<Arc<Tensor<f64>>>,
+        weight: Option<Arc<Tensor<f64>>>,
     },
     /// Log-probabilities (C), (N, C) or (N, C, d1, ..., dk) and one class label per position, as
     /// cross_entropy: -weight[t] input[n, t, ...] with t the position's label, `weight` and
@@ -211,16 +215,6 @@ pub enum LossOp {
         reduction: Reduction,
         weight: Option<Arc<Vec<f64>>>,
         ignore_index: Option<usize>,
-    },
-    /// binary_cross_entropy_with_logits with PyTorch's `weight`: every element's loss (and its
-    /// partials) times `weight` broadcast to the input, whose shape it must broadcast into, as
-    /// PyTorch requires; `mean` still divides by the element count. Like `pos_weight` (as above)
-    /// it is a constant attribute, not an argument: PyTorch does not differentiate either. A
-    /// variant of its own, so that the unweighted one keeps its fields.
-    WeightedBinaryCrossEntropyWithLogits {
-        reduction: Reduction,
-        pos_weight: Option<Arc<Tensor<f64>>>,
-        weight: Arc<Tensor<f64>>,
     },
     /// PyTorch's cross_entropy with a probability target: logits and targets of one shape, (C),
     /// (N, C) or (N, C, d1, ..., dk) (classes along axis 1), both differentiable. Per position
@@ -321,10 +315,10 @@ impl LossOp {
         weight: Tensor<f64>,
         pos_weight: Option<Tensor<f64>>,
     ) -> LossOp {
-        Lo::WeightedBinaryCrossEntropyWithLogits {
+        Lo::BinaryCrossEntropyWithLogits {
             reduction,
             pos_weight: pos_weight.map(Arc::new),
-            weight: Arc::new(weight),
+            weight: Some(Arc::new(weight)),
         }
     }
 
@@ -333,14 +327,14 @@ impl LossOp {
         Lo::BinaryCrossEntropyWithLogits {
             reduction,
             pos_weight: None,
+            weight: None,
         }
     }
 
     /// The positive weights of binary_cross_entropy_with_logits, checked against its input.
     fn pos_weight(&self, shape: &Shape) -> Result<PosWeight<'_>> {
         match self {
-            Lo::BinaryCrossEntropyWithLogits { pos_weight, .. }
-            | Lo::WeightedBinaryCrossEntropyWithLogits { pos_weight, .. } => {
+            Lo::BinaryCrossEntropyWithLogits { pos_weight, .. } => {
                 PosWeight::new(self.name(), pos_weight.as_deref(), shape)
             }
             _ => PosWeight::new(self.name(), None, shape),
@@ -350,7 +344,7 @@ impl LossOp {
     /// binary_cross_entropy_with_logits's `weight`, if any.
     fn bce_weight(&self) -> Option<&Tensor<f64>> {
         match self {
-            Lo::WeightedBinaryCrossEntropyWithLogits { weight, .. } => Some(&**weight),
+            Lo::BinaryCrossEntropyWithLogits { weight, .. } => weight.as_deref(),
             _ => None,
         }
     }
@@ -365,7 +359,6 @@ impl LossOp {
             Lo::MseLoss { reduction }
             | Lo::CrossEntropy { reduction, .. }
             | Lo::BinaryCrossEntropyWithLogits { reduction, .. }
-            | Lo::WeightedBinaryCrossEntropyWithLogits { reduction, .. }
             | Lo::NllLoss { reduction, .. }
             | Lo::CrossEntropyProbs { reduction, .. } => *reduction,
         }
@@ -376,7 +369,6 @@ impl LossOp {
             Lo::CrossEntropy { targets, .. } | Lo::NllLoss { targets, .. } => targets,
             Lo::MseLoss { .. }
             | Lo::BinaryCrossEntropyWithLogits { .. }
-            | Lo::WeightedBinaryCrossEntropyWithLogits { .. }
             | Lo::CrossEntropyProbs { .. } => &[],
         }
     }
@@ -397,7 +389,6 @@ impl LossOp {
             } => (weight, *ignore_index, 0.0),
             Lo::MseLoss { .. }
             | Lo::BinaryCrossEntropyWithLogits { .. }
-            | Lo::WeightedBinaryCrossEntropyWithLogits { .. }
             | Lo::CrossEntropyProbs { .. } => {
                 return Err(Error::invalid(self.name(), "not a class-label loss"))
             }
@@ -484,8 +475,7 @@ impl OpRules for LossOp {
         match self {
             Lo::MseLoss { .. } => "mse_loss",
             Lo::CrossEntropy { .. } => "cross_entropy",
-            Lo::BinaryCrossEntropyWithLogits { .. }
-            | Lo::WeightedBinaryCrossEntropyWithLogits { .. } => "binary_cross_entropy_with_logits",
+            Lo::BinaryCrossEntropyWithLogits { .. } => "binary_cross_entropy_with_logits",
             Lo::NllLoss { .. } => "nll_loss",
             Lo::CrossEntropyProbs { .. } => "cross_entropy_probs",
         }
@@ -495,7 +485,6 @@ impl OpRules for LossOp {
         match self {
             Lo::MseLoss { .. }
             | Lo::BinaryCrossEntropyWithLogits { .. }
-            | Lo::WeightedBinaryCrossEntropyWithLogits { .. }
             | Lo::CrossEntropyProbs { .. } => Arity::Exact(2),
             Lo::CrossEntropy { .. } | Lo::NllLoss { .. } => Arity::Exact(1),
         }
@@ -506,9 +495,7 @@ impl OpRules for LossOp {
         let arity = self.arity().min();
         let x = arg(name, inputs, 0, arity)?;
         match self {
-            Lo::MseLoss { reduction }
-            | Lo::BinaryCrossEntropyWithLogits { reduction, .. }
-            | Lo::WeightedBinaryCrossEntropyWithLogits { reduction, .. } => {
+            Lo::MseLoss { reduction } | Lo::BinaryCrossEntropyWithLogits { reduction, .. } => {
                 same_shape(name, x, inputs[1])?;
                 self.pos_weight(x)?;
                 Rescale::check(name, self.bce_weight(), x)?;
@@ -526,9 +513,7 @@ impl OpRules for LossOp {
 
     fn saves(&self) -> Saves {
         match self {
-            Lo::MseLoss { .. }
-            | Lo::BinaryCrossEntropyWithLogits { .. }
-            | Lo::WeightedBinaryCrossEntropyWithLogits { .. } => Saves::inputs(&[0, 1]),
+            Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => Saves::inputs(&[0, 1]),
             // cross_entropy keeps its softmax probabilities in the aux data; nll_loss's gradient
             // depends only on the labels and the input's shape.
             Lo::CrossEntropy { .. } | Lo::NllLoss { .. } => Saves::NOTHING,
@@ -542,9 +527,7 @@ impl OpRules for LossOp {
         let x = arg(name, xs, 0, self.arity().min())?;
         let reduction = self.reduction();
         match self {
-            Lo::MseLoss { .. }
-            | Lo::BinaryCrossEntropyWithLogits { .. }
-            | Lo::WeightedBinaryCrossEntropyWithLogits { .. } => {
+            Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => {
                 let y = xs[1];
                 same_shape(name, x.shape(), y.shape())?;
                 let pairs = x.data().iter().zip(y.data());
@@ -639,9 +622,7 @@ impl OpRules for LossOp {
             found: 0,
         })?;
         match self {
-            Lo::MseLoss { .. }
-            | Lo::BinaryCrossEntropyWithLogits { .. }
-            | Lo::WeightedBinaryCrossEntropyWithLogits { .. } => {
+            Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => {
                 if !ctx.needs(0) && !ctx.needs(1) {
                     return Ok(smallvec![None, None]);
                 }
@@ -767,9 +748,7 @@ impl OpRules for LossOp {
         same_shape(name, x.shape(), tx.shape())?;
         let reduction = self.reduction();
         match self {
-            Lo::MseLoss { .. }
-            | Lo::BinaryCrossEntropyWithLogits { .. }
-            | Lo::WeightedBinaryCrossEntropyWithLogits { .. } => {
+            Lo::MseLoss { .. } | Lo::BinaryCrossEntropyWithLogits { .. } => {
                 let (y, ty) = (xs[1], ts[1]);
                 same_shape(name, x.shape(), y.shape())?;
                 same_shape(name, x.shape(), ty.shape())?;
@@ -919,23 +898,19 @@ impl std::fmt::Display for LossOp {
             | Lo::BinaryCrossEntropyWithLogits {
                 reduction,
                 pos_weight: None,
+                weight: None,
             } => write!(f, "{}(reduction='{reduction}')", self.name()),
             Lo::BinaryCrossEntropyWithLogits {
-                reduction,
-                pos_weight: Some(w),
-            } => {
-                write!(f, "{}(reduction='{reduction}', pos_weight=", self.name())?;
-                write_pos_weight(f, w)?;
-                write!(f, ")")
-            }
-            Lo::WeightedBinaryCrossEntropyWithLogits {
                 reduction,
                 pos_weight,
                 weight,
             } => {
-                write!(f, "{}(reduction='{reduction}', weight=", self.name())?;
-                write_list(f, weight.data(), "weights")?;
-                write!(f, " of shape {}", weight.shape())?;
+                write!(f, "{}(reduction='{reduction}'", self.name())?;
+                if let Some(weight) = weight {
+                    write!(f, ", weight=")?;
+                    write_list(f, weight.data(), "weights")?;
+                    write!(f, " of shape {}", weight.shape())?;
+                }
                 if let Some(w) = pos_weight {
                     write!(f, ", pos_weight=")?;
                     write_pos_weight(f, w)?;

@@ -30,30 +30,45 @@ fn reduction(a: &mut Attrs) -> Result<Reduction> {
     )
 }
 
-/// `pos_weight` (values row-major) and `pos_weight_shape`, by default one axis of their count (the
-/// older form, one per class along the last axis).
-fn pos_weight(name: &'static str, a: &mut Attrs) -> Result<Option<Arc<Tensor<f64>>>> {
-    let shape = a.usizes("pos_weight_shape")?;
-    match (a.f64s("pos_weight")?, shape) {
+/// binary_cross_entropy_with_logits's factor tensors (`pos_weight`, `weight`), each attribute
+/// `key` (its values row-major) beside its shape `key_shape`.
+const FACTORS: [(&str, &str); 2] = [
+    ("pos_weight", "pos_weight_shape"),
+    ("weight", "weight_shape"),
+];
+
+/// A factor tensor: its values and shape, by default one axis of their count (pos_weight's older
+/// form, one per class along the last axis).
+fn factors(
+    name: &'static str,
+    a: &mut Attrs,
+    (key, shape_key): (&'static str, &'static str),
+) -> Result<Option<Arc<Tensor<f64>>>> {
+    let shape = a.usizes(shape_key)?;
+    match (a.f64s(key)?, shape) {
         (None, None) => Ok(None),
         (None, Some(_)) => Err(Error::invalid(
             name,
-            "attribute 'pos_weight_shape' without 'pos_weight'",
+            format!("attribute '{shape_key}' without '{key}'"),
         )),
         (Some(values), shape) => {
             let dims = shape.unwrap_or(vec![values.len()]);
             Tensor::new(&dims, values)
                 .map(|t| Some(Arc::new(t)))
-                .map_err(|e| Error::invalid(name, format!("attribute 'pos_weight': {e}")))
+                .map_err(|e| Error::invalid(name, format!("attribute '{key}': {e}")))
         }
     }
 }
 
-/// `pos_weight`'s values, and its shape unless it has one axis.
-fn write_pos_weight(w: &mut AttrWriter, p: &Tensor<f64>) {
-    w.floats("pos_weight", p.data());
-    if p.rank() != 1 {
-        w.ints("pos_weight_shape", p.dims());
+/// A factor's values, and its shape unless it has one axis.
+fn write_factors(
+    w: &mut AttrWriter,
+    (key, shape_key): (&'static str, &'static str),
+    t: &Tensor<f64>,
+) {
+    w.floats(key, t.data());
+    if t.rank() != 1 {
+        w.ints(shape_key, t.dims());
     }
 }
 
@@ -77,34 +92,11 @@ pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op
             ignore_index: a.usize("ignore_index")?,
             label_smoothing: a.f64_or("label_smoothing", 0.0)?,
         },
-        "binary_cross_entropy_with_logits" => {
-            let reduction = reduction(a)?;
-            let pos_weight = pos_weight(name, a)?;
-            let shape = a.usizes("weight_shape")?;
-            match (a.f64s("weight")?, shape) {
-                (None, None) => Lo::BinaryCrossEntropyWithLogits {
-                    reduction,
-                    pos_weight,
-                },
-                (None, Some(_)) => {
-                    return Err(Error::invalid(
-                        name,
-                        "attribute 'weight_shape' without 'weight'",
-                    ))
-                }
-                (Some(values), shape) => {
-                    // A list of weights without a shape matches the input's last axis.
-                    let dims = shape.unwrap_or(vec![values.len()]);
-                    let weight = Tensor::new(&dims, values)
-                        .map_err(|e| Error::invalid(name, format!("attribute 'weight': {e}")))?;
-                    Lo::WeightedBinaryCrossEntropyWithLogits {
-                        reduction,
-                        pos_weight,
-                        weight: Arc::new(weight),
-                    }
-                }
-            }
-        }
+        "binary_cross_entropy_with_logits" => Lo::BinaryCrossEntropyWithLogits {
+            reduction: reduction(a)?,
+            pos_weight: factors(name, a, FACTORS[0])?,
+            weight: factors(name, a, FACTORS[1])?,
+        },
         "nll_loss" => Lo::NllLoss {
             targets: Arc::new(a.usizes_req("targets")?),
             reduction: reduction(a)?,
@@ -123,10 +115,13 @@ pub(super) fn write(op: &Lo, w: &mut AttrWriter) -> Result<()> {
         Lo::BinaryCrossEntropyWithLogits {
             reduction,
             pos_weight,
+            weight,
         } => {
             w.str("reduction", reduction.name());
-            if let Some(p) = pos_weight {
-                write_pos_weight(w, p);
+            for (keys, t) in FACTORS.into_iter().zip([pos_weight, weight]) {
+                if let Some(t) = t {
+                    write_factors(w, keys, t);
+                }
             }
         }
         Lo::CrossEntropy {
@@ -147,18 +142,6 @@ pub(super) fn write(op: &Lo, w: &mut AttrWriter) -> Result<()> {
             weight,
             ignore_index,
         } => class_labels(w, targets, *reduction, weight, *ignore_index),
-        Lo::WeightedBinaryCrossEntropyWithLogits {
-            reduction,
-            pos_weight,
-            weight,
-        } => {
-            w.str("reduction", reduction.name());
-            if let Some(p) = pos_weight {
-                write_pos_weight(w, p);
-            }
-            w.floats("weight", weight.data());
-            w.ints("weight_shape", weight.dims());
-        }
         Lo::CrossEntropyProbs {
             reduction,
             weight,
