@@ -28,113 +28,82 @@ fn broadcasts_into(w: &Shape, shape: &Shape) -> bool {
             .all(|(&a, &b)| a == b || a == 1)
 }
 
-/// `pos_weight` checked against the input's shape, read per element.
-pub(super) enum PosWeight<'a> {
-    /// No positive weight.
+/// A factor tensor of the loss (`pos_weight` or `weight`), checked against the input's shape and
+/// read per element of the row-major input. PyTorch broadcasts both into the loss, which they
+/// cannot enlarge: the shape must broadcast into the input's (no more axes, trailing axes equal
+/// or 1). So [C] weighs classes along the last axis, [C, 1, 1] along the third-to-last (PyTorch's
+/// recommendation for a [C, H, W] target), [1] or a 0-d one weighs all. Constant attributes, as
+/// in PyTorch, whose autograd differentiates neither.
+pub(super) enum Factors<'a> {
+    /// No factor.
     None,
-    /// A weight of at most one axis: element `i` of a row-major input reads `w[i % w.len()]`
-    /// (one per class along the last axis, or one for all), without a copy.
+    /// At most one axis: element `i` reads `w[i % w.len()]`, without a copy.
     Cyclic(&'a [f64]),
     /// Any other shape that broadcasts into the input's, broadcast to it.
     Full(Tensor<f64>),
 }
 
-impl<'a> PosWeight<'a> {
-    /// PyTorch broadcasts `pos_weight` with the target into the loss, which it cannot enlarge:
-    /// its shape must broadcast into the input's (no more axes, trailing axes equal or 1), as
-    /// `weight`'s. So [C] weighs classes along the last axis, [C, 1, 1] along the third-to-last
-    /// (PyTorch's recommendation for a [C, H, W] target), [1] or a 0-d one weighs all.
-    pub(super) fn new(
-        op: &'static str,
-        pos_weight: Option<&'a Tensor<f64>>,
-        shape: &Shape,
-    ) -> Result<Self> {
-        let Some(w) = pos_weight else {
-            return Ok(PosWeight::None);
-        };
-        if !broadcasts_into(w.shape(), shape) {
-            let mut msg = format!(
-                "pos_weight of shape {} does not broadcast to the input's shape {shape}",
-                w.shape()
-            );
-            if w.rank() == 1 {
-                // The usual form: say what it should have been.
-                match shape.dims().last() {
-                    Some(&last) => msg.push_str(&format!(
-                        ": it needs one entry per class along the last axis of the input \
-                         ({last} for shape {shape}) or a single one, found {} entries",
-                        w.data().len()
-                    )),
-                    None => msg.push_str(" (a 0-d input takes a 0-d pos_weight only)"),
-                }
-            }
-            return Err(Error::invalid(op, msg));
-        }
-        if w.rank() <= 1 {
-            Ok(PosWeight::Cyclic(w.data()))
-        } else {
-            Ok(PosWeight::Full(broadcast_to(w, shape)?))
-        }
-    }
-
-    /// The weight of element `i` of a row-major input, `None` without `pos_weight`.
-    pub(super) fn at<S: Scalar>(&self, i: usize) -> Option<S> {
-        match self {
-            PosWeight::None => None,
-            PosWeight::Cyclic(w) => Some(S::from_f64(w[i % w.len()])),
-            PosWeight::Full(t) => Some(S::from_f64(t.data()[i])),
-        }
-    }
-}
-
-/// PyTorch's `weight`, broadcast to the input: one factor per element of every loss and partial.
-/// A constant attribute, as in PyTorch (whose autograd does not differentiate `weight` either).
-pub(super) struct Rescale {
-    factors: Option<Tensor<f64>>,
-}
-
-impl Rescale {
-    /// Whether `weight` fits the input's `shape`: its shape must broadcast into the input's
-    /// (trailing axes equal or 1, no more axes), as PyTorch requires (it rescales the loss in
-    /// place, so the weight cannot enlarge it). Allocates nothing.
+impl<'a> Factors<'a> {
+    /// Whether `factors` (called `what` in the error) fit the input's `shape`. Allocates nothing.
     pub(super) fn check(
         op: &'static str,
-        weight: Option<&Tensor<f64>>,
+        what: &str,
+        factors: Option<&Tensor<f64>>,
         shape: &Shape,
     ) -> Result<()> {
-        let Some(w) = weight else {
+        let Some(w) = factors else {
             return Ok(());
         };
         if broadcasts_into(w.shape(), shape) {
-            Ok(())
-        } else {
-            Err(Error::invalid(
-                op,
-                format!(
-                    "weight of shape {} does not broadcast to the input's shape {shape}",
-                    w.shape()
-                ),
-            ))
+            return Ok(());
         }
+        let mut msg = format!(
+            "{what} of shape {} does not broadcast to the input's shape {shape}",
+            w.shape()
+        );
+        if w.rank() == 1 && what == "pos_weight" {
+            // The usual form: say what it should have been.
+            match shape.dims().last() {
+                Some(&last) => msg.push_str(&format!(
+                    ": it needs one entry per class along the last axis of the input \
+                     ({last} for shape {shape}) or a single one, found {} entries",
+                    w.data().len()
+                )),
+                None => msg.push_str(" (a 0-d input takes a 0-d pos_weight only)"),
+            }
+        }
+        Err(Error::invalid(op, msg))
     }
 
-    /// `weight` checked against the input's `shape` and broadcast to it.
+    /// `factors` checked against the input's `shape`, ready to read per element.
     pub(super) fn new(
         op: &'static str,
-        weight: Option<&Tensor<f64>>,
+        what: &str,
+        factors: Option<&'a Tensor<f64>>,
         shape: &Shape,
     ) -> Result<Self> {
-        Self::check(op, weight, shape)?;
-        Ok(Rescale {
-            factors: weight.map(|w| broadcast_to(w, shape)).transpose()?,
+        Self::check(op, what, factors, shape)?;
+        Ok(match factors {
+            None => Factors::None,
+            Some(w) if w.rank() <= 1 => Factors::Cyclic(w.data()),
+            Some(w) => Factors::Full(broadcast_to(w, shape)?),
         })
     }
 
-    /// `v` times the factor of element `i`; `v` itself without a weight.
-    pub(super) fn apply<S: Scalar>(&self, i: usize, v: S) -> S {
-        match &self.factors {
+    /// The factor of element `i`, `None` without factors.
+    pub(super) fn at<S: Scalar>(&self, i: usize) -> Option<S> {
+        match self {
+            Factors::None => None,
+            Factors::Cyclic(w) => Some(S::from_f64(w[i % w.len()])),
+            Factors::Full(t) => Some(S::from_f64(t.data()[i])),
+        }
+    }
+
+    /// `v` times the factor of element `i`; `v` itself without factors.
+    pub(super) fn scale<S: Scalar>(&self, i: usize, v: S) -> S {
+        match self.at::<S>(i) {
+            Some(f) => v * f,
             None => v,
-            Some(f) => v * S::from_f64(f.data()[i]),
         }
     }
 }

@@ -11,7 +11,7 @@ mod layout;
 mod soft_targets;
 
 use super::{Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
-use binary::{PosWeight, Rescale};
+use binary::Factors;
 use class_options::Weighting;
 use layout::Classes;
 use smallvec::smallvec;
@@ -331,27 +331,24 @@ impl LossOp {
         }
     }
 
-    /// The positive weights of binary_cross_entropy_with_logits, checked against its input.
-    fn pos_weight(&self, shape: &Shape) -> Result<PosWeight<'_>> {
+    /// binary_cross_entropy_with_logits's `pos_weight` and `weight`, if any.
+    fn bce_factors(&self) -> (Option<&Tensor<f64>>, Option<&Tensor<f64>>) {
         match self {
-            Lo::BinaryCrossEntropyWithLogits { pos_weight, .. } => {
-                PosWeight::new(self.name(), pos_weight.as_deref(), shape)
-            }
-            _ => PosWeight::new(self.name(), None, shape),
+            Lo::BinaryCrossEntropyWithLogits {
+                pos_weight, weight, ..
+            } => (pos_weight.as_deref(), weight.as_deref()),
+            _ => (None, None),
         }
     }
 
-    /// binary_cross_entropy_with_logits's `weight`, if any.
-    fn bce_weight(&self) -> Option<&Tensor<f64>> {
-        match self {
-            Lo::BinaryCrossEntropyWithLogits { weight, .. } => weight.as_deref(),
-            _ => None,
-        }
-    }
-
-    /// binary_cross_entropy_with_logits's `weight`, checked against its input and broadcast to it.
-    fn rescale(&self, shape: &Shape) -> Result<Rescale> {
-        Rescale::new(self.name(), self.bce_weight(), shape)
+    /// binary_cross_entropy_with_logits's `pos_weight` and `weight`, checked against its input,
+    /// ready to read per element.
+    fn factors(&self, shape: &Shape) -> Result<(Factors<'_>, Factors<'_>)> {
+        let (pos_weight, weight) = self.bce_factors();
+        Ok((
+            Factors::new(self.name(), "pos_weight", pos_weight, shape)?,
+            Factors::new(self.name(), "weight", weight, shape)?,
+        ))
     }
 
     fn reduction(&self) -> Reduction {
@@ -497,8 +494,9 @@ impl OpRules for LossOp {
         match self {
             Lo::MseLoss { reduction } | Lo::BinaryCrossEntropyWithLogits { reduction, .. } => {
                 same_shape(name, x, inputs[1])?;
-                self.pos_weight(x)?;
-                Rescale::check(name, self.bce_weight(), x)?;
+                let (pos_weight, weight) = self.bce_factors();
+                Factors::check(name, "pos_weight", pos_weight, x)?;
+                Factors::check(name, "weight", weight, x)?;
                 Ok(reduction.output_shape(x.clone()))
             }
             Lo::CrossEntropy { reduction, .. } | Lo::NllLoss { reduction, .. } => {
@@ -534,11 +532,10 @@ impl OpRules for LossOp {
                 let per: Vec<S> = if matches!(self, Lo::MseLoss { .. }) {
                     pairs.map(|(&a, &b)| (a - b) * (a - b)).collect()
                 } else {
-                    let pw = self.pos_weight(x.shape())?;
-                    let rs = self.rescale(x.shape())?;
+                    let (pw, rs) = self.factors(x.shape())?;
                     pairs
                         .enumerate()
-                        .map(|(i, (&a, &b))| rs.apply(i, binary::loss(a, b, pw.at(i))))
+                        .map(|(i, (&a, &b))| rs.scale(i, binary::loss(a, b, pw.at(i))))
                         .collect()
                 };
                 Ok(Forward::new(reduction.forward(per, x.shape())?))
@@ -631,8 +628,7 @@ impl OpRules for LossOp {
                 let w = reduction.weights(name, cot, x.shape())?;
                 let pairs = x.data().iter().zip(y.data()).enumerate();
                 let mse = matches!(self, Lo::MseLoss { .. });
-                let pw = self.pos_weight(x.shape())?;
-                let rs = self.rescale(x.shape())?;
+                let (pw, rs) = self.factors(x.shape())?;
                 let gx: Option<Vec<S>> = ctx.needs(0).then(|| {
                     pairs
                         .clone()
@@ -640,7 +636,7 @@ impl OpRules for LossOp {
                             if mse {
                                 s::<S>(2.0) * (a - b) * w.at(i)
                             } else {
-                                rs.apply(i, binary::d_logit(a, b, pw.at(i))) * w.at(i)
+                                rs.scale(i, binary::d_logit(a, b, pw.at(i))) * w.at(i)
                             }
                         })
                         .collect()
@@ -651,7 +647,7 @@ impl OpRules for LossOp {
                             if mse {
                                 -(s::<S>(2.0) * (a - b) * w.at(i))
                             } else {
-                                rs.apply(i, binary::d_target(a, pw.at(i))) * w.at(i)
+                                rs.scale(i, binary::d_target(a, pw.at(i))) * w.at(i)
                             }
                         })
                         .collect()
@@ -753,8 +749,7 @@ impl OpRules for LossOp {
                 same_shape(name, x.shape(), y.shape())?;
                 same_shape(name, x.shape(), ty.shape())?;
                 let mse = matches!(self, Lo::MseLoss { .. });
-                let pw = self.pos_weight(x.shape())?;
-                let rs = self.rescale(x.shape())?;
+                let (pw, rs) = self.factors(x.shape())?;
                 let per: Vec<S> = (0..x.numel())
                     .map(|i| {
                         let (a, b) = (x.data()[i], y.data()[i]);
@@ -764,7 +759,7 @@ impl OpRules for LossOp {
                         } else {
                             let p = pw.at(i);
                             let d = binary::d_logit(a, b, p) * ta + binary::d_target(a, p) * tb;
-                            rs.apply(i, d)
+                            rs.scale(i, d)
                         }
                     })
                     .collect();
@@ -882,8 +877,8 @@ fn write_list<T: std::fmt::Display>(
     write!(f, "]")
 }
 
-/// A `pos_weight`: its values, and its shape unless it has one axis (the usual form).
-fn write_pos_weight(f: &mut std::fmt::Formatter<'_>, w: &Tensor<f64>) -> std::fmt::Result {
+/// A factor tensor (`pos_weight`, `weight`): its values, and its shape unless it has one axis.
+fn write_factors(f: &mut std::fmt::Formatter<'_>, w: &Tensor<f64>) -> std::fmt::Result {
     write_list(f, w.data(), "weights")?;
     if w.rank() != 1 {
         write!(f, " of shape {}", w.shape())?;
@@ -906,14 +901,11 @@ impl std::fmt::Display for LossOp {
                 weight,
             } => {
                 write!(f, "{}(reduction='{reduction}'", self.name())?;
-                if let Some(weight) = weight {
-                    write!(f, ", weight=")?;
-                    write_list(f, weight.data(), "weights")?;
-                    write!(f, " of shape {}", weight.shape())?;
-                }
-                if let Some(w) = pos_weight {
-                    write!(f, ", pos_weight=")?;
-                    write_pos_weight(f, w)?;
+                for (key, t) in [("weight", weight), ("pos_weight", pos_weight)] {
+                    if let Some(t) = t {
+                        write!(f, ", {key}=")?;
+                        write_factors(f, t)?;
+                    }
                 }
                 write!(f, ")")
             }
