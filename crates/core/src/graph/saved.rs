@@ -10,6 +10,7 @@ use super::Graph;
 use crate::ops::activation::{relu_grad, relu_value};
 use crate::ops::{ActivationOp, Aux, Forward, Op, Saved, VjpContext};
 use crate::tape::{Rule, Tape};
+use smallvec::SmallVec;
 use std::any::Any;
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -163,12 +164,8 @@ impl CompiledGraph {
                     // relu keeps only its output (checked by `relu_in_place`); its input is
                     // gone, and has the output's shape.
                     let needs = [!input_grads_only || plan.needs[k][0]];
-                    records.push(Saved::keep(
-                        node.op.saves(),
-                        &[&forward.value],
-                        &forward,
-                        needs,
-                    ));
+                    let args = [&forward.value];
+                    Saved::keep_onto(&mut records, node.op.saves(), &args, &forward, needs);
                     context.push(Some(forward.value));
                     continue;
                 }
@@ -177,23 +174,21 @@ impl CompiledGraph {
                 .args
                 .iter()
                 .map(|&a| context[a].as_ref().ok_or_else(|| dropped(g, a)))
-                .collect::<Result<Vec<&Tensor<S>>>>()?;
+                .collect::<Result<SmallVec<[&Tensor<S>; 4]>>>()?;
             let forward = g.run_node(k, &args, checked)?;
             // The dense backward must equal `backprop_all`, which gives every argument a
             // contribution; the inputs-only backward narrows `needs` when it runs, and a pass
             // for it alone keeps only what those contributions read.
-            let record = if input_grads_only {
+            if input_grads_only {
                 let needs = &plan.needs[k];
-                Saved::keep(
-                    node.op.saves_for(needs),
-                    &args,
-                    &forward,
-                    needs.iter().copied(),
-                )
+                let saves = node.op.saves_for(needs);
+                Saved::keep_onto(&mut records, saves, &args, &forward, needs.iter().copied());
             } else {
-                Saved::keep(node.op.saves(), &args, &forward, args.iter().map(|_| true))
-            };
-            records.push(record);
+                let needs = args.iter().map(|_| true);
+                Saved::keep_onto(&mut records, node.op.saves(), &args, &forward, needs);
+            }
+            // Ends the arguments' borrow of the context, updated next.
+            drop(args);
             context.push(Some(forward.value));
             if !keep_values {
                 for &a in &node.args {
@@ -395,17 +390,21 @@ impl<S: Scalar> SavedGraph<S> {
         }
         for k in (0..g.nodes().len()).rev() {
             let slot = n_in + k;
-            // Freed here whether or not the node runs: nothing reads them again. Nodes run
-            // last to first, so node k's record is the last one left.
-            let record = records.pop();
             let cot = acc[slot].take();
+            // Node k's record is the last one left (nodes run last to first). It is read where
+            // it lies (a record is a few hundred bytes: moving it out cost a copy per node) and
+            // freed by truncating the list as soon as the node has run, or here when it won't:
+            // nothing reads it again.
             if !plan.requires_grad[slot] {
+                records.truncate(k);
                 continue;
             }
-            let record = record.ok_or_else(|| {
-                Error::invalid(CONTEXT, "the saved record was already freed")
-                    .at_node(g.node_label(k))
-            })?;
+            let Some(record) = records.get(k) else {
+                return Err(
+                    Error::invalid(CONTEXT, "the saved record was already freed")
+                        .at_node(g.node_label(k)),
+                );
+            };
             let node = &g.nodes()[k];
             let cot = cot.unwrap_or_else(|| Tensor::zeros(&node.shape));
             for (&want, out) in keep.iter().zip(kept.iter_mut()) {
@@ -413,9 +412,9 @@ impl<S: Scalar> SavedGraph<S> {
                     *out = Some(cot.clone());
                 }
             }
-            let cot = match relu_vjp_in_place(&node.op, &plan.needs[k], &record, cot) {
+            let cot = match relu_vjp_in_place(&node.op, &plan.needs[k], record, cot) {
                 Ok(c) => {
-                    drop(record);
+                    records.truncate(k);
                     add_contribution(&mut acc[node.args[0]], c);
                     continue;
                 }
@@ -430,7 +429,7 @@ impl<S: Scalar> SavedGraph<S> {
                 .vjp(&ctx, &cot)
                 .map_err(|e| e.at_node(g.node_label(k)))?;
             drop(cot);
-            drop(record);
+            records.truncate(k);
             for ((&arg, c), &needed) in node.args.iter().zip(contributions).zip(&plan.needs[k]) {
                 if let (Some(c), true) = (c, needed) {
                     add_contribution(&mut acc[arg], c);
