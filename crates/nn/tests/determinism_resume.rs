@@ -250,7 +250,7 @@ fn eager_and_compiled_backends_give_identical_bits() {
             },
             true,
         ),
-        // Label smoothing: the loss recorded outside the compiled graph smooths the same way.
+        // Label smoothing: the loss run outside the compiled graph smooths the same way.
         (
             TrainConfig {
                 label_smoothing: 0.2,

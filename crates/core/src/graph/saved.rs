@@ -242,9 +242,16 @@ impl<S: Scalar> SavedGraph<S> {
     /// Bytes held for backward: distinct buffers among the saved tensors, auxiliary data and
     /// the output (a buffer kept by several nodes counts once).
     pub fn kept_bytes(&self) -> usize {
+        self.kept_bytes_with(None)
+    }
+
+    /// As [`SavedGraph::kept_bytes`], also counting what `more` keeps: the record of an op run
+    /// on this pass's output outside the graph, such as a training step's loss (a buffer it
+    /// shares with the pass counts once).
+    pub fn kept_bytes_with(&self, more: Option<&Saved<S>>) -> usize {
         let mut seen = Distinct::default();
         seen.tensor(&self.output);
-        for r in &self.records {
+        for r in self.records.iter().chain(more) {
             seen.saved(r);
         }
         seen.bytes()

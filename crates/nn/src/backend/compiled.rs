@@ -2,9 +2,9 @@
 //! eager forward pass recorded on a tape: leaves become inputs, op nodes become nodes in the same
 //! order), compiled to a `CompiledGraph`, and every step runs its saved graph on fresh inputs
 //! (parameters, the batch, dropout masks redrawn from the step's stream in trace order). The loss
-//! stays outside the graph, because cross entropy carries the labels as an attribute: it is
-//! recorded on a small session over the graph's output, and that output's gradient seeds the
-//! saved graph's backward. By the laws (saved = graph = executed tape) the gradients, hence the
+//! stays outside the graph, because cross entropy carries the labels as an attribute: its op runs
+//! forward and VJP on the graph's output, as the eager tape runs its loss node, and the output's
+//! cotangent seeds the saved graph's backward. By the laws (saved = graph = executed tape) the gradients, hence the
 //! parameters, equal the eager backend's bit for bit. Batch norm's running statistics are redone
 //! each step from the batch statistics its node kept in the saved pass, as the eager backend
 //! does from its tape, so the buffers match too.
@@ -12,8 +12,8 @@
 //! outputs, loss and gradients, and when one is not finite replays the step on an eager tape
 //! in anomaly mode (same inputs, same dropout stream, so the same bits) to name the node.
 
-use super::{outer_product_user, record_loss, Backend, BackendKind, Eager, StepOutput};
-use crate::data::Batch;
+use super::{loss_op, outer_product_user, Backend, BackendKind, Eager, StepOutput};
+use crate::data::{Batch, BatchTargets};
 use crate::error::{NnError, NnResult};
 use crate::grad::Grad;
 use crate::layers::{dropout_mask, Ctx, Mode, RunningStats};
@@ -21,7 +21,9 @@ use crate::model::Model;
 use crate::params::{ParamId, ParamKind};
 use crate::rng::dropout_rng;
 use rand_chacha::ChaCha8Rng;
-use tapegrad_core::graph::{tape_kept_bytes, CompiledGraph, Graph, SavedGraph};
+use std::cell::Cell;
+use tapegrad_core::graph::{CompiledGraph, Graph, SavedGraph};
+use tapegrad_core::ops::Saved;
 use tapegrad_core::tape::Rule;
 use tapegrad_core::Session;
 use tapegrad_tensor::{Error, Scalar, Shape, Tensor};
@@ -50,6 +52,10 @@ struct Plan {
     /// Each training-mode batch norm's running update, with the index of its node among the
     /// graph's nodes (whose kept statistics feed it).
     running: Vec<(RunningStats, usize)>,
+    /// The bytes a training step keeps for backward, counted on the plan's first step. Every
+    /// step of a plan keeps the same tensors, of the same shapes, sharing buffers the same way,
+    /// so counting them again each step (a sort of every kept buffer) would only repeat it.
+    kept_bytes: Cell<Option<usize>>,
 }
 
 /// Runs a compiled (saved) graph each step.
@@ -223,6 +229,7 @@ fn trace<S: Scalar>(
         graph: CompiledGraph::new(graph),
         sources,
         running,
+        kept_bytes: Cell::new(None),
         outer: outer_ids
             .into_iter()
             .map(|(i, node)| (i, slot_of[node]))
@@ -248,15 +255,16 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
         let saved = plan.graph.forward_for_input_grads(&inputs)?;
         let updates = running_updates(plan, model, &saved)?;
         let outputs = saved.output().clone();
-        self.session.reset();
-        let o = self.session.variable("output", outputs.clone());
-        let loss = record_loss(&mut self.session, o, &batch.y, self.label_smoothing)?;
-        let loss_value = self.session.value(loss)?.item()?.to_f64();
-        let seed = Tensor::ones(self.session.value(loss)?.shape());
-        // The loss tape's leaf shares the output's buffer, which `saved` already counts.
-        self.kept_bytes =
-            saved.kept_bytes() + tape_kept_bytes(self.session.tape()) - outputs.nbytes();
-        let dout = self.session.backward_all(loss, &seed)?.swap_remove(o.id());
+        let (loss, dout) = loss_and_cotangent(&outputs, &batch.y, self.label_smoothing)?;
+        self.kept_bytes = match plan.kept_bytes.get() {
+            Some(n) => n,
+            None => {
+                let n = saved.kept_bytes_with(Some(&loss.record));
+                plan.kept_bytes.set(Some(n));
+                n
+            }
+        };
+        let loss_value = loss.value.item()?.to_f64();
         let keep: Vec<usize> = plan.outer.iter().map(|&(_, slot)| slot).collect();
         let (input_grads, mut kept) = saved.backward_keeping(&dout, &keep)?;
         // An all-zero cotangent makes the eager backend take the dense step (its sweep may have
@@ -360,6 +368,40 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
     fn set_label_smoothing(&mut self, smoothing: f64) {
         self.label_smoothing = smoothing;
     }
+}
+
+/// A step's loss: its value and what its VJP read.
+struct Loss<S> {
+    value: Tensor<S>,
+    record: Saved<S>,
+}
+
+/// The task's loss on the saved pass's `outputs` and the outputs' cotangent for a seed of ones:
+/// the loss op's forward and VJP, which the eager backend's tape runs for its loss node (its
+/// first and only contribution to the outputs is stored as is, here too), so the same bits.
+fn loss_and_cotangent<S: Scalar>(
+    outputs: &Tensor<S>,
+    y: &BatchTargets<S>,
+    label_smoothing: f64,
+) -> NnResult<(Loss<S>, Tensor<S>)> {
+    let (op, target) = loss_op(outputs.shape(), y, label_smoothing)?;
+    let args: Vec<&Tensor<S>> = std::iter::once(outputs).chain(target.as_ref()).collect();
+    let forward = op.forward(&args)?;
+    // Only the outputs need a gradient; MSE's targets are a constant.
+    let needs = (0..args.len()).map(|i| i == 0);
+    let record = Saved::keep(op.saves(), &args, &forward, needs);
+    let seed = Tensor::ones(forward.value.shape());
+    let dout = op
+        .vjp(&record.context(), &seed)?
+        .into_iter()
+        .next()
+        .flatten()
+        .ok_or_else(|| Error::invalid("compiled", "the loss gave its input no gradient"))?;
+    let loss = Loss {
+        value: forward.value,
+        record,
+    };
+    Ok((loss, dout))
 }
 
 /// The buffer updates of `plan`'s batch norms from the statistics their nodes kept in `saved`,

@@ -15,10 +15,11 @@ use crate::grad::Grad;
 use crate::model::Model;
 use crate::params::ParamId;
 use rand_chacha::ChaCha8Rng;
-use tapegrad_core::ops::{ClassLossOptions, LinalgOp};
+use std::sync::Arc;
+use tapegrad_core::ops::{LinalgOp, LossOp, Reduction};
 use tapegrad_core::tape::{Node, Rule};
 use tapegrad_core::{Op, Session, Var};
-use tapegrad_tensor::{Error, Result, Scalar, Tensor};
+use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// Which backend runs the steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,37 +108,57 @@ pub fn make_backend<S: Scalar>(kind: BackendKind) -> NnResult<Box<dyn Backend<S>
     })
 }
 
-/// Records the task's loss on `out`: MSE against values, cross entropy against classes (with
-/// `label_smoothing`, 0 for none).
+/// The task's loss on outputs of shape `out`: the op (MSE against values, cross entropy against
+/// classes with `label_smoothing`, 0 for none) and MSE's targets, its second argument, which needs
+/// no gradient. Both backends run this one op: the eager one records it on its tape
+/// (`record_loss`), the compiled one evaluates it and its VJP on the saved pass's output.
+pub(crate) fn loss_op<S: Scalar>(
+    out: &Shape,
+    y: &BatchTargets<S>,
+    label_smoothing: f64,
+) -> Result<(Op, Option<Tensor<S>>)> {
+    Ok(match y {
+        BatchTargets::Values(t) => {
+            if out != t.shape() {
+                return Err(Error::ShapeMismatch {
+                    op: "mse_loss",
+                    expected: Box::new(t.shape().clone()),
+                    found: Box::new(out.clone()),
+                });
+            }
+            let mse = LossOp::MseLoss {
+                reduction: Reduction::Mean,
+            };
+            (Op::Loss(mse), Some(t.clone()))
+        }
+        // What `Session::cross_entropy_with` records; with no smoothing, what `cross_entropy` does.
+        BatchTargets::Classes(labels) => {
+            let cross_entropy = LossOp::CrossEntropy {
+                targets: Arc::new(labels.clone()),
+                reduction: Reduction::Mean,
+                weight: None,
+                ignore_index: None,
+                label_smoothing,
+            };
+            (Op::Loss(cross_entropy), None)
+        }
+    })
+}
+
+/// Records the task's loss (`loss_op`) on `out`.
 pub fn record_loss<S: Scalar>(
     session: &mut Session<S>,
     out: Var,
     y: &BatchTargets<S>,
     label_smoothing: f64,
 ) -> Result<Var> {
-    match y {
-        BatchTargets::Values(t) => {
-            let shape = session.value(out)?.shape().clone();
-            if shape != *t.shape() {
-                return Err(Error::ShapeMismatch {
-                    op: "mse_loss",
-                    expected: Box::new(t.shape().clone()),
-                    found: Box::new(shape),
-                });
-            }
-            let target = session.constant(t.clone());
-            session.mse_loss(out, target)
+    let (op, target) = loss_op(session.value(out)?.shape(), y, label_smoothing)?;
+    match target {
+        Some(t) => {
+            let target = session.constant(t);
+            session.apply(op, &[out, target])
         }
-        BatchTargets::Classes(labels) if label_smoothing == 0.0 => {
-            session.cross_entropy(out, labels)
-        }
-        BatchTargets::Classes(labels) => {
-            let options = ClassLossOptions {
-                label_smoothing,
-                ..ClassLossOptions::default()
-            };
-            session.cross_entropy_with(out, labels, &options)
-        }
+        None => session.apply(op, &[out]),
     }
 }
 
