@@ -12,6 +12,7 @@ mod grads;
 mod graph;
 mod jvp;
 mod lower;
+mod record;
 mod saved;
 
 pub use display::render_text;

@@ -1,32 +1,49 @@
 //! The saved graph (compiled mode). A `CompiledGraph` is built once from a graph; each `forward`
-//! runs one pass in which every node keeps only what its op's `saves()` declared (via
-//! `Saved::keep`) and drops each value after its last use. The resulting `SavedGraph` has a dense
+//! runs one pass in which every node keeps only what its op's `saves()` declared (a `Record`)
+//! and drops each value after its last use. The resulting `SavedGraph` has a dense
 //! backward equal to `backprop_all` bit for bit, and an inputs-only backward that frees each
 //! intermediate's cotangent and saved tensors as soon as its node has run.
 
 use super::backprop::accumulate;
 use super::graph::CONTEXT;
+use super::record::{give_back_records, spare_records, Record};
 use super::Graph;
 use crate::ops::activation::{relu_grad, relu_value};
 use crate::ops::{ActivationOp, Aux, Forward, Op, Saved, VjpContext};
 use crate::tape::{Rule, Tape};
 use smallvec::SmallVec;
-use std::any::Any;
-use std::cell::RefCell;
 use std::sync::Arc;
 use tapegrad_tensor::kernels::par_map::{map_in_place, zip_in_place};
-use tapegrad_tensor::{DType, Error, Result, Scalar, Tensor};
+use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// What is fixed about a graph across batches: the graph, which slots require grad, which
-/// arguments of each node need a contribution, and the last node reading each slot.
+/// arguments of each node need a contribution, the last node reading each slot, and each node's
+/// argument shapes (which the records then need not copy).
 #[derive(Debug, Clone)]
 struct Plan {
     graph: Graph,
     requires_grad: Vec<bool>,
     /// Per node: whether each argument requires grad (the inputs-only backward computes only those).
     needs: Vec<Vec<bool>>,
+    /// Per node: every argument needs a contribution (the dense backward's needs).
+    all_needed: Vec<Vec<bool>>,
+    /// Per node: its arguments' shapes.
+    arg_shapes: Vec<Vec<Shape>>,
     /// Per slot: the last node that reads it, if any.
     last_use: Vec<Option<usize>>,
+}
+
+impl Plan {
+    /// The context node `k`'s VJP reads from its record, with `needs`.
+    fn context<'a, S: Scalar>(
+        &'a self,
+        k: usize,
+        record: &'a Record<S>,
+        needs: &'a [bool],
+    ) -> VjpContext<'a, S> {
+        let node = &self.graph.nodes()[k];
+        record.context(&self.arg_shapes[k], &node.shape, needs)
+    }
 }
 
 /// A graph prepared for running many batches in compiled mode.
@@ -39,7 +56,7 @@ pub struct CompiledGraph {
 #[derive(Debug, Clone)]
 pub struct SavedGraph<S> {
     plan: Arc<Plan>,
-    records: Vec<Saved<S>>,
+    records: Vec<Record<S>>,
     output: Tensor<S>,
     /// The records keep only what the inputs-only backward reads
     /// ([`CompiledGraph::forward_for_input_grads`]), so the dense backward cannot run.
@@ -76,12 +93,23 @@ impl CompiledGraph {
                 last_use[a] = Some(k);
             }
         }
+        let all_needed = graph.nodes().iter().map(|n| vec![true; n.args.len()]);
+        // Every argument is an earlier slot of a valid graph, so each has a shape.
+        let arg_shapes = graph.nodes().iter().map(|n| {
+            n.args
+                .iter()
+                .filter_map(|&a| graph.shape(a).ok())
+                .cloned()
+                .collect()
+        });
         CompiledGraph {
             plan: Arc::new(Plan {
-                graph,
                 requires_grad,
                 needs,
+                all_needed: all_needed.collect(),
+                arg_shapes: arg_shapes.collect(),
                 last_use,
+                graph,
             }),
         }
     }
@@ -165,7 +193,7 @@ impl CompiledGraph {
                     // gone, and has the output's shape.
                     let needs = [!input_grads_only || plan.needs[k][0]];
                     let args = [&forward.value];
-                    Saved::keep_onto(&mut records, node.op.saves(), &args, &forward, needs);
+                    Record::keep_onto(&mut records, node.op.saves(), &args, &forward, &needs);
                     context.push(Some(forward.value));
                     continue;
                 }
@@ -182,10 +210,10 @@ impl CompiledGraph {
             if input_grads_only {
                 let needs = &plan.needs[k];
                 let saves = node.op.saves_for(needs);
-                Saved::keep_onto(&mut records, saves, &args, &forward, needs.iter().copied());
+                Record::keep_onto(&mut records, saves, &args, &forward, needs);
             } else {
-                let needs = args.iter().map(|_| true);
-                Saved::keep_onto(&mut records, node.op.saves(), &args, &forward, needs);
+                let needs = &plan.all_needed[k];
+                Record::keep_onto(&mut records, node.op.saves(), &args, &forward, needs);
             }
             // Ends the arguments' borrow of the context, updated next.
             drop(args);
@@ -251,8 +279,11 @@ impl<S: Scalar> SavedGraph<S> {
     pub fn kept_bytes_with(&self, more: Option<&Saved<S>>) -> usize {
         let mut seen = Distinct::default();
         seen.tensor(&self.output);
-        for r in self.records.iter().chain(more) {
-            seen.saved(r);
+        for r in &self.records {
+            seen.kept(&r.inputs, r.output.as_ref(), &r.aux);
+        }
+        if let Some(r) = more {
+            seen.kept(&r.inputs, r.output.as_ref(), &r.aux);
         }
         seen.bytes()
     }
@@ -275,7 +306,12 @@ impl<S: Scalar> SavedGraph<S> {
             let node = &g.nodes()[k];
             let contributions = node
                 .op
-                .vjp(&self.records[k].context(), &acc[n_in + k])
+                .vjp(
+                    &self
+                        .plan
+                        .context(k, &self.records[k], &self.plan.all_needed[k]),
+                    &acc[n_in + k],
+                )
                 .map_err(|e| e.at_node(g.node_label(k)))?;
             for (&arg, c) in node.args.iter().zip(contributions) {
                 if let Some(c) = c {
@@ -427,10 +463,7 @@ impl<S: Scalar> SavedGraph<S> {
                 }
                 Err(cot) => cot,
             };
-            let ctx = VjpContext {
-                needs: &plan.needs[k],
-                ..record.context()
-            };
+            let ctx = plan.context(k, record, &plan.needs[k]);
             let contributions = node
                 .op
                 .vjp(&ctx, &cot)
@@ -454,54 +487,6 @@ impl<S: Scalar> SavedGraph<S> {
             })
             .collect())
     }
-}
-
-/// Each thread's spare record list per scalar type: the inputs-only backward empties a pass's
-/// list and leaves it here for the next pass (a record is a few hundred bytes, so the list of a
-/// large graph would otherwise be a large allocation every step).
-struct SpareRecords {
-    f32: Vec<Saved<f32>>,
-    f64: Vec<Saved<f64>>,
-}
-
-thread_local! {
-    static SPARE_RECORDS: RefCell<SpareRecords> = const {
-        RefCell::new(SpareRecords {
-            f32: Vec::new(),
-            f64: Vec::new(),
-        })
-    };
-}
-
-fn with_spare<S: Scalar, R>(f: impl FnOnce(&mut Vec<Saved<S>>) -> R) -> Option<R> {
-    SPARE_RECORDS
-        .try_with(|cell| {
-            let mut spare = cell.try_borrow_mut().ok()?;
-            let list: &mut dyn Any = match S::DTYPE {
-                DType::F32 => &mut spare.f32,
-                DType::F64 => &mut spare.f64,
-            };
-            list.downcast_mut::<Vec<Saved<S>>>().map(f)
-        })
-        .ok()
-        .flatten()
-}
-
-/// An empty record list with room for `n`: the spare one when it is large enough.
-fn spare_records<S: Scalar>(n: usize) -> Vec<Saved<S>> {
-    with_spare::<S, _>(std::mem::take)
-        .filter(|v| v.capacity() >= n)
-        .unwrap_or_else(|| Vec::with_capacity(n))
-}
-
-/// Keeps an emptied record list as the spare if it is larger than the one held.
-fn give_back_records<S: Scalar>(mut records: Vec<Saved<S>>) {
-    records.clear();
-    with_spare::<S, _>(|spare| {
-        if records.capacity() > spare.capacity() {
-            *spare = records;
-        }
-    });
 }
 
 /// Adds a contribution into an argument's cotangent slot (`existing + c`, existing on the left).
@@ -551,7 +536,7 @@ fn relu_in_place<S: Scalar>(
 fn relu_vjp_in_place<S: Scalar>(
     op: &Op,
     needs: &[bool],
-    record: &Saved<S>,
+    record: &Record<S>,
     mut cot: Tensor<S>,
 ) -> std::result::Result<Tensor<S>, Tensor<S>> {
     let y = match &record.output {
@@ -619,16 +604,22 @@ impl Distinct {
         }
     }
 
-    fn saved<S: Scalar>(&mut self, saved: &Saved<S>) {
-        for t in saved.inputs.iter().flatten().chain(saved.output.iter()) {
+    /// What a record keeps: its kept arguments, output and aux data.
+    fn kept<S: Scalar>(
+        &mut self,
+        inputs: &[Option<Tensor<S>>],
+        output: Option<&Tensor<S>>,
+        aux: &Aux<S>,
+    ) {
+        for t in inputs.iter().flatten().chain(output) {
             self.tensor(t);
         }
-        self.aux(&saved.aux);
+        self.aux(aux);
     }
 
-    fn aux<S: Scalar>(&mut self, aux: &crate::ops::Aux<S>) {
+    fn aux<S: Scalar>(&mut self, aux: &Aux<S>) {
         match aux {
-            crate::ops::Aux::Tensors(ts) => ts.iter().for_each(|t| self.tensor(t)),
+            Aux::Tensors(ts) => ts.iter().for_each(|t| self.tensor(t)),
             other => self.other += other.nbytes(),
         }
     }

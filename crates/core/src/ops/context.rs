@@ -206,27 +206,6 @@ impl<S: Scalar> Saved<S> {
         saved
     }
 
-    /// As [`Saved::keep`], pushing the record onto `records`: filled where it lies, as a record
-    /// is a few hundred bytes that a returned value would be copied through.
-    pub fn keep_onto(
-        records: &mut Vec<Self>,
-        saves: Saves,
-        inputs: &[&Tensor<S>],
-        forward: &Forward<S>,
-        needs: impl IntoIterator<Item = bool>,
-    ) {
-        records.push(Saved::empty());
-        if let Some(saved) = records.last_mut() {
-            saved.fill(
-                saves,
-                inputs.iter().copied(),
-                &forward.value,
-                || forward.aux.clone(),
-                needs,
-            );
-        }
-    }
-
     /// A record that keeps nothing yet, for `fill`.
     fn empty() -> Self {
         Saved {
