@@ -3,7 +3,8 @@
 //! (a factor per element, broadcast to the input): the loss and its two partial derivatives, each
 //! stable for every finite logit.
 
-use tapegrad_tensor::kernels::broadcast_to;
+use smallvec::SmallVec;
+use std::cell::Cell;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// The logistic function without overflow (`exp` only sees non-positive arguments).
@@ -39,8 +40,77 @@ pub(super) enum Factors<'a> {
     None,
     /// At most one axis: element `i` reads `w[i % w.len()]`, without a copy.
     Cyclic(&'a [f64]),
-    /// Any other shape that broadcasts into the input's, broadcast to it.
-    Full(Tensor<f64>),
+    /// Any other shape that broadcasts into the input's, read in place through the runs of axes
+    /// it moves along (a copy broadcast to the input would be as large as the input, in f64, on
+    /// every call).
+    Strided(Strided<'a>),
+}
+
+/// A factor read through its runs, remembering the last span of elements that share one value:
+/// the loops read elements in order, so a factor constant along the inner axes (a [C, 1, 1] of
+/// an [N, C, H, W] input) costs its divisions once per span of H x W elements, not per element.
+pub(super) struct Strided<'a> {
+    w: &'a [f64],
+    runs: SmallVec<[Run; 4]>,
+    /// The elements between changes of the value: the innermost run's `inner`.
+    span: usize,
+    /// (first element of the span last read, its value).
+    last: Cell<(usize, f64)>,
+}
+
+impl Strided<'_> {
+    fn at(&self, i: usize) -> f64 {
+        let (start, value) = self.last.get();
+        if i >= start && i - start < self.span {
+            return value;
+        }
+        let start = i - i % self.span;
+        let at = self.runs.iter().map(|r| (i / r.inner) % r.len * r.stride);
+        let value = self.w[at.sum::<usize>()];
+        self.last.set((start, value));
+        value
+    }
+}
+
+/// Consecutive axes of the input along which a broadcast factor moves: element `i` of the input
+/// is at step `(i / inner) % len` of the run, and a step moves `stride` factor values.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Run {
+    inner: usize,
+    len: usize,
+    stride: usize,
+}
+
+/// The runs through which a factor of shape `w`, which broadcasts into `shape`, is read per
+/// element of the row-major input: its axes of more than one value, merged where adjacent (a
+/// factor [C, 1, 1] of an [N, C, H, W] input is one run, read as `(i / HW) % C`).
+fn runs(w: &Shape, shape: &Shape) -> SmallVec<[Run; 4]> {
+    let mut runs: SmallVec<[Run; 4]> = SmallVec::new();
+    let (mut inner, mut stride) = (1usize, 1usize);
+    // Whether the last run reaches the axis just inside this one, so that it can grow.
+    let mut open = false;
+    // From the last axis in; the factor's missing leading axes are 1s.
+    let w_dims = w.dims().iter().rev().chain(std::iter::repeat(&1));
+    for (&n, &k) in shape.dims().iter().rev().zip(w_dims) {
+        if n == 1 {
+            // Moves nothing: it neither ends a run nor starts one.
+            continue;
+        }
+        if k > 1 {
+            match runs.last_mut() {
+                Some(run) if open => run.len *= n,
+                _ => runs.push(Run {
+                    inner,
+                    len: n,
+                    stride,
+                }),
+            }
+            stride *= k;
+        }
+        open = k > 1;
+        inner = inner.saturating_mul(n);
+    }
+    runs
 }
 
 impl<'a> Factors<'a> {
@@ -86,7 +156,17 @@ impl<'a> Factors<'a> {
         Ok(match factors {
             None => Factors::None,
             Some(w) if w.rank() <= 1 => Factors::Cyclic(w.data()),
-            Some(w) => Factors::Full(broadcast_to(w, shape)?),
+            Some(w) => {
+                let runs = runs(w.shape(), shape);
+                let span = runs.first().map_or(usize::MAX, |r| r.inner);
+                Factors::Strided(Strided {
+                    w: w.data(),
+                    runs,
+                    span,
+                    // No span read yet: no element is at or past usize::MAX, so the first misses.
+                    last: Cell::new((usize::MAX, 0.0)),
+                })
+            }
         })
     }
 
@@ -95,7 +175,7 @@ impl<'a> Factors<'a> {
         match self {
             Factors::None => None,
             Factors::Cyclic(w) => Some(S::from_f64(w[i % w.len()])),
-            Factors::Full(t) => Some(S::from_f64(t.data()[i])),
+            Factors::Strided(strided) => Some(S::from_f64(strided.at(i))),
         }
     }
 
@@ -139,5 +219,64 @@ pub(super) fn d_target<S: Scalar>(x: S, p: Option<S>) -> S {
     match p {
         None => -x,
         Some(p) => (p - S::ONE) * softplus_of_negative(x) - x,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tapegrad_tensor::kernels::broadcast_to;
+
+    /// Every element reads the value a copy broadcast to the input holds there.
+    #[test]
+    fn strided_factors_read_what_the_broadcast_copy_holds() {
+        for (w, x) in [
+            (vec![3, 1, 1], vec![2, 3, 4, 5]),
+            (vec![2, 1, 4, 5], vec![2, 3, 4, 5]),
+            (vec![3, 4, 1], vec![2, 3, 4, 5]),
+            (vec![3, 1, 5], vec![2, 3, 1, 5]),
+            (vec![1, 3, 1, 5], vec![2, 3, 4, 5]),
+            (vec![2, 3], vec![2, 3]),
+            (vec![1, 1], vec![4, 1]),
+            (vec![1, 1, 1], vec![2, 3, 4]),
+            (vec![2, 1, 1, 1], vec![2, 3, 4, 5]),
+            (vec![4, 1], vec![0, 4, 7]),
+        ] {
+            let w_shape = Shape::new(w.clone()).unwrap();
+            let x_shape = Shape::new(x.clone()).unwrap();
+            let values = (0..w_shape.numel()).map(|v| v as f64 * 1.5 - 2.0).collect();
+            let w = Tensor::from_shape(w_shape, values).unwrap();
+            let factors = Factors::new("test", "weight", Some(&w), &x_shape).unwrap();
+            assert!(matches!(factors, Factors::Strided(..)), "{x:?}");
+            let copy = broadcast_to(&w, &x_shape).unwrap();
+            // In order (the loops' way, which the remembered span serves), then backwards and
+            // striding (every read a miss or a jump).
+            let n = copy.numel();
+            let orders = [
+                (0..n).collect::<Vec<_>>(),
+                (0..n).rev().collect(),
+                (0..n).map(|i| i * 7 % n.max(1)).collect(),
+            ];
+            for i in orders.into_iter().flatten() {
+                let read = factors.at::<f64>(i);
+                let want = copy.data()[i];
+                assert_eq!(read, Some(want), "{:?} into {x:?}, element {i}", w.dims());
+            }
+        }
+    }
+
+    #[test]
+    fn adjacent_axes_merge_into_one_run() {
+        let one = runs(
+            &Shape::new([3, 1, 1]).unwrap(),
+            &Shape::new([2, 3, 4, 5]).unwrap(),
+        );
+        let run = |inner, len, stride| Run { inner, len, stride };
+        assert_eq!(one.as_slice(), [run(20, 3, 1)]);
+        let two = runs(
+            &Shape::new([2, 1, 4, 5]).unwrap(),
+            &Shape::new([2, 3, 4, 5]).unwrap(),
+        );
+        assert_eq!(two.as_slice(), [run(1, 20, 1), run(60, 2, 20)]);
     }
 }
