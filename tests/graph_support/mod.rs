@@ -277,16 +277,13 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
                     reduction: reduction(rng),
                 }
             } else {
-                // Now and then PyTorch's pos_weight: one per class along the last axis, or one.
-                let last = v[a].dims().last().copied().unwrap_or(1);
-                let len = if rng.random_bool(0.5) { last } else { 1 };
+                // Now and then PyTorch's pos_weight and weight, of any shape that broadcasts into
+                // the input's ([C] along the last axis, [C, 1, 1], 0-d, ...).
+                let dims = v[a].dims().to_vec();
                 LossOp::BinaryCrossEntropyWithLogits {
                     reduction: reduction(rng),
-                    pos_weight: (v[a].rank() > 0 && rng.random_bool(0.3)).then(|| {
-                        let w: Vec<f64> = (0..len).map(|_| rng.random_range(0.5..3.0)).collect();
-                        Arc::new(Tensor::new(&[len], w).unwrap())
-                    }),
-                    weight: None,
+                    pos_weight: rng.random_bool(0.3).then(|| broadcast_factor(rng, &dims)),
+                    weight: rng.random_bool(0.3).then(|| broadcast_factor(rng, &dims)),
                 }
             };
             (Op::Loss(op), vec![a, b])
@@ -324,6 +321,20 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             (Op::Loss(op), vec![a])
         }
     })
+}
+
+/// A loss factor whose shape broadcasts into `dims`: a random number of trailing axes, each
+/// either the input's or 1, with values in [0.5, 3).
+fn broadcast_factor(rng: &mut ChaCha8Rng, dims: &[usize]) -> Arc<Tensor<f64>> {
+    let rank = rng.random_range(0..=dims.len());
+    let shape: Vec<usize> = dims[dims.len() - rank..]
+        .iter()
+        .map(|&d| if rng.random_bool(0.5) { d } else { 1 })
+        .collect();
+    let values = (0..shape.iter().product::<usize>())
+        .map(|_| rng.random_range(0.5..3.0))
+        .collect();
+    Arc::new(Tensor::new(&shape, values).unwrap())
 }
 
 /// The program of test case `case`: from the shared generator for even cases (at most `nodes`
