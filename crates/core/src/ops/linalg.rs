@@ -6,7 +6,7 @@ use smallvec::smallvec;
 use tapegrad_tensor::kernels::layout::inverse_permutation;
 use tapegrad_tensor::kernels::{
     batched_matmul, broadcast_shape, column_sums, matvec_rows, outer_product, permute, sum_to,
-    transpose,
+    transpose, vecmat_rows,
 };
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
@@ -196,6 +196,21 @@ fn matmul_forward<S: Scalar>(a: &Tensor<S>, b: &Tensor<S>) -> Result<Tensor<S>> 
     let shape = matmul_shape(a.shape(), b.shape())?;
     let (a2, b2) = promote_operands(a, b)?;
     batched_matmul(&a2, false, &b2, false)?.reshape_to(&shape)
+}
+
+/// `g w`: linear's input gradient from the `(rows, out)` cotangent and the `(out, in)` weight. A
+/// one-row cotangent runs on our row-vector kernel (`vecmat_rows`: each element summed in row
+/// order), as gemm's general driver costs more than a small layer's whole product.
+fn linear_input_grad<S: Scalar>(g2: &Tensor<S>, w: &Tensor<S>) -> Result<Tensor<S>> {
+    if let ([1, out], [w_out, inn]) = (g2.dims(), w.dims()) {
+        if out == w_out {
+            let shape = Shape::new([1, *inn])?;
+            return Ok(Tensor::from_writer(shape, |d| {
+                vecmat_rows(g2.data(), w.data(), d)
+            }));
+        }
+    }
+    batched_matmul(g2, false, w, false)
 }
 
 /// `x @ w^T (+ b)` on the flattened `(rows, in)` view of `x`; returns `(rows, out)`. With a
@@ -470,7 +485,7 @@ impl OpRules for LinalgOp {
                 let g2 = cot.reshape(&as_rows(cot.shape()))?;
                 let dx = if ctx.needs(0) {
                     let w = ctx.input(name, 1)?;
-                    Some(batched_matmul(&g2, false, w, false)?.reshape_to(x_shape)?)
+                    Some(linear_input_grad(&g2, w)?.reshape_to(x_shape)?)
                 } else {
                     None
                 };

@@ -11,6 +11,7 @@ pub mod par_map;
 pub mod peak;
 pub mod reduce;
 pub mod softmax;
+mod vecmat;
 mod walk;
 mod workers;
 
@@ -22,5 +23,6 @@ pub use matmul::{
 };
 pub use reduce::{column_sums, expand_reduced, max_axes, mean_axes, reduced_shape, sum_axes};
 pub use softmax::{cross_entropy_rows, log_softmax, softmax};
+pub use vecmat::vecmat_rows;
 pub(crate) use walk::strided_walk;
 pub use workers::{for_each_band_mut, for_each_chunk_mut, for_each_part};
