@@ -4,10 +4,10 @@
 //! (parameters, the batch, dropout masks redrawn from the step's stream in trace order). The loss
 //! stays outside the graph, because cross entropy carries the labels as an attribute: its op runs
 //! forward and VJP on the graph's output, as the eager tape runs its loss node, and the output's
-//! cotangent seeds the saved graph's backward. By the laws (saved = graph = executed tape) the gradients, hence the
-//! parameters, equal the eager backend's bit for bit. Batch norm's running statistics are redone
-//! each step from the batch statistics its node kept in the saved pass, as the eager backend
-//! does from its tape, so the buffers match too.
+//! cotangent seeds the saved graph's backward. By the laws (saved = graph = executed tape) the
+//! gradients, hence the parameters, equal the eager backend's bit for bit. Batch norm's running
+//! statistics are redone each step from the batch statistics its node kept in the saved pass, as
+//! the eager backend does from its tape, so the buffers match too.
 //! A saved graph keeps no per-node tape to watch, so anomaly mode here checks each step's
 //! outputs, loss and gradients, and when one is not finite replays the step on an eager tape
 //! in anomaly mode (same inputs, same dropout stream, so the same bits) to name the node.
