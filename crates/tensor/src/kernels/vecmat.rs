@@ -63,39 +63,30 @@ impl<S: Scalar> pulp::WithSimd for VecMat<'_, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
-    /// The definition, one product at a time in row order.
-    fn reference(g: &[f32], w: &[f32], n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|j| {
-                g.iter()
-                    .enumerate()
-                    .fold(0.0, |sum, (i, &gi)| sum + gi * w[i * n + j])
-            })
-            .collect()
-    }
-
-    #[test]
-    fn every_element_is_its_row_ordered_sum_bit_for_bit() {
-        let value =
-            |i: usize| ((i * 7919 % 1000) as f32 / 250.0 - 2.0) * 1.37f32.powi((i % 7) as i32);
-        for (k, n) in [
-            (0, 5),
-            (1, 1),
-            (3, 17),
-            (4, 16),
-            (5, 33),
-            (10, 128),
-            (128, 256),
-            (9, 0),
-        ] {
-            let g: Vec<f32> = (0..k).map(|i| value(i * 3 + 1)).collect();
+    proptest! {
+        /// Every element is its row-ordered sum, bit for bit, for any shape (whole blocks of
+        /// four rows, a remainder, empty either way) and any finite values.
+        #[test]
+        fn every_element_is_its_row_ordered_sum_bit_for_bit(
+            k in 0usize..19,
+            n in 0usize..70,
+            seed in any::<u64>(),
+        ) {
+            // Values of mixed signs and magnitudes from the seed, so rounding differs by order.
+            let value = |i: usize| {
+                let h = (seed ^ i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+                (h as f32 / (1u64 << 24) as f32 - 0.5) * 2f32.powi((h % 13) as i32 - 6)
+            };
+            let g: Vec<f32> = (0..k).map(|i| value(i + 1_000_003)).collect();
             let w: Vec<f32> = (0..k * n).map(value).collect();
             let mut out = vec![f32::NAN; n];
             vecmat_rows(&g, &w, &mut out);
-            let want = reference(&g, &w, n);
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&out), bits(&want), "k {k}, n {n}");
+            for (j, o) in out.iter().enumerate() {
+                let want = (0..k).fold(0.0f32, |sum, i| sum + g[i] * w[i * n + j]);
+                prop_assert_eq!(o.to_bits(), want.to_bits(), "k {}, n {}, column {}", k, n, j);
+            }
         }
     }
 }
