@@ -38,7 +38,8 @@ fn broadcasts_into(w: &Shape, shape: &Shape) -> bool {
 pub(super) enum Factors<'a> {
     /// No factor.
     None,
-    /// At most one axis: element `i` reads `w[i % w.len()]`, without a copy.
+    /// A single value, or values that follow the input's innermost axes: element `i` reads
+    /// `w[i % w.len()]`.
     Cyclic(&'a [f64]),
     /// Any other shape that broadcasts into the input's, read in place through the runs of axes
     /// it moves along (a copy broadcast to the input would be as large as the input, in f64, on
@@ -153,12 +154,16 @@ impl<'a> Factors<'a> {
         shape: &Shape,
     ) -> Result<Self> {
         Self::check(op, what, factors, shape)?;
-        Ok(match factors {
-            None => Factors::None,
-            Some(w) if w.rank() <= 1 => Factors::Cyclic(w.data()),
-            Some(w) => {
-                let runs = runs(w.shape(), shape);
-                let span = runs.first().map_or(usize::MAX, |r| r.inner);
+        let Some(w) = factors else {
+            return Ok(Factors::None);
+        };
+        let runs = runs(w.shape(), shape);
+        Ok(match runs.as_slice() {
+            // One value, or one run along the innermost axes that move it (a [C] or a [1, C]
+            // factor of an [N, C] input): element i reads w[i % len], one division, no span.
+            [] | [Run { inner: 1, .. }] => Factors::Cyclic(w.data()),
+            _ => {
+                let span = runs[0].inner;
                 Factors::Strided(Strided {
                     w: w.data(),
                     runs,
@@ -225,32 +230,42 @@ pub(super) fn d_target<S: Scalar>(x: S, p: Option<S>) -> S {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use tapegrad_tensor::kernels::broadcast_to;
 
-    /// Every element reads the value a copy broadcast to the input holds there.
-    #[test]
-    fn strided_factors_read_what_the_broadcast_copy_holds() {
-        for (w, x) in [
-            (vec![3, 1, 1], vec![2, 3, 4, 5]),
-            (vec![2, 1, 4, 5], vec![2, 3, 4, 5]),
-            (vec![3, 4, 1], vec![2, 3, 4, 5]),
-            (vec![3, 1, 5], vec![2, 3, 1, 5]),
-            (vec![1, 3, 1, 5], vec![2, 3, 4, 5]),
-            (vec![2, 3], vec![2, 3]),
-            (vec![1, 1], vec![4, 1]),
-            (vec![1, 1, 1], vec![2, 3, 4]),
-            (vec![2, 1, 1, 1], vec![2, 3, 4, 5]),
-            (vec![4, 1], vec![0, 4, 7]),
-        ] {
+    /// An input shape and a factor shape that broadcasts into it: some of its trailing axes,
+    /// each the input's or 1.
+    fn shapes() -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> {
+        prop::collection::vec(0usize..5, 0..5)
+            .prop_flat_map(|x| {
+                let rank = x.len();
+                (
+                    Just(x),
+                    0..=rank,
+                    prop::collection::vec(any::<bool>(), rank),
+                )
+            })
+            .prop_map(|(x, rank, keep)| {
+                let w = x[x.len() - rank..]
+                    .iter()
+                    .zip(&keep)
+                    .map(|(&d, &k)| if k { d } else { 1 })
+                    .collect();
+                (x, w)
+            })
+    }
+
+    proptest! {
+        /// Every element reads the value a copy broadcast to the input holds there, read in
+        /// order (the loops' way, which the remembered span serves), backwards and striding.
+        #[test]
+        fn factors_read_what_the_broadcast_copy_holds((x, w) in shapes()) {
             let w_shape = Shape::new(w.clone()).unwrap();
             let x_shape = Shape::new(x.clone()).unwrap();
             let values = (0..w_shape.numel()).map(|v| v as f64 * 1.5 - 2.0).collect();
             let w = Tensor::from_shape(w_shape, values).unwrap();
             let factors = Factors::new("test", "weight", Some(&w), &x_shape).unwrap();
-            assert!(matches!(factors, Factors::Strided(..)), "{x:?}");
             let copy = broadcast_to(&w, &x_shape).unwrap();
-            // In order (the loops' way, which the remembered span serves), then backwards and
-            // striding (every read a miss or a jump).
             let n = copy.numel();
             let orders = [
                 (0..n).collect::<Vec<_>>(),
@@ -259,8 +274,7 @@ mod tests {
             ];
             for i in orders.into_iter().flatten() {
                 let read = factors.at::<f64>(i);
-                let want = copy.data()[i];
-                assert_eq!(read, Some(want), "{:?} into {x:?}, element {i}", w.dims());
+                prop_assert_eq!(read, Some(copy.data()[i]), "{:?} into {:?}, element {}", w.dims(), x, i);
             }
         }
     }
