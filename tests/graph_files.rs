@@ -209,7 +209,7 @@ fn file_of(seed: u64) -> GraphFile {
 }
 
 fn file_from(p: tapegrad_core::laws::Program, seed: u64) -> GraphFile {
-    let graph = Graph::from_program(&p).unwrap();
+    let graph = p.to_graph().unwrap();
     let output = graph.last_slot().unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let seed_data = rng.random_bool(0.5).then(|| {

@@ -14,7 +14,7 @@ use tapegrad_core::{audit, Error, Scalar, Shape, Tensor};
 
 fn check<S: Scalar>(case: u64) {
     let p = random_program(case, 1 + (case % 10) as usize);
-    let g = Graph::from_program(&p).unwrap();
+    let g = p.to_graph().unwrap();
     let x = inputs::<S>(&p);
     let tape = g.lower(&x).unwrap();
     let report = audit(&tape);

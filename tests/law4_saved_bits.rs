@@ -33,7 +33,7 @@ fn assert_bits<S: Scalar>(a: &[Tensor<S>], b: &[Tensor<S>], what: &str) {
 
 fn check<S: Scalar>(case: u64) {
     let p = random_program(case, 1 + (case % 10) as usize);
-    let g = Graph::from_program(&p).unwrap();
+    let g = p.to_graph().unwrap();
     let x = inputs::<S>(&p);
     let compiled = CompiledGraph::new(g.clone());
     let what = format!("case {case} on\n{g}");
@@ -144,7 +144,7 @@ fn check<S: Scalar>(case: u64) {
         requires_grad: vec![true; p.inputs.len()],
         ..p.clone()
     };
-    let dense_tape = Graph::from_program(&every_slot).unwrap().lower(&x).unwrap();
+    let dense_tape = every_slot.to_graph().unwrap().lower(&x).unwrap();
     assert!(saved.kept_bytes() <= tape_kept_bytes(&dense_tape), "{what}");
 
     // Checked lowering equals unchecked lowering when it succeeds.

@@ -47,7 +47,7 @@ fn sides<S: Scalar>(
 
 fn check<S: Scalar>(case: u64, unit_roundoff: f64) {
     let p = random_program(case, 1 + (case % 10) as usize);
-    let g = Graph::from_program(&p).unwrap();
+    let g = p.to_graph().unwrap();
     let x = inputs::<S>(&p);
     let mut rng = ChaCha8Rng::seed_from_u64(case ^ 0x5);
     let dx: Vec<Tensor<S>> = g

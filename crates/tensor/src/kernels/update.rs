@@ -1,4 +1,5 @@
-//! Element loops of the optimizers compiled for the widest vector instruction set the CPU has
+//! Element loops of parameter updates (the optimizers' `p += a * g` and its outer-product form)
+//! compiled for the widest vector instruction set the CPU has
 //! (AVX2 or AVX-512 on x86-64, picked at run time by `pulp`, which `gemm` already brings in), so
 //! they auto-vectorise beyond the SSE2 baseline, and the spread of one step's element loops over
 //! the GEMM threads. Rust never contracts `a * b + c` into a fused multiply-add, so the results
@@ -6,25 +7,25 @@
 //! own).
 
 use pulp::{Arch, Simd, WithSimd};
-use tapegrad_tensor::kernels::{for_each_part, num_threads};
-use tapegrad_tensor::Scalar;
+use super::{for_each_part, num_threads};
+use crate::Scalar;
 
 /// Elements per thread below which a split loses to the hand-off: at memory speed a pass over
 /// 32k f32 elements (read two, write one) takes about 10 us, a few times the hand-off to a
 /// helper that is still polling.
-pub(super) const MIN_PER_THREAD: usize = 1 << 15;
+pub const MIN_PER_THREAD: usize = 1 << 15;
 
 /// Weight elements per thread below which [`add_scaled_outer`] stays on one thread. Higher than
 /// [`MIN_PER_THREAD`]: the weight it updates is the one the next forward product reads on the
 /// calling thread, so a band updated on another core must travel back through the caches. At
 /// batch 1 the MLP's 256 x 784 first weight (200k elements, 800 KB) updated on two threads cost
-/// more than on one (session 15, AVX-512 EPYC: a step's median 24.8-35.3 us split, 24.0-24.8 us
+/// more than on one (AVX-512 EPYC: a step's median 24.8-35.3 us split, 24.0-24.8 us
 /// not, eight interleaved rounds of `bench mlp --batch 1 --threads 2`).
 const MIN_OUTER_PER_THREAD: usize = 1 << 18;
 
 /// A run of elements of one tensor (and of its state) that an update treats on its own, and can
 /// be cut in two at any element.
-pub(super) trait Piece: Sized + Send {
+pub trait Piece: Sized + Send {
     fn len(&self) -> usize;
     /// The first `at` elements and the rest.
     fn cut(self, at: usize) -> (Self, Self);
@@ -35,7 +36,7 @@ pub(super) trait Piece: Sized + Send {
 /// pieces' elements together cut into one equal run per thread (whole cache lines each, cutting
 /// tensors where a run ends), so one hand-off covers every tensor of the step and no thread waits
 /// on a large tensor the other has.
-pub(super) fn spread<P: Piece>(pieces: Vec<P>, update: impl Fn(P) + Sync) {
+pub fn spread<P: Piece>(pieces: Vec<P>, update: impl Fn(P) + Sync) {
     let total: usize = pieces.iter().map(Piece::len).sum();
     let threads = num_threads().min(total / MIN_PER_THREAD).max(1);
     if threads == 1 {
@@ -61,7 +62,7 @@ pub(super) fn spread<P: Piece>(pieces: Vec<P>, update: impl Fn(P) + Sync) {
 }
 
 /// `p += a * g`, element by element (`a * g` rounded, then added), on this thread.
-pub(super) fn add_scaled<S: Scalar>(p: &mut [S], a: S, g: &[S]) {
+pub fn add_scaled<S: Scalar>(p: &mut [S], a: S, g: &[S]) {
     struct AddScaled<'a, S> {
         p: &'a mut [S],
         a: S,
@@ -91,7 +92,7 @@ pub(super) fn add_scaled<S: Scalar>(p: &mut [S], a: S, g: &[S]) {
 /// half of those vector loads would straddle two cache lines (15% slower on a 256 x 784 weight
 /// on Zen 3). `cols` is a whole one-row tensor's data, and tensor buffers start on a 64-byte
 /// boundary (`tapegrad_tensor::BUFFER_ALIGN`), so it is read in place.
-pub(super) fn add_scaled_outer<S: Scalar>(p: &mut [S], a: S, rows: &[S], cols: &[S]) {
+pub fn add_scaled_outer<S: Scalar>(p: &mut [S], a: S, rows: &[S], cols: &[S]) {
     let threads = num_threads().min(p.len() / MIN_OUTER_PER_THREAD).max(1);
     if threads == 1 || cols.is_empty() {
         return add_scaled_outer_here(p, a, rows, cols);
@@ -134,7 +135,7 @@ fn add_scaled_outer_here<S: Scalar>(p: &mut [S], a: S, rows: &[S], cols: &[S]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tapegrad_tensor::kernels::set_num_threads;
+    use crate::kernels::set_num_threads;
 
     /// A run of `(tensor index, element index)` labels, to see where `spread` cut.
     struct Labels(Vec<(usize, usize)>);

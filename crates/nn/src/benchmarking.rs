@@ -1,6 +1,6 @@
-//! The MLP training step that issue #7's benchmarks time, set up in one place: `tapegrad bench
-//! mlp`, the `backend_ab` example and anyone reproducing a figure build the same model, batch and
-//! optimizer from the same seeds as `bench/pytorch_baseline.py` describes them.
+//! Benchmark support, used by no training path: the MLP training step that `tapegrad bench mlp`,
+//! the `backend_ab` example and anyone reproducing a figure build from the same seeds, the model,
+//! batch and optimizer that `bench/pytorch_baseline.py` describes.
 
 use crate::data::{Batch, BatchTargets};
 use crate::layers::Activation;

@@ -1,6 +1,6 @@
-//! The measured ceiling of this machine: how many f32 fused multiply-adds per second one core (or
-//! several at once) retires on the widest vector path pulp dispatches to. Benchmarks divide by it,
-//! so a figure can say how close it runs to the hardware, not only to another library.
+//! Benchmark support, used by no kernel: the measured ceiling of this machine, how many f32
+//! fused multiply-adds per second one core (or several at once) retires on the widest vector path
+//! pulp dispatches to. Benchmarks divide by it, so a figure says how close it runs to the hardware.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;

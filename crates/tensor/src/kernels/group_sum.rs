@@ -4,9 +4,9 @@
 //! group, or a row whose element j belongs to group j) as slice loops that vectorize.
 
 use std::ops::Range;
-use tapegrad_tensor::Scalar;
+use crate::Scalar;
 
-pub(super) mod joint;
+pub mod joint;
 
 /// Independent running sums inside a block: a group's value at position k of its block is added
 /// to lane `k % LANES`, so a block is LANES dependent chains (one SIMD register of f32), not one.
@@ -224,7 +224,7 @@ fn add_run_pair<S: Scalar, const MA: usize, const MB: usize>(
 
 /// `(i / div) % modulo`: how an element's flat index maps to its statistics group or channel.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct IndexMap {
+pub struct IndexMap {
     pub div: usize,
     pub modulo: usize,
 }
@@ -272,7 +272,7 @@ fn for_each_segment(map: IndexMap, n: usize, mut f: impl FnMut(Range<usize>, Seg
 /// `out[i] = f(a[i], b[i], [p[g] for p in per_group])` with `g = map.at(i)`, for i in
 /// 0..out.len(); `a` and `b` are at least as long as `out` and each of `per_group` has at least
 /// `map.modulo` values.
-pub(super) fn map_groups<S: Scalar, const K: usize>(
+pub fn map_groups<S: Scalar, const K: usize>(
     map: IndexMap,
     out: &mut [S],
     a: &[S],
@@ -424,7 +424,7 @@ impl<S: Scalar, const M: usize> RowCascade<S, M> {
 /// 0..a.len(), pairwise per group in [`CascadeSum`]'s order, each group in flat order
 /// (`groups` is the map's `modulo`; `b` and `per_group` as for [`map_groups`]). M sums taken
 /// in one walk are each exactly what a walk of its own gives.
-pub(super) fn group_sums<S: Scalar, const K: usize, const M: usize>(
+pub fn group_sums<S: Scalar, const K: usize, const M: usize>(
     map: IndexMap,
     groups: usize,
     a: &[S],

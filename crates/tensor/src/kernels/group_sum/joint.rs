@@ -4,11 +4,11 @@
 
 use super::{add_run_pair, totals, CascadeSum, IndexMap, RowCascade};
 use std::ops::Range;
-use tapegrad_tensor::Scalar;
+use crate::Scalar;
 
 /// The pieces in which elements meet a statistics map and a channel map.
 #[derive(Debug, Clone, Copy)]
-pub(in crate::ops::nn) struct Joint {
+pub struct Joint {
     group: IndexMap,
     param: IndexMap,
     pieces: Pieces,
@@ -34,7 +34,7 @@ enum Channel {
 impl Joint {
     /// The joint walk of `n` elements under a group map and a channel map, or `None` where no
     /// piece layout serves both (the caller then walks them one after the other).
-    pub(in crate::ops::nn) fn of(group: IndexMap, param: IndexMap, n: usize) -> Option<Joint> {
+    pub fn of(group: IndexMap, param: IndexMap, n: usize) -> Option<Joint> {
         let (gd, pd, pm) = (group.div.max(1), param.div.max(1), param.modulo.max(1));
         let pieces = if pd > 1 && gd % pd == 0 {
             // Group boundaries fall on channel-run boundaries.
@@ -75,7 +75,7 @@ impl Joint {
     /// and c element i's group and channel, for i in 0..out.len(); `a` and `b` are at least as
     /// long as `out`, `per_group` and `per_channel` at least as long as their map's `modulo`.
     #[allow(clippy::too_many_arguments)]
-    pub(in crate::ops::nn) fn map<S: Scalar, const K: usize, const L: usize>(
+    pub fn map<S: Scalar, const K: usize, const L: usize>(
         &self,
         out: &mut [S],
         a: &[S],
@@ -113,7 +113,7 @@ impl Joint {
     /// in [`super::group_sums`]'s order and bit for bit what it gives, from one pass over the
     /// data (`groups` and `channels` are the maps' `modulo`; `w` has one value per channel).
     #[allow(clippy::too_many_arguments)]
-    pub(in crate::ops::nn) fn sums<S: Scalar, const K: usize, const MG: usize, const MC: usize>(
+    pub fn sums<S: Scalar, const K: usize, const MG: usize, const MC: usize>(
         &self,
         groups: usize,
         channels: usize,
