@@ -3,6 +3,7 @@
 //! save, load gives the same graph and the same text); every kind of malformed file is an error
 //! naming the node, never a panic; and `grad` agrees with finite differences on random graphs.
 
+#[path = "../crates/core/tests/support/graph_programs.rs"]
 mod graph_support;
 
 use graph_support::{generic_program, random_like, random_program};

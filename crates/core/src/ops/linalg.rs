@@ -146,22 +146,6 @@ fn as_rows(shape: &Shape) -> [usize; 2] {
     [shape.dims()[..r - 1].iter().product(), shape.dim(r - 1)]
 }
 
-/// `a` and `b` as operands of rank >= 2: a 1-D `a` becomes a row, a 1-D `b` a column, as in
-/// torch.matmul. Reshapes share buffers.
-fn promote_operands<S: Scalar>(a: &Tensor<S>, b: &Tensor<S>) -> Result<(Tensor<S>, Tensor<S>)> {
-    let a2 = if a.rank() == 1 {
-        a.reshape(&[1, a.dims()[0]])?
-    } else {
-        a.clone()
-    };
-    let b2 = if b.rank() == 1 {
-        b.reshape(&[b.dims()[0], 1])?
-    } else {
-        b.clone()
-    };
-    Ok((a2, b2))
-}
-
 /// The shape torch.matmul gives an operand of rank 1: a row for the left one, a column for the
 /// right one; other shapes as they are.
 fn promoted_shape(shape: &Shape, left: bool) -> Result<Shape> {
