@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::process::Command;
 use tapegrad_cli::grad::grad_json;
-use tapegrad_core::graph::{Graph, GraphFile, Sweep};
+use tapegrad_core::graph::{GraphFile, Sweep};
 use tapegrad_core::{DType, Tensor};
 
 const EXAMPLES: &[&str] = &["mlp_layer", "dag_fanout", "softmax_cross_entropy"];

@@ -180,7 +180,12 @@ pub fn concat_shape(parts: &[&Shape], axis: isize) -> Result<(Shape, usize)> {
             format!("cannot concatenate a rank-0 tensor (shape {first})"),
         ));
     }
-    let ax = normalize_axis("concat", axis, first.rank())?;
+    let ax = normalize_axis("concat", axis, first.rank()).map_err(|_| {
+        Error::invalid(
+            "concat",
+            format!("axis {axis} is out of range for input of shape {first}"),
+        )
+    })?;
     let mut out_dims = first.dims().to_vec();
     out_dims[ax] = 0;
     for p in parts {
