@@ -3,6 +3,7 @@
 //! save, load gives the same graph and the same text); every kind of malformed file is an error
 //! naming the node, never a panic; and `grad` agrees with finite differences on random graphs.
 
+#[path = "../crates/core/tests/support/graph_programs.rs"]
 mod graph_support;
 
 use graph_support::{generic_program, random_like, random_program};
@@ -10,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::process::Command;
 use tapegrad_cli::grad::grad_json;
-use tapegrad_core::graph::{Graph, GraphFile, Sweep};
+use tapegrad_core::graph::{GraphFile, Sweep};
 use tapegrad_core::{DType, Tensor};
 
 const EXAMPLES: &[&str] = &["mlp_layer", "dag_fanout", "softmax_cross_entropy"];
@@ -209,7 +210,7 @@ fn file_of(seed: u64) -> GraphFile {
 }
 
 fn file_from(p: tapegrad_core::laws::Program, seed: u64) -> GraphFile {
-    let graph = Graph::from_program(&p).unwrap();
+    let graph = p.to_graph().unwrap();
     let output = graph.last_slot().unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let seed_data = rng.random_bool(0.5).then(|| {

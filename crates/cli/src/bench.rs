@@ -11,9 +11,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 use tapegrad_core::ops::nn::Conv2d;
 use tapegrad_core::{Session, Shape, Tensor};
-use tapegrad_nn::workload::MlpStep;
+use tapegrad_nn::benchmarking::MlpStep;
 use tapegrad_nn::{make_backend, Backend as StepBackend, BackendKind};
-use tapegrad_tensor::kernels::peak::fma_peak_gflops;
+use tapegrad_tensor::benchmarking::fma_peak_gflops;
 use tapegrad_tensor::kernels::{batched_matmul, matmul, simd_level};
 
 /// Arguments of `tapegrad bench`.

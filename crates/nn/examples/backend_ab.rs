@@ -22,7 +22,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 // What a step trains: the workload `tapegrad bench mlp` times.
-use tapegrad_nn::workload::MlpStep as State;
+use tapegrad_nn::benchmarking::MlpStep as State;
 use tapegrad_nn::{make_backend, Backend, BackendKind, Grad, NnResult};
 use tapegrad_tensor::kernels::set_num_threads;
 use tapegrad_tensor::{pool, Tensor};

@@ -2,7 +2,7 @@
 //! dense tensor, or, for the weight of a linear layer that reads the batch, the two factors whose
 //! product `rows^T cols` is that gradient, which plain SGD applies without writing the gradient.
 
-use tapegrad_core::ops::linalg::linear_weight_grad;
+use tapegrad_tensor::kernels::linear::linear_weight_grad;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// One trainable tensor's gradient.
@@ -70,7 +70,7 @@ impl<S: Scalar> Grad<S> {
     }
 
     /// The dense gradient. The factored form is multiplied out by linear's own weight-gradient
-    /// kernel (`tapegrad_core::ops::linalg::linear_weight_grad`), so it has the bits the dense
+    /// kernel (`tapegrad_tensor::kernels::linear::linear_weight_grad`), so it has the bits the dense
     /// step's gradient has.
     pub fn into_dense(self) -> Result<Tensor<S>> {
         match self {

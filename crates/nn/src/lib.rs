@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod benchmarking;
 pub mod checkpoint;
 pub mod clip;
 pub mod data;
@@ -23,7 +24,6 @@ pub mod runlog;
 pub mod schedule;
 pub mod summary;
 pub mod trainer;
-pub mod workload;
 
 pub use backend::{make_backend, Backend, BackendKind};
 pub use error::{NnError, NnResult};

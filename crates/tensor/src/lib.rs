@@ -3,6 +3,7 @@
 //! reductions, softmax, matmul on `gemm`).
 //! Nothing here knows about gradients; the ops layer builds on these kernels.
 
+pub mod benchmarking;
 mod buffer;
 mod error;
 pub mod kernels;

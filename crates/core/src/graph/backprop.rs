@@ -1,6 +1,7 @@
-//! Reference backprop over the whole context (DESIGN section 4): from the last node down, node k's
-//! cotangent is its seed plus everything later nodes added; its VJP runs on it, zero or not, and
-//! each contribution is added into its argument's slot, in argument order, as `slot + contribution`.
+//! Reference backprop over the whole context (docs/design.md section 4): from the last node down,
+//! node k's cotangent is its seed plus everything later nodes added; its VJP runs on it, zero or
+//! not, and each contribution is added into its argument's slot, in argument order, as `slot +
+//! contribution`.
 
 use super::Graph;
 use crate::ops::{ArgShapes, ArgValues, Forward, Grads, VjpContext};

@@ -2,7 +2,6 @@
 //! it is appended (arity and shapes through the op's own shape rule, unique names, and arguments that
 //! name an earlier slot), so every graph that exists is well-typed.
 
-use crate::laws::Program;
 use crate::ops::Op;
 use std::collections::HashMap;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
@@ -146,19 +145,6 @@ impl Graph {
         }
         self.names.insert(name.to_string(), self.slots());
         Ok(())
-    }
-
-    /// The graph of a straight-line program: inputs `x0, x1, ...`, nodes `v0, v1, ...`.
-    pub fn from_program(program: &Program) -> Result<Graph> {
-        let mut g = Graph::new();
-        for (i, x) in program.inputs.iter().enumerate() {
-            let rg = program.requires_grad.get(i).copied().unwrap_or(false);
-            g.input(format!("x{i}"), x.shape().clone(), rg)?;
-        }
-        for (k, node) in program.nodes.iter().enumerate() {
-            g.node(format!("v{k}"), node.op.clone(), &node.args)?;
-        }
-        Ok(g)
     }
 
     /// The inputs, in slot order.

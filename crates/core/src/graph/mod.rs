@@ -1,6 +1,6 @@
-//! The graph IR (DESIGN section 4): typed inputs, SSA nodes over a context, evaluation, JVP,
-//! reference backprop over the whole context, lowering to a tape, the saved (compiled) graph, the
-//! `tapegrad-graph/1` file format, and text/DOT display.
+//! The graph IR (docs/design.md section 4): typed inputs, SSA nodes over a context, evaluation,
+//! JVP, reference backprop over the whole context, lowering to a tape, the saved (compiled) graph,
+//! the `tapegrad-graph/1` file format, and text/DOT display.
 
 mod backprop;
 mod display;

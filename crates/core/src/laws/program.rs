@@ -3,6 +3,7 @@
 //! tape and of the graph IR alike.
 
 use super::registry::{self, is_generic, OpKind};
+use crate::graph::Graph;
 use crate::ops::Op;
 use crate::tape::Tape;
 use rand::Rng;
@@ -41,6 +42,19 @@ impl Program {
             tape.apply(node.op.clone(), &node.args)?;
         }
         Ok(tape)
+    }
+
+    /// The program as a graph: inputs `x0, x1, ...`, nodes `v0, v1, ...`.
+    pub fn to_graph(&self) -> Result<Graph> {
+        let mut g = Graph::new();
+        for (i, x) in self.inputs.iter().enumerate() {
+            let rg = self.requires_grad.get(i).copied().unwrap_or(false);
+            g.input(format!("x{i}"), x.shape().clone(), rg)?;
+        }
+        for (k, node) in self.nodes.iter().enumerate() {
+            g.node(format!("v{k}"), node.op.clone(), &node.args)?;
+        }
+        Ok(g)
     }
 
     /// Records the program at its own (f64) input values.

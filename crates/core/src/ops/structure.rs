@@ -5,6 +5,7 @@
 use super::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::softmax::split_at_axis;
+use tapegrad_tensor::kernels::layout::concat_shape;
 use tapegrad_tensor::kernels::{broadcast_shape, broadcast_to, concat, slice, sum_to};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
@@ -196,46 +197,6 @@ impl Span {
         }
         Tensor::from_shape(shape.clone(), out)
     }
-}
-
-/// The output shape of concatenating `parts` along `axis`.
-fn concat_shape(parts: &[&Shape], axis: isize) -> Result<(Shape, usize)> {
-    let first = parts[0];
-    if first.rank() == 0 {
-        return Err(Error::invalid(
-            "concat",
-            format!("cannot concatenate a rank-0 tensor (shape {first})"),
-        ));
-    }
-    let ax = resolve_axis("concat", "axis", axis, first, false)?;
-    let mut dims = first.dims().to_vec();
-    for p in &parts[1..] {
-        let compatible = p.rank() == first.rank()
-            && p.dims()
-                .iter()
-                .zip(first.dims())
-                .enumerate()
-                .all(|(i, (a, b))| i == ax || a == b);
-        if !compatible {
-            return Err(Error::invalid(
-                "concat",
-                format!("shapes {first} and {p} differ outside axis {axis}"),
-            ));
-        }
-        dims[ax] = dims[ax].checked_add(p.dim(ax)).ok_or_else(|| {
-            Error::invalid(
-                "concat",
-                format!("the result has too many elements (adding shape {p} to {first})"),
-            )
-        })?;
-    }
-    let shape = Shape::new(dims).map_err(|_| {
-        Error::invalid(
-            "concat",
-            format!("the result of concatenating shapes starting with {first} is too large"),
-        )
-    })?;
-    Ok((shape, ax))
 }
 
 impl OpRules for StructureOp {

@@ -1,6 +1,7 @@
-//! The zero-preserving audit (DESIGN section 3.2): every node that requires grad must map a zero
-//! cotangent to exact zeros of its parents' shapes at valid ids. The audit names each node that
-//! does not, with the op, the parent and the first offending element, and says why when it can.
+//! The zero-preserving audit (docs/design.md section 3.2): every node that requires grad must map a
+//! zero cotangent to exact zeros of its parents' shapes at valid ids. The audit names each node
+//! that does not, with the op, the parent and the first offending element, and says why when it
+//! can.
 
 use super::Tape;
 use tapegrad_tensor::{Error, Scalar, Shape, Tensor};

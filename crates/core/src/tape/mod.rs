@@ -1,5 +1,5 @@
-//! The eager engine: an append-only tape of nodes (DESIGN section 3), its three backward sweeps,
-//! the zero-preserving audit, and the imperative `Session` front-end built on it.
+//! The eager engine: an append-only tape of nodes (docs/design.md section 3), its three backward
+//! sweeps, the zero-preserving audit, and the imperative `Session` front-end built on it.
 
 mod anomaly;
 mod audit;

@@ -1,4 +1,4 @@
-//! The three backward sweeps of DESIGN section 3.1, all loops over ids from the last to 0:
+//! The three backward sweeps of docs/design.md section 3.1, all loops over ids from the last to 0:
 //! `backward` (executed: skips empty slots), `backward_all` (executed, then zero-filled) and
 //! `backward_from` (reference: every node's VJP runs, zero cotangent or not), plus `one_hot`.
 

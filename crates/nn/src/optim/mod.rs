@@ -11,7 +11,6 @@ mod adam;
 mod config;
 mod rmsprop;
 mod sgd;
-mod simd;
 
 pub use config::OptimizerConfig;
 

@@ -9,7 +9,7 @@
 //! p = p + (-lr) * g
 //! ```
 
-use super::simd::{self, Piece};
+use tapegrad_tensor::kernels::update::{self, Piece};
 use super::{s, Slots};
 use crate::grad::OuterDims;
 use pulp::{Arch, Simd, WithSimd};
@@ -120,12 +120,12 @@ pub(super) fn update_all<S: Scalar>(
         keep: s::<S>(1.0 - dampening),
         nesterov,
     };
-    simd::spread(pieces, |piece| step.apply(piece));
+    update::spread(pieces, |piece| step.apply(piece));
 }
 
 /// Plain SGD's step `p + (-lr) * (rows^T cols)` by a factored gradient of sizes `d` (checked
 /// against `p` and the factors by the caller), without writing the gradient. One row: one pass
-/// with the dense step's bits (`simd::add_scaled_outer`). More rows: one GEMM accumulating into
+/// with the dense step's bits (`update::add_scaled_outer`). More rows: one GEMM accumulating into
 /// `p` with the product scaled by `-lr` (gemm's `dst := dst + beta * (lhs * rhs)`), operands and
 /// thread count exactly those of linear's weight-gradient GEMM (`rows` read transposed in place),
 /// so it takes that product's depth blocking, kernel path and thread split; only the final
@@ -138,7 +138,7 @@ pub(super) fn step_factored<S: Scalar>(
     cols: &[S],
 ) {
     if d.batch == 1 {
-        return simd::add_scaled_outer(p, neg_lr, rows, cols);
+        return update::add_scaled_outer(p, neg_lr, rows, cols);
     }
     S::gemm(
         d.out,
@@ -176,7 +176,7 @@ impl<S: Scalar> Step<S> {
         let neg_lr = self.neg_lr;
         match (b, self.wd) {
             // The common case: one vectorised pass, `p + (-lr) * g` as below.
-            (None, None) => simd::add_scaled(p, neg_lr, grad),
+            (None, None) => update::add_scaled(p, neg_lr, grad),
             (None, Some(wd)) => {
                 for (p, &g) in p.iter_mut().zip(grad) {
                     *p += neg_lr * (g + wd * *p);

@@ -167,12 +167,25 @@ pub fn slice<S: Scalar>(
     }))
 }
 
-/// Concatenates tensors along `axis` (may be negative); all other dimensions must agree.
-pub fn concat<S: Scalar>(parts: &[&Tensor<S>], axis: isize) -> Result<Tensor<S>> {
-    let first = parts
+/// The shape of `parts` concatenated along `axis` (may be negative), with the axis resolved:
+/// every other dimension must agree. The one shape rule of concatenation (the `concat` op uses
+/// it too).
+pub fn concat_shape(parts: &[&Shape], axis: isize) -> Result<(Shape, usize)> {
+    let first = *parts
         .first()
         .ok_or_else(|| Error::invalid("concat", "needs at least one tensor"))?;
-    let ax = normalize_axis("concat", axis, first.rank())?;
+    if first.rank() == 0 {
+        return Err(Error::invalid(
+            "concat",
+            format!("cannot concatenate a rank-0 tensor (shape {first})"),
+        ));
+    }
+    let ax = normalize_axis("concat", axis, first.rank()).map_err(|_| {
+        Error::invalid(
+            "concat",
+            format!("axis {axis} is out of range for input of shape {first}"),
+        )
+    })?;
     let mut out_dims = first.dims().to_vec();
     out_dims[ax] = 0;
     for p in parts {
@@ -185,8 +198,8 @@ pub fn concat<S: Scalar>(parts: &[&Tensor<S>], axis: isize) -> Result<Tensor<S>>
         if !compatible {
             return Err(Error::ShapeMismatch {
                 op: "concat",
-                expected: Box::new(first.shape().clone()),
-                found: Box::new(p.shape().clone()),
+                expected: Box::new(first.clone()),
+                found: Box::new((*p).clone()),
             });
         }
         out_dims[ax] = out_dims[ax]
@@ -196,7 +209,14 @@ pub fn concat<S: Scalar>(parts: &[&Tensor<S>], axis: isize) -> Result<Tensor<S>>
                 dims: out_dims.clone(),
             })?;
     }
-    let shape = Shape::for_op("concat", out_dims)?;
+    Ok((Shape::for_op("concat", out_dims)?, ax))
+}
+
+/// Concatenates tensors along `axis` (may be negative); all other dimensions must agree.
+pub fn concat<S: Scalar>(parts: &[&Tensor<S>], axis: isize) -> Result<Tensor<S>> {
+    let shapes: Vec<&Shape> = parts.iter().map(|p| p.shape()).collect();
+    let (shape, ax) = concat_shape(&shapes, axis)?;
+    let first = parts[0];
     let outer: usize = first.dims()[..ax].iter().product();
     // The parts' runs tile the output in order, so every element is written once.
     Ok(Tensor::from_writer(shape, |dst| {

@@ -1,16 +1,19 @@
 //! Numeric kernels on contiguous row-major tensors: strided walks, broadcasting maps, reductions,
-//! softmax, layout changes (permute, slice, concat) and matmul on the `gemm` crate.
+//! softmax, layout changes (permute, slice, concat), matmul on the `gemm` crate and the products
+//! behind `linear`.
 
 pub mod alloc;
 pub mod broadcast;
 pub mod conv;
+pub mod group_sum;
 mod isa;
 pub mod layout;
+pub mod linear;
 pub mod matmul;
 pub mod par_map;
-pub mod peak;
 pub mod reduce;
 pub mod softmax;
+pub mod update;
 mod vecmat;
 mod walk;
 mod workers;

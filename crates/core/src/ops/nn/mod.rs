@@ -5,7 +5,6 @@
 mod attention;
 mod conv;
 mod dropout;
-mod group_sum;
 mod index;
 mod norm;
 mod pad;

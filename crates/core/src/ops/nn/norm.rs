@@ -2,8 +2,8 @@
 //! statistics, left in `Aux` with a pure running-statistics update; evaluation: running statistics
 //! as arguments) and `group_norm`. All share one core: statistics per group, per-channel affine.
 
-use super::group_sum::joint::Joint;
-use super::group_sum::{group_sums, map_groups, IndexMap};
+use tapegrad_tensor::kernels::group_sum::joint::Joint;
+use tapegrad_tensor::kernels::group_sum::{group_sums, map_groups, IndexMap};
 use super::{arity_with, check_eps, expect_shape, when};
 use crate::ops::{Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;

@@ -1,0 +1,21 @@
+//! Each op family's forward, VJP, JVP, saves and errors, against hand-computed values and the
+//! definitions. One test binary; tests/README.md maps each file to its family.
+
+#[path = "../support/no_panic.rs"]
+mod op_support;
+#[path = "../support/ops_nn.rs"]
+mod ops_nn_support;
+
+mod activation_and_loss;
+mod reduce_linalg_structure;
+mod nn;
+mod nn_attention;
+mod nn_index;
+mod nn_norm;
+mod nn_options;
+mod nn_options_attention;
+mod loss_forms;
+mod loss_options;
+mod errors;
+mod threads_vjp;
+mod anomaly;
