@@ -246,9 +246,15 @@ fn wide_f32_rows_stay_within_a_few_ulps() {
             let (e, g) = (exact.data()[i], f64::from(got.data()[i]));
             // The rounding of x - max carries |x| + |max| into exp's argument.
             let spread = 1.0 + 2.0 * width;
-            assert!((g - e).abs() <= 4.0 * spread * unit(e), "softmax {n}: {g} vs {e}");
+            assert!(
+                (g - e).abs() <= 4.0 * spread * unit(e),
+                "softmax {n}: {g} vs {e}"
+            );
             let (e, g) = (exact_log.data()[i], f64::from(got_log.data()[i]));
-            assert!((g - e).abs() <= 4.0 * unit(spread + e.abs()), "log_softmax {n}: {g} vs {e}");
+            assert!(
+                (g - e).abs() <= 4.0 * unit(spread + e.abs()),
+                "log_softmax {n}: {g} vs {e}"
+            );
         }
     }
 }
@@ -270,8 +276,15 @@ fn a_masked_tail_leaves_the_bits_of_the_cut_row() {
         let (a, b) = (softmax(&full, 1).unwrap(), softmax(&cut, 1).unwrap());
         assert_eq!(&a.data()[..visible], b.data(), "softmax, {visible} visible");
         assert!(a.data()[visible..].iter().all(|&p| p == 0.0));
-        let (a, b) = (log_softmax(&full, 1).unwrap(), log_softmax(&cut, 1).unwrap());
-        assert_eq!(&a.data()[..visible], b.data(), "log_softmax, {visible} visible");
+        let (a, b) = (
+            log_softmax(&full, 1).unwrap(),
+            log_softmax(&cut, 1).unwrap(),
+        );
+        assert_eq!(
+            &a.data()[..visible],
+            b.data(),
+            "log_softmax, {visible} visible"
+        );
         let (mut p, mut l) = (vec![0f32; n], [0f32]);
         cross_entropy_rows(full.data(), n, &[0], &mut p, &mut l).unwrap();
         assert_eq!(-l[0], b.data()[0], "cross entropy, {visible} visible");
