@@ -1,12 +1,15 @@
 //! Property tests of the reductions: `sum_axes`, `mean_axes` and `max_axes` over any subset of axes
 //! with and without keepdim, against a reference that loops over each output's reduced indices;
-//! the trailing-axes fast path against the general walk (bit for bit); and `expand_reduced`.
+//! the trailing-axes fast path against the general walk (bit for bit); `expand_reduced`; and
+//! `pairwise_sum`, which has `sum_axes`'s bits.
 
 mod common;
 
 use common::*;
 use proptest::prelude::*;
-use tapegrad_tensor::kernels::{expand_reduced, max_axes, mean_axes, reduced_shape, sum_axes};
+use tapegrad_tensor::kernels::{
+    expand_reduced, max_axes, mean_axes, pairwise_sum, pairwise_sum_by, reduced_shape, sum_axes,
+};
 use tapegrad_tensor::{Error, Shape, Tensor};
 
 fn shape(dims: &[usize]) -> Shape {
@@ -268,4 +271,20 @@ fn long_f32_sums_stay_within_a_few_ulps_on_every_path() {
         ulps_of_magnitudes(mid, &first_block) <= 8.0,
         "middle: {mid}"
     );
+}
+
+proptest! {
+    /// `pairwise_sum` (the losses' reductions, softmax's denominators) and `pairwise_sum_by` add
+    /// in `sum_axes`'s order: the same bits, in f32 and f64, on lengths around the block splits.
+    #[test]
+    fn pairwise_sum_has_the_bits_of_sum_axes(n in 0usize..700, seed in any::<u64>()) {
+        let x64: Tensor<f64> = tensor(&[n], &floats(n, seed, 3.0));
+        let x32 = x64.cast::<f32>();
+        let want64 = sum_axes(&x64, &[0], false).unwrap().data()[0];
+        let want32 = sum_axes(&x32, &[0], false).unwrap().data()[0];
+        prop_assert_eq!(pairwise_sum(x64.data()).to_bits(), want64.to_bits());
+        prop_assert_eq!(pairwise_sum(x32.data()).to_bits(), want32.to_bits());
+        let by = pairwise_sum_by(n, |i| x32.data()[i]);
+        prop_assert_eq!(by.to_bits(), want32.to_bits());
+    }
 }

@@ -19,7 +19,7 @@ pub use context::{
 pub use elementwise::ElementwiseOp;
 pub(crate) use elementwise::{LinearPart, LinearVjp};
 pub use linalg::LinalgOp;
-pub use loss::{ClassLossOptions, LossOp, Reduction};
+pub use loss::{class_labels, ClassLabel, ClassLossOptions, LossOp, Reduction};
 pub use nn::NnOp;
 pub use reduce::ReduceOp;
 pub use structure::StructureOp;

@@ -4,8 +4,8 @@
 
 use super::Tape;
 use crate::ops::{
-    ActivationOp, ClassLossOptions, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, Op,
-    ReduceOp, Reduction, StructureOp,
+    class_labels, ActivationOp, ClassLabel, ClassLossOptions, ElementwiseOp, GeluApproximate,
+    LinalgOp, LossOp, Mask, Op, ReduceOp, Reduction, StructureOp,
 };
 use smallvec::SmallVec;
 use std::sync::Arc;
@@ -539,26 +539,24 @@ impl<S: Scalar> Session<S> {
         )
     }
 
-    /// Cross entropy of logits against class labels (mean reduction).
-    pub fn cross_entropy(&mut self, logits: Var, targets: &[usize]) -> Result<Var> {
-        let targets = Arc::new(targets.to_vec());
-        self.apply(
-            Op::Loss(LossOp::cross_entropy(targets, Reduction::Mean)),
-            &[logits],
-        )
+    /// Cross entropy of logits against class labels (mean reduction, no ignored label: every
+    /// label must be a class index).
+    pub fn cross_entropy<L: ClassLabel>(&mut self, logits: Var, targets: &[L]) -> Result<Var> {
+        self.cross_entropy_with(logits, targets, &ClassLossOptions::default())
     }
 
     /// Cross entropy with PyTorch's keyword arguments: `reduction`, class `weight`,
-    /// `ignore_index` and `label_smoothing`. The logits are (C), (N, C) or (N, C, d1, ..., dk)
-    /// with one label per position of (N, d1, ..., dk), row-major.
-    pub fn cross_entropy_with(
+    /// `ignore_index` (any integer: `Some(-100)` with -100 padding labels, as PyTorch users
+    /// write) and `label_smoothing`. The logits are (C), (N, C) or (N, C, d1, ..., dk) with one
+    /// label per position of (N, d1, ..., dk), row-major, of any integer type.
+    pub fn cross_entropy_with<L: ClassLabel>(
         &mut self,
         logits: Var,
-        targets: &[usize],
+        targets: &[L],
         options: &ClassLossOptions,
     ) -> Result<Var> {
         let op = LossOp::CrossEntropy {
-            targets: Arc::new(targets.to_vec()),
+            targets: class_labels(targets),
             reduction: options.reduction,
             weight: options.weight.clone().map(Arc::new),
             ignore_index: options.ignore_index,
@@ -630,11 +628,12 @@ impl<S: Scalar> Session<S> {
     }
 
     /// nll_loss with PyTorch's keyword arguments: `reduction`, class `weight` and `ignore_index`
-    /// (it has no `label_smoothing`: a non-zero one is an error).
-    pub fn nll_loss_with(
+    /// (any integer, as in `cross_entropy_with`); it has no `label_smoothing`: a non-zero one is
+    /// an error.
+    pub fn nll_loss_with<L: ClassLabel>(
         &mut self,
         log_probs: Var,
-        targets: &[usize],
+        targets: &[L],
         options: &ClassLossOptions,
     ) -> Result<Var> {
         if options.label_smoothing != 0.0 {
@@ -647,7 +646,7 @@ impl<S: Scalar> Session<S> {
             ));
         }
         let op = LossOp::NllLoss {
-            targets: Arc::new(targets.to_vec()),
+            targets: class_labels(targets),
             reduction: options.reduction,
             weight: options.weight.clone().map(Arc::new),
             ignore_index: options.ignore_index,
@@ -655,12 +654,9 @@ impl<S: Scalar> Session<S> {
         self.apply(Op::Loss(op), &[log_probs])
     }
 
-    /// Negative log-likelihood of log-probabilities against class labels (mean reduction).
-    pub fn nll_loss(&mut self, log_probs: Var, targets: &[usize]) -> Result<Var> {
-        let targets = Arc::new(targets.to_vec());
-        self.apply(
-            Op::Loss(LossOp::nll_loss(targets, Reduction::Mean)),
-            &[log_probs],
-        )
+    /// Negative log-likelihood of log-probabilities against class labels (mean reduction, no
+    /// ignored label).
+    pub fn nll_loss<L: ClassLabel>(&mut self, log_probs: Var, targets: &[L]) -> Result<Var> {
+        self.nll_loss_with(log_probs, targets, &ClassLossOptions::default())
     }
 }

@@ -1287,7 +1287,7 @@ fn loss_case(rng: &mut ChaCha8Rng) -> Option<Case> {
             }
             let targets = Arc::new(Vec::new());
             // PyTorch's options change nothing on an empty batch (a mean is still 0/0).
-            let ignore_index = rng.random_bool(0.5).then_some(usize::MAX);
+            let ignore_index = rng.random_bool(0.5).then_some(i64::MAX);
             let op = if rng.random_bool(0.5) {
                 LossOp::CrossEntropy {
                     targets,

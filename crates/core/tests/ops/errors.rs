@@ -100,12 +100,14 @@ fn reduction(rng: &mut ChaCha8Rng) -> Reduction {
     pick(rng, &[Reduction::None, Reduction::Mean, Reduction::Sum])
 }
 
-fn labels(rng: &mut ChaCha8Rng) -> Arc<Vec<usize>> {
+/// Class labels: mostly small, sometimes negative (PyTorch's -100 padding among them) or at
+/// the ends of i64.
+fn labels(rng: &mut ChaCha8Rng) -> Arc<Vec<i64>> {
     Arc::new(
         (0..rng.random_range(0..=5))
             .map(|_| {
-                if rng.random_bool(0.1) {
-                    usize::MAX
+                if rng.random_bool(0.15) {
+                    pick(rng, &[i64::MAX, i64::MIN, -100, -1])
                 } else {
                     rng.random_range(0..=5)
                 }
@@ -278,9 +280,9 @@ fn pos_weight(rng: &mut ChaCha8Rng) -> Option<Arc<Tensor<f64>>> {
 }
 
 /// An ignored label: in range, out of range or huge.
-fn ignore_index(rng: &mut ChaCha8Rng) -> Option<usize> {
+fn ignore_index(rng: &mut ChaCha8Rng) -> Option<i64> {
     rng.random_bool(0.4)
-        .then(|| pick(rng, &[0, 1, 2, 3, 7, 1 << 40, usize::MAX]))
+        .then(|| pick(rng, &[0, 1, 2, 3, 7, 1 << 40, i64::MAX, -100, -1, i64::MIN]))
 }
 
 /// A size attribute: often valid, sometimes zero or far too large to allocate or index.
@@ -723,6 +725,27 @@ fn named_cases() -> Vec<NamedCase> {
             Op::Loss(LossOp::cross_entropy(Arc::new(vec![0]), Reduction::Sum)),
             vec![t(&[2, 3, 4])],
             vec!["cross_entropy", "[2, 3, 4]"],
+        ),
+        (
+            // A negative label other than the ignored one.
+            Op::Loss(LossOp::NllLoss {
+                targets: Arc::new(vec![-100, -2]),
+                reduction: Reduction::Mean,
+                weight: None,
+                ignore_index: Some(-100),
+            }),
+            vec![t(&[2, 3])],
+            vec!["nll_loss", "class label -2", "-100"],
+        ),
+        (
+            ScaledDotProductAttention::default().into(),
+            vec![t(&[2, 4, 3, 2]), t(&[2, 2, 5, 2]), t(&[2, 2, 5, 3])],
+            vec![
+                "scaled_dot_product_attention",
+                "[2, 4, 3, 2]",
+                "[2, 2, 5, 2]",
+                "broadcast",
+            ],
         ),
     ]
 }

@@ -44,9 +44,9 @@ fn round_trips(op: &Op, args: usize) {
 #[derive(Clone, Debug)]
 struct Spatial {
     dims: Vec<usize>,
-    targets: Vec<usize>,
+    targets: Vec<i64>,
     weight: Option<Vec<f64>>,
-    ignore_index: Option<usize>,
+    ignore_index: Option<i64>,
     smoothing: f64,
     reduction: Reduction,
 }
@@ -107,6 +107,7 @@ impl Spatial {
                 };
                 let smooth: f64 = (0..c).map(|k| w(k) * -lp[k]).sum();
                 let e = self.smoothing;
+                let y = usize::try_from(y).expect("a counted label is a class");
                 per.push((1.0 - e) * w(y) * -lp[y] + e / c as f64 * smooth);
                 total_weight += w(y);
             }
@@ -564,11 +565,11 @@ proptest! {
             ..call
         };
         let mut r = rng(seed ^ 5);
-        let labels: Vec<usize> = (0..6).map(|_| r.random_range(0..4)).collect();
+        let labels: Vec<i64> = (0..6).map(|_| r.random_range(0..4)).collect();
         let mut onehot = vec![0.0; 24];
         for (i, &t) in labels.iter().enumerate() {
             let (b, s) = (i / 2, i % 2);
-            onehot[(b * 4 + t) * 2 + s] = 1.0;
+            onehot[(b * 4 + t as usize) * 2 + s] = 1.0;
         }
         let y = Tensor::new(&[3, 4, 2], onehot).unwrap();
         let x = uniform(&mut r, &[3, 4, 2], -3.0, 3.0);
@@ -583,7 +584,7 @@ proptest! {
         let got = fwd(&call.op(), &[&x, &y]);
         let want = fwd(&labelled.cross_entropy(), &[&x]);
         if call.reduction == Reduction::Mean {
-            let total: f64 = labelled.targets.iter().map(|&t| labelled.weight.as_ref().map_or(1.0, |w| w[t])).sum();
+            let total: f64 = labelled.targets.iter().map(|&t| labelled.weight.as_ref().map_or(1.0, |w| w[t as usize])).sum();
             close(&[got.data()[0] * 6.0], &[want.data()[0] * total], "mean");
         } else {
             close(got.data(), want.data(), &call.op().to_string());
@@ -1390,4 +1391,47 @@ fn graph_files_take_a_pos_weight_shape() {
             "{bad}: {err}"
         );
     }
+}
+
+#[test]
+fn graph_files_take_a_negative_ignore_index_and_older_files_read_the_same() {
+    let padded = Spatial {
+        dims: vec![2, 3, 2],
+        targets: vec![0, -100, 2, -100],
+        weight: None,
+        ignore_index: Some(-100),
+        smoothing: 0.1,
+        reduction: Reduction::Mean,
+    };
+    round_trips(&padded.cross_entropy(), 1);
+    round_trips(
+        &Spatial {
+            smoothing: 0.0,
+            ..padded.clone()
+        }
+        .nll(),
+        1,
+    );
+    let attrs = serde_json::json!({"targets": [1, -100, 0], "ignore_index": -100});
+    let op = parse_op("nll_loss", 1, attrs.as_object().unwrap().clone()).unwrap();
+    let x = Tensor::new(&[3, 2], vec![-1.0, -2.0, -3.0, -4.0, -5.0, -6.0]).unwrap();
+    assert_eq!(fwd(&op, &[&x]).data(), &[(2.0 + 5.0) / 2.0]);
+    // A file written before labels were signed: non-negative labels and ignore_index.
+    let attrs = serde_json::json!({"targets": [1, 4, 0], "ignore_index": 4, "reduction": "sum"});
+    let op = parse_op("cross_entropy", 1, attrs.as_object().unwrap().clone()).unwrap();
+    assert_eq!(
+        op,
+        Op::Loss(LossOp::CrossEntropy {
+            targets: Arc::new(vec![1, 4, 0]),
+            reduction: Reduction::Sum,
+            weight: None,
+            ignore_index: Some(4),
+            label_smoothing: 0.0,
+        })
+    );
+    // A negative label that is not the ignored one is refused when the node is evaluated.
+    let attrs = serde_json::json!({"targets": [1, -1, 0], "ignore_index": -100});
+    let op = parse_op("nll_loss", 1, attrs.as_object().unwrap().clone()).unwrap();
+    let err = op.forward(&[&x]).unwrap_err().to_string();
+    assert!(err.contains("nll_loss") && err.contains("-1"), "{err}");
 }

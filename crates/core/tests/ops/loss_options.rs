@@ -16,10 +16,10 @@ use tapegrad_core::{Op, Session, Tensor};
 const REDUCTIONS: [Reduction; 3] = [Reduction::None, Reduction::Mean, Reduction::Sum];
 
 fn cross_entropy(
-    targets: &[usize],
+    targets: &[i64],
     reduction: Reduction,
     weight: Option<Vec<f64>>,
-    ignore_index: Option<usize>,
+    ignore_index: Option<i64>,
     label_smoothing: f64,
 ) -> Op {
     Op::Loss(LossOp::CrossEntropy {
@@ -32,10 +32,10 @@ fn cross_entropy(
 }
 
 fn nll(
-    targets: &[usize],
+    targets: &[i64],
     reduction: Reduction,
     weight: Option<Vec<f64>>,
-    ignore_index: Option<usize>,
+    ignore_index: Option<i64>,
 ) -> Op {
     Op::Loss(LossOp::NllLoss {
         targets: Arc::new(targets.to_vec()),
@@ -48,10 +48,10 @@ fn nll(
 /// One call's options.
 #[derive(Clone)]
 struct Case {
-    targets: Vec<usize>,
+    targets: Vec<i64>,
     classes: usize,
     weight: Option<Vec<f64>>,
-    ignore_index: Option<usize>,
+    ignore_index: Option<i64>,
     smoothing: f64,
     reduction: Reduction,
 }
@@ -100,6 +100,7 @@ impl Case {
             };
             let smooth: f64 = (0..c).map(|k| w(k) * -lp[k]).sum();
             let e = self.smoothing;
+            let y = usize::try_from(y).expect("a counted label is a class");
             per.push((1.0 - e) * w(y) * -lp[y] + e / c as f64 * smooth);
             total_weight += w(y);
         }
@@ -441,4 +442,158 @@ fn session_bce_takes_pos_weight() {
 fn vector(values: Vec<f64>) -> Tensor<f64> {
     let n = values.len();
     Tensor::new(&[n], values).unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+// A negative ignore_index: PyTorch's default -100 on padding labels.
+
+#[test]
+fn a_negative_ignore_index_ignores_its_padding_labels() {
+    let mut r = rng(17);
+    let x = uniform(&mut r, &[5, 3], -3.0, 3.0);
+    let padded = [2, -100, 0, -100, 1];
+    for (weight, smoothing) in [(None, 0.0), (Some(vec![0.5, 1.0, 2.0]), 0.2)] {
+        for reduction in REDUCTIONS {
+            let case = Case {
+                targets: padded.to_vec(),
+                classes: 3,
+                weight: weight.clone(),
+                ignore_index: Some(-100),
+                smoothing,
+                reduction,
+            };
+            let ops = [
+                case.cross_entropy(),
+                Case {
+                    smoothing: 0.0,
+                    ..case.clone()
+                }
+                .nll(),
+            ];
+            for (op, log_softmax) in ops.iter().zip([true, false]) {
+                let want = Case {
+                    smoothing: if log_softmax { smoothing } else { 0.0 },
+                    ..case.clone()
+                }
+                .definition(x.data(), log_softmax);
+                close(fwd(op, &[&x]).data(), &want, &op.to_string());
+                laws(op, &[x.clone()], &mut r);
+            }
+            // Which value marks the padding changes nothing: the same bits as a label beyond
+            // the classes.
+            let beyond = Case {
+                targets: padded.iter().map(|&t| if t < 0 { 7 } else { t }).collect(),
+                ignore_index: Some(7),
+                ..case.clone()
+            };
+            let seed = uniform(&mut r, fwd(&ops[0], &[&x]).dims(), -1.0, 1.0);
+            for (op, other) in ops.iter().zip([
+                beyond.cross_entropy(),
+                Case {
+                    smoothing: 0.0,
+                    ..beyond.clone()
+                }
+                .nll(),
+            ]) {
+                assert_eq!(fwd(op, &[&x]).data(), fwd(&other, &[&x]).data(), "{op}");
+                let g = |o: &Op| {
+                    vjp_with_needs(o, &[&x], &seed, vec![true])[0]
+                        .clone()
+                        .unwrap()
+                };
+                let (g, want) = (g(op), g(&other));
+                assert_eq!(g.data(), want.data(), "{op}");
+                assert_eq!(
+                    &g.data()[3..6],
+                    &[0.0; 3],
+                    "{op}: a padding row has no gradient"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_negative_label_that_is_not_ignored_is_an_error_naming_it() {
+    let x = Tensor::<f64>::new(&[3, 4], vec![0.0; 12]).unwrap();
+    let cases = [
+        (
+            cross_entropy(&[1, -3, 2], Reduction::Mean, None, Some(-100), 0.0),
+            "-3",
+            "-100",
+        ),
+        (
+            nll(&[1, -100, 2], Reduction::Sum, None, Some(-1)),
+            "-100",
+            "-1",
+        ),
+        // No ignore_index: the message says what PyTorch's default would have been.
+        (
+            cross_entropy(&[-100, 0, 0], Reduction::Mean, None, None, 0.0),
+            "-100",
+            "default",
+        ),
+        (
+            nll(&[0, 0, -5], Reduction::None, Some(vec![1.0; 4]), None),
+            "-5",
+            "default",
+        ),
+    ];
+    for (op, label, ignore) in cases {
+        let err = op.forward(&[&x]).unwrap_err().to_string();
+        for w in [op.name(), "class label", label, ignore] {
+            assert!(err.contains(w), "{op}: '{err}' does not say '{w}'");
+        }
+    }
+}
+
+#[test]
+fn session_methods_take_signed_labels_and_pytorchs_default_ignore_index() {
+    let mut r = rng(19);
+    let x = uniform(&mut r, &[4, 3], -2.0, 2.0);
+    let options = ClassLossOptions {
+        ignore_index: Some(-100),
+        ..ClassLossOptions::default()
+    };
+    let labels: [i64; 4] = [-100, 2, 0, -100];
+    let mut s = Session::<f64>::new();
+    let p = s.parameter("x", x.clone()).unwrap();
+    let loss = s.cross_entropy_with(p, &labels, &options).unwrap();
+    let want = Case {
+        targets: labels.to_vec(),
+        classes: 3,
+        weight: None,
+        ignore_index: Some(-100),
+        smoothing: 0.0,
+        reduction: Reduction::Mean,
+    };
+    close(
+        s.value(loss).unwrap().data(),
+        &want.definition(x.data(), true),
+        "cross_entropy_with",
+    );
+    let g = s.backward(loss).unwrap();
+    let g = g.get("x").unwrap();
+    assert_eq!(&g.data()[..3], &[0.0; 3]);
+    assert_eq!(&g.data()[9..], &[0.0; 3]);
+    let loss = s.nll_loss_with(p, &labels, &options).unwrap();
+    close(
+        s.value(loss).unwrap().data(),
+        &want.definition(x.data(), false),
+        "nll_loss_with",
+    );
+    // Labels of any integer type give one loss.
+    let unsigned: [usize; 2] = [2, 0];
+    let a = s.cross_entropy(p, &unsigned[..]).unwrap_err();
+    assert!(a.to_string().contains("class labels"), "{a}");
+    let y = s.slice(p, 0, 1, 3, 1).unwrap();
+    let a = s.cross_entropy(y, &unsigned).unwrap();
+    let b = s.cross_entropy(y, &[2i32, 0]).unwrap();
+    assert_eq!(s.value(a).unwrap().data(), s.value(b).unwrap().data());
+    // The plain methods ignore nothing: a padding label is an error naming it.
+    let err = s.cross_entropy(p, &labels).unwrap_err().to_string();
+    assert!(
+        err.contains("-100") && err.contains("cross_entropy"),
+        "{err}"
+    );
 }

@@ -175,7 +175,8 @@ fn attention_rejects_bad_shapes_and_attributes() {
         (q.clone(), k.clone(), s(&[2, 4, 6])),
         (s(&[3, 3, 4]), k.clone(), v.clone()),
         (s(&[4]), s(&[4]), s(&[4])),
-        (q.clone(), s(&[1, 2, 5, 4]), v.clone()),
+        // Leading dimensions that do not broadcast (PyTorch's matmul rejects them too).
+        (q.clone(), s(&[3, 5, 4]), s(&[3, 5, 6])),
     ] {
         let e = sdpa(false, None, None)
             .output_shape(&[&q2, &k2, &v2])

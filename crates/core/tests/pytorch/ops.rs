@@ -6,7 +6,10 @@
 //! `fixtures/pytorch_ops.json` (written by `fixtures/pytorch_ops.py`), including the calls it
 //! rejects, which must be errors naming the op here too; the last families are bce_with_logits
 //! with `weight` (`bce_weight`) and with a pos_weight of any shape broadcastable with the target
-//! (`bce_pos_weight_broadcast`, PyTorch's [C, 1, 1] for a [C, H, W] target among them).
+//! (`bce_pos_weight_broadcast`, PyTorch's [C, 1, 1] for a [C, H, W] target among them),
+//! cross_entropy and nll_loss with a negative ignore_index on padding labels (`negative_ignore`)
+//! and attention whose query, key and value leading dimensions broadcast
+//! (`attention_broadcast`, multi-query attention among them).
 
 
 use crate::ops_nn_support::{fwd, vjp_with_needs};
@@ -103,12 +106,15 @@ fn attention(case: &Value) -> ScaledDotProductAttention {
     }
 }
 
+/// Class labels as recorded: any integers (negative ones for a negative ignore_index).
+fn labels(case: &Value) -> Arc<Vec<i64>> {
+    Arc::new(serde_json::from_value(case["targets"].clone()).unwrap())
+}
+
 /// cross_entropy or nll_loss with the keyword arguments the case sets.
-fn class_options(case: &Value, targets: Arc<Vec<usize>>) -> LossOp {
+fn class_options(case: &Value, targets: Arc<Vec<i64>>) -> LossOp {
     let weight = case.get("weight").map(|w| Arc::new(numbers(w)));
-    let ignore_index = case
-        .get("ignore_index")
-        .map(|i| i.as_u64().unwrap() as usize);
+    let ignore_index = case.get("ignore_index").map(|i| i.as_i64().unwrap());
     match case["kind"].as_str().unwrap() {
         "cross_entropy" => LossOp::CrossEntropy {
             targets,
@@ -153,7 +159,7 @@ fn op_of(case: &Value) -> Op {
             bias: flag(case, "bias"),
         }
         .into(),
-        "attention" => attention(case).into(),
+        "attention" | "attention_broadcast" => attention(case).into(),
         "loss" => Op::Loss(match case["kind"].as_str().unwrap() {
             "cross_entropy" => LossOp::cross_entropy(targets(), reduction(case)),
             "nll_loss" => LossOp::nll_loss(targets(), reduction(case)),
@@ -162,7 +168,9 @@ fn op_of(case: &Value) -> Op {
                 reduction: reduction(case),
             },
         }),
-        "class_options" | "spatial" => Op::Loss(class_options(case, targets())),
+        "class_options" | "spatial" | "negative_ignore" => {
+            Op::Loss(class_options(case, labels(case)))
+        }
         "prob_targets" => Op::Loss(LossOp::CrossEntropyProbs {
             reduction: reduction(case),
             weight: case.get("weight").map(|w| Arc::new(numbers(w))),
@@ -405,7 +413,7 @@ fn ops_match_pytorch_on_random_cases() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    assert_eq!(cases.len(), 1060);
+    assert_eq!(cases.len(), 1260);
     // Every family is checked in earnest, and the rejections too (see pytorch_ops.py).
     for (family, t) in &tallies {
         assert!(t.computed >= 20, "{family}: only {} computed", t.computed);

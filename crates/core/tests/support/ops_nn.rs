@@ -16,23 +16,25 @@ pub fn rng(seed: u64) -> ChaCha8Rng {
 }
 
 /// `count` class labels among `c` classes, with PyTorch's options now and then: positive class
-/// weights, and an `ignore_index` in range (only with a second class left) or beyond it, which
-/// then marks about 40% of the labels but never the first, so one stays counted and the mean is
-/// a number where the laws apply.
+/// weights, and an `ignore_index` in range (only with a second class left), beyond it or
+/// negative (PyTorch's default -100, padding), which then marks about 40% of the labels but
+/// never the first, so one stays counted and the mean is a number where the laws apply.
 pub fn labels_with_options(
     r: &mut ChaCha8Rng,
     c: usize,
     count: usize,
-) -> (Vec<usize>, Option<Vec<f64>>, Option<usize>) {
-    let mut targets: Vec<usize> = (0..count).map(|_| r.random_range(0..c)).collect();
+) -> (Vec<i64>, Option<Vec<f64>>, Option<i64>) {
+    let classes = i64::try_from(c).unwrap();
+    let mut targets: Vec<i64> = (0..count).map(|_| r.random_range(0..classes)).collect();
     let weight = r
         .random_bool(0.6)
         .then(|| (0..c).map(|_| r.random_range(0.25..2.0)).collect());
-    let ignore_index = match r.random_range(0..3) {
+    let ignore_index = match r.random_range(0..4) {
         0 => None,
-        1 if c >= 2 => Some(r.random_range(0..c)),
+        1 if c >= 2 => Some(r.random_range(0..classes)),
         1 => None,
-        _ => Some(c + r.random_range(0..3)),
+        2 => Some(-100),
+        _ => Some(classes + r.random_range(0..3)),
     };
     if let Some(i) = ignore_index {
         for t in targets.iter_mut().skip(1) {
@@ -41,7 +43,7 @@ pub fn labels_with_options(
             }
         }
         if targets[0] == i {
-            targets[0] = (i + 1) % c;
+            targets[0] = (i + 1) % classes;
         }
     }
     (targets, weight, ignore_index)

@@ -15,8 +15,7 @@ use crate::grad::Grad;
 use crate::model::Model;
 use crate::params::ParamId;
 use rand_chacha::ChaCha8Rng;
-use std::sync::Arc;
-use tapegrad_core::ops::{LinalgOp, LossOp, Reduction};
+use tapegrad_core::ops::{class_labels, LinalgOp, LossOp, Reduction};
 use tapegrad_core::tape::{Node, Rule};
 use tapegrad_core::{Op, Session, Var};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
@@ -134,7 +133,7 @@ pub(crate) fn loss_op<S: Scalar>(
         // What `Session::cross_entropy_with` records; with no smoothing, what `cross_entropy` does.
         BatchTargets::Classes(labels) => {
             let cross_entropy = LossOp::CrossEntropy {
-                targets: Arc::new(labels.clone()),
+                targets: class_labels(labels),
                 reduction: Reduction::Mean,
                 weight: None,
                 ignore_index: None,

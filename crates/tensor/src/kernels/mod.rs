@@ -24,8 +24,11 @@ pub use layout::{concat, permute, slice, transpose};
 pub use matmul::{
     batched_matmul, matmul, matvec_rows, num_threads, outer_product, set_num_threads,
 };
-pub use reduce::{column_sums, expand_reduced, max_axes, mean_axes, reduced_shape, sum_axes};
-pub use softmax::{cross_entropy_rows, log_softmax, softmax};
+pub use reduce::{
+    column_sums, expand_reduced, max_axes, mean_axes, pairwise_sum, pairwise_sum_by, reduced_shape,
+    sum_axes,
+};
+pub use softmax::{cross_entropy_rows, exp_sum, log_softmax, softmax};
 pub use vecmat::vecmat_rows;
 pub(crate) use walk::strided_walk;
 pub use workers::{for_each_band_mut, for_each_chunk_mut, for_each_part};

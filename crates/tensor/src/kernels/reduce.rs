@@ -1,5 +1,6 @@
 //! Reductions over any set of axes, with or without keepdim: sum, mean and max, plus
-//! `expand_reduced`, which broadcasts a reduced gradient back over the reduced axes.
+//! `expand_reduced`, which broadcasts a reduced gradient back over the reduced axes, and
+//! `pairwise_sum`, the same blocked pairwise order for one list of terms.
 
 use super::broadcast::broadcast_to;
 use super::workers::for_each_chunk_mut;
@@ -66,6 +67,31 @@ fn fold_run<S: Scalar>(run: &[S], init: S, f: &impl Fn(S, S) -> S) -> S {
     }
     let (left, right) = run.split_at(fold_split(run.len()));
     f(fold_run(left, init, f), fold_run(right, init, f))
+}
+
+/// `fold_run`'s order over the `n` values `at(0), ..., at(n - 1)`, added from zero: the same
+/// blocks and the same splits, so the same bits as `sum_axes` over those values laid out in a
+/// row. For sums whose terms are not stored in a row (a strided softmax line, `exp` of each
+/// logit made on the way).
+fn pairwise_by<S: Scalar>(start: usize, n: usize, at: &impl Fn(usize) -> S) -> S {
+    if n <= FOLD_BLOCK {
+        return (start..start + n).fold(S::ZERO, |a, i| a + at(i));
+    }
+    let left = fold_split(n);
+    pairwise_by(start, left, at) + pairwise_by(start + left, n - left, at)
+}
+
+/// The sum of `values` in `fold_run`'s blocked pairwise order: the bits `sum_axes` gives for
+/// them, off by O(log n) roundings of the sum of their magnitudes where one running total is
+/// off by O(n). For the losses' `mean` and `sum` and the softmax denominators.
+pub fn pairwise_sum<S: Scalar>(values: &[S]) -> S {
+    pairwise_by(0, values.len(), &|i| values[i])
+}
+
+/// `pairwise_sum` of `at(0), ..., at(n - 1)`: the same order and bits as `pairwise_sum` of
+/// those values collected in a row.
+pub fn pairwise_sum_by<S: Scalar>(n: usize, at: impl Fn(usize) -> S) -> S {
+    pairwise_by(0, n, &at)
 }
 
 /// Folds `t` over `axes` (normalised, distinct) with `f`, each output slot from `init` in

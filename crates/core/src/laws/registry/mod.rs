@@ -202,6 +202,7 @@ const CROSS_ENTROPY: &[&str] = &[
     "weights, ignore_index, smoothing, none",
     "spatial mean",
     "spatial weights, ignore_index, smoothing, none",
+    "ignore_index -100 padding, smoothing, mean",
 ];
 const NLL: &[&str] = &[
     "batch mean",
@@ -213,6 +214,7 @@ const NLL: &[&str] = &[
     "weights, ignore_index, none",
     "spatial sum",
     "spatial weights, ignore_index out of range, mean",
+    "ignore_index -100 padding, mean",
 ];
 
 /// The named attribute variants of a kind; the generator takes an index into this list.
@@ -481,7 +483,8 @@ fn vector(values: Vec<f64>) -> Tensor<f64> {
     Tensor::new(&[n], values).expect("one axis of the values' count")
 }
 
-fn labels<R: Rng + ?Sized>(n: usize, classes: usize, rng: &mut R) -> Arc<Vec<usize>> {
+fn labels<R: Rng + ?Sized>(n: usize, classes: usize, rng: &mut R) -> Arc<Vec<i64>> {
+    let classes = i64::try_from(classes).unwrap_or(i64::MAX);
     Arc::new((0..n).map(|_| rng.random_range(0..classes)).collect())
 }
 
@@ -859,6 +862,7 @@ fn generate<R: Rng + ?Sized>(
                     c,
                     [Reduction::Mean, Reduction::Sum, Reduction::None][variant - 4],
                 ),
+                (9, &[n, c]) if n >= 2 && c >= 1 => (n, c, Reduction::Mean),
                 // (N, C, d1, ..., dk): one label per position, two positions or more.
                 (7 | 8, &[n, c, ref rest @ ..])
                     if !rest.is_empty() && n * rest.iter().product::<usize>() >= 2 && c >= 1 =>
@@ -882,7 +886,7 @@ fn generate<R: Rng + ?Sized>(
                 4 => (weights(rng), None, 0.0),
                 5 => {
                     // An ignored label needs no class: it may be out of range.
-                    let ignored = classes + 3;
+                    let ignored = i64::try_from(classes).unwrap_or(i64::MAX) + 3;
                     Arc::make_mut(&mut targets)[0] = ignored;
                     (None, Some(ignored), 0.1)
                 }
@@ -890,9 +894,22 @@ fn generate<R: Rng + ?Sized>(
                 8 if kind == K::CrossEntropy => (weights(rng), Some(targets[0]), 0.25),
                 8 => {
                     // The mean needs a counted position: only the first carries the ignored label.
-                    let ignored = classes + 3;
+                    let ignored = i64::try_from(classes).unwrap_or(i64::MAX) + 3;
                     Arc::make_mut(&mut targets)[0] = ignored;
                     (weights(rng), Some(ignored), 0.0)
+                }
+                9 => {
+                    // PyTorch's default ignore_index on padding: the last sample is counted, the
+                    // others are padding half the time.
+                    let padded = Arc::make_mut(&mut targets);
+                    let last = padded.len() - 1;
+                    for t in &mut padded[..last] {
+                        if rng.random_bool(0.5) {
+                            *t = -100;
+                        }
+                    }
+                    let smoothing = if kind == K::CrossEntropy { 0.1 } else { 0.0 };
+                    (None, Some(-100), smoothing)
                 }
                 _ => (None, None, 0.0),
             };

@@ -106,6 +106,7 @@ pub(super) fn variants(kind: NnKind) -> &'static [&'static str] {
             "mask with an empty row",
             "dropout 0.3",
             "float mask",
+            "key and value broadcast over leading axes",
         ],
     }
 }
@@ -567,10 +568,24 @@ pub(super) fn generate<R: Rng + ?Sized>(
             let (s, ev) = (rng.random_range(1..=4), rng.random_range(1..=4));
             let mut k = d.to_vec();
             k[rank - 2] = s;
+            if variant == 6 {
+                // Key and value shared along some leading axes (multi-query attention's
+                // [B, 1, S, E] under [B, H, L, E]), or without the leading axes at all.
+                if rng.random_bool(0.25) {
+                    k.drain(..rank - 2);
+                } else {
+                    for a in &mut k[..rank - 2] {
+                        if rng.random_bool(0.6) {
+                            *a = 1;
+                        }
+                    }
+                }
+            }
             let mut v = k.clone();
-            v[rank - 1] = ev;
+            let kr = v.len();
+            v[kr - 1] = ev;
             let op = match variant {
-                0 => ScaledDotProductAttention::default(),
+                0 | 6 => ScaledDotProductAttention::default(),
                 1 => ScaledDotProductAttention {
                     is_causal: true,
                     ..Default::default()

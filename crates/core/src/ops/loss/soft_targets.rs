@@ -4,11 +4,12 @@
 
 use super::class_options::Weighting;
 use super::Weights;
+use tapegrad_tensor::kernels::{exp_sum, pairwise_sum_by};
 use tapegrad_tensor::Scalar;
 
 /// Per-row losses and the rows' log-softmax (kept for the VJP and JVP), from logit rows `x` and
 /// target rows `y` of `c` classes. `lsm_k` is computed as `log_softmax` does:
-/// `(x_k - max) - ln(sum exp(x - max))`.
+/// `(x_k - max) - ln(sum exp(x - max))`, both sums pairwise (wide rows stay accurate).
 pub(super) fn losses<S: Scalar>(
     weighting: &Weighting<'_>,
     x: &[S],
@@ -24,13 +25,14 @@ pub(super) fn losses<S: Scalar>(
             let xs = &x[row.clone()];
             let m = xs.iter().fold(S::NEG_INFINITY, |m, &v| m.max_nan(v));
             let m = if m.is_finite() { m } else { S::ZERO };
-            let ln_total = xs.iter().map(|&v| (v - m).exp()).sum::<S>().ln();
-            let mut total = S::ZERO;
-            for (k, ((l, &v), &t)) in lsm[row.clone()].iter_mut().zip(xs).zip(&y[row]).enumerate() {
+            let ln_total = exp_sum(xs, m).ln();
+            for (l, &v) in lsm[row.clone()].iter_mut().zip(xs) {
                 *l = (v - m) - ln_total;
-                total += *l * (keep * t + share) * weighting.class_weight::<S>(k);
             }
-            -total
+            let (ls, ys) = (&lsm[row.clone()], &y[row]);
+            -pairwise_sum_by(c, |k| {
+                ls[k] * (keep * ys[k] + share) * weighting.class_weight::<S>(k)
+            })
         })
         .collect();
     (per, lsm)

@@ -1,5 +1,6 @@
-//! `scaled_dot_product_attention` on (..., L, E) queries and (..., S, E) keys, (..., S, Ev) values,
-//! with an optional causal, boolean or float mask and seeded dropout on the attention weights.
+//! `scaled_dot_product_attention` on (..., L, E) queries and (..., S, E) keys, (..., S, Ev) values
+//! whose leading (batch, head) dimensions broadcast as PyTorch's matmul does, with an optional
+//! causal, boolean or float mask and seeded dropout on the attention weights.
 //! Masked scores never enter an `exp`, so no NaN arises; a row with every key masked (boolean or
 //! -inf) has output 0 and passes no gradient (a documented choice).
 
@@ -7,13 +8,21 @@ use super::dropout::dropout_mask;
 use crate::ops::{Arity, Aux, Forward, Grads, Mask, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::alloc::ensure_allocatable;
-use tapegrad_tensor::kernels::{batched_matmul, broadcast_shape, broadcast_to, sum_to};
+use tapegrad_tensor::kernels::{
+    batched_matmul, broadcast_shape, broadcast_to, pairwise_sum, pairwise_sum_by, sum_to,
+};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// `F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)`:
 /// `dropout(softmax(q k^T * scale + mask), dropout_p) v`. Arguments `(query, key, value)`, plus
-/// the float mask when `float_mask` is set; they share their leading (batch, heads, ...)
-/// dimensions.
+/// the float mask when `float_mask` is set.
+///
+/// - Leading dimensions: each argument has rank 2 or more, and the dimensions before the last
+///   two broadcast as in PyTorch's math kernel (its matmuls): the scores' leading dimensions are
+///   those of the query and the key broadcast together, the output's those of the scores and the
+///   value. So a key and value `[B, 1, S, E]` serve every head of a query `[B, H, L, E]`
+///   (multi-query attention), and `[S, E]` every batch. Each gradient is summed back over the
+///   dimensions its argument was broadcast along.
 ///
 /// - `scale` defaults to `1 / sqrt(E)` (1 when `E = 0`, where every score is 0 anyway).
 /// - `is_causal`: query `i` attends keys `j <= i` (top-left aligned, as PyTorch).
@@ -43,7 +52,9 @@ pub struct ScaledDotProductAttention {
 
 /// Shapes of one attention call.
 struct Geometry {
+    /// (..., L, S): the query's and the key's leading dimensions broadcast.
     scores: Shape,
+    /// (..., L, Ev): the scores' and the value's leading dimensions broadcast.
     out: Shape,
     keys: usize,
     scale: f64,
@@ -56,27 +67,30 @@ impl ScaledDotProductAttention {
         let op = "scaled_dot_product_attention";
         let (q, k, v) = (shapes[0], shapes[1], shapes[2]);
         let shapes_text = || format!("query {q}, key {k}, value {v}");
-        let r = q.rank();
-        if r < 2 || k.rank() != r || v.rank() != r {
+        if q.rank() < 2 || k.rank() < 2 || v.rank() < 2 {
             return Err(Error::invalid(
                 op,
                 format!(
-                    "query, key and value must have one rank of at least 2 (..., L, E), found {}",
+                    "query, key and value must each have rank 2 or more (..., L, E), found {}",
                     shapes_text()
                 ),
             ));
         }
         let (qd, kd, vd) = (q.dims(), k.dims(), v.dims());
-        if qd[..r - 2] != kd[..r - 2] || qd[..r - 2] != vd[..r - 2] {
+        let (rq, rk, rv) = (q.rank(), k.rank(), v.rank());
+        let lead = |d: &[usize]| Shape::for_op(op, &d[..d.len() - 2]);
+        let batch = broadcast_shape(op, &lead(qd)?, &lead(kd)?)
+            .and_then(|qk| Ok((broadcast_shape(op, &qk, &lead(vd)?)?, qk)));
+        let Ok((out_batch, score_batch)) = batch else {
             return Err(Error::invalid(
                 op,
                 format!(
-                    "leading (batch) dimensions must be equal, found {}",
+                    "the leading (batch, head) dimensions do not broadcast together, found {}",
                     shapes_text()
                 ),
             ));
-        }
-        if qd[r - 1] != kd[r - 1] || kd[r - 2] != vd[r - 2] {
+        };
+        if qd[rq - 1] != kd[rk - 1] || kd[rk - 2] != vd[rv - 2] {
             return Err(Error::invalid(
                 op,
                 format!(
@@ -106,7 +120,7 @@ impl ScaledDotProductAttention {
                 ),
             ));
         }
-        let e = qd[r - 1];
+        let e = qd[rq - 1];
         let scale = match self.scale {
             Some(s) if !s.is_finite() => {
                 return Err(Error::invalid(op, format!("scale must be finite, got {s}")))
@@ -115,8 +129,8 @@ impl ScaledDotProductAttention {
             None if e == 0 => 1.0,
             None => 1.0 / (e as f64).sqrt(),
         };
-        let mut scores = qd[..r - 1].to_vec();
-        scores.push(kd[r - 2]);
+        let mut scores = score_batch.dims().to_vec();
+        scores.extend([qd[rq - 2], kd[rk - 2]]);
         // Empty queries and keys beside huge lengths can make scores too large to exist.
         let scores = Shape::for_op(op, scores)?;
         let fits = |m: &Shape| broadcast_shape(op, m, &scores).is_ok_and(|b| b == scores);
@@ -147,12 +161,12 @@ impl ScaledDotProductAttention {
         } else {
             None
         };
-        let mut out = qd[..r - 1].to_vec();
-        out.push(vd[r - 1]);
+        let mut out = out_batch.dims().to_vec();
+        out.extend([qd[rq - 2], vd[rv - 1]]);
         Ok(Geometry {
             scores,
             out: Shape::for_op(op, out)?,
-            keys: kd[r - 2],
+            keys: kd[rk - 2],
             scale,
             float_mask,
         })
@@ -218,16 +232,14 @@ impl ScaledDotProductAttention {
                     row.fill(S::ZERO);
                     continue;
                 };
-                let mut total = S::ZERO;
                 for (j, s) in row.iter_mut().enumerate() {
-                    *s = if ok(j) {
-                        let e = (z(j, *s) - m).exp();
-                        total += e;
-                        e
-                    } else {
-                        S::ZERO
-                    };
+                    *s = if ok(j) { (z(j, *s) - m).exp() } else { S::ZERO };
                 }
+                // Pairwise, as softmax's denominator: long rows stay accurate in f32. Up to the
+                // last key taken, so that a causal row has the bits of the same row cut there
+                // (a generation step with a key/value cache).
+                let end = (0..keys).rposition(ok).map_or(0, |j| j + 1);
+                let total = pairwise_sum(&row[..end]);
                 for s in row.iter_mut() {
                     *s /= total;
                 }
@@ -268,7 +280,7 @@ impl ScaledDotProductAttention {
         let mut out = Vec::with_capacity(p.numel());
         if g.keys > 0 {
             for (pr, dr) in p.data().chunks(g.keys).zip(d.data().chunks(g.keys)) {
-                let dot: S = pr.iter().zip(dr).map(|(&a, &b)| a * b).sum();
+                let dot = pairwise_sum_by(pr.len(), |j| pr[j] * dr[j]);
                 out.extend(pr.iter().zip(dr).map(|(&a, &b)| a * (b - dot)));
             }
         }
@@ -327,10 +339,14 @@ impl OpRules for ScaledDotProductAttention {
         let g = self.geometry(&shapes)?;
         let p = weights_of(ctx.aux, &g.scores)?;
         let score_grad_needed = ctx.needs(0) || ctx.needs(1) || (self.float_mask && ctx.needs(3));
-        // The gradient of the pre-softmax scores `q k^T * scale + mask`.
+        // The gradient of the pre-softmax scores `q k^T * scale + mask`; the weights were
+        // broadcast over the value's extra leading dimensions, if any.
         let dz = if score_grad_needed {
-            let dp = self.dropped(&batched_matmul(cot, false, ctx.input(op, 2)?, true)?)?;
-            Some(self.softmax_derivative(&g, p, &dp)?)
+            let dp = sum_to(
+                &batched_matmul(cot, false, ctx.input(op, 2)?, true)?,
+                &g.scores,
+            )?;
+            Some(self.softmax_derivative(&g, p, &self.dropped(&dp)?)?)
         } else {
             None
         };
@@ -343,19 +359,27 @@ impl OpRules for ScaledDotProductAttention {
         };
         let ds = ds.as_ref();
         let need_ds = || ds.ok_or_else(|| Error::invalid(op, "score gradient missing"));
+        // Each summed back over the leading dimensions its argument was broadcast along.
+        let to = |i: usize, t: Tensor<S>| sum_to(&t, &ctx.input_shapes[i]);
         let mut grads = smallvec![
             if ctx.needs(0) {
-                Some(batched_matmul(need_ds()?, false, ctx.input(op, 1)?, false)?)
+                Some(to(
+                    0,
+                    batched_matmul(need_ds()?, false, ctx.input(op, 1)?, false)?,
+                )?)
             } else {
                 None
             },
             if ctx.needs(1) {
-                Some(batched_matmul(need_ds()?, true, ctx.input(op, 0)?, false)?)
+                Some(to(
+                    1,
+                    batched_matmul(need_ds()?, true, ctx.input(op, 0)?, false)?,
+                )?)
             } else {
                 None
             },
             if ctx.needs(2) {
-                Some(batched_matmul(&self.dropped(p)?, true, cot, false)?)
+                Some(to(2, batched_matmul(&self.dropped(p)?, true, cot, false)?)?)
             } else {
                 None
             },

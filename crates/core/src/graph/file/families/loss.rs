@@ -1,7 +1,8 @@
 //! Graph-file form of the losses: `reduction` ("mean", the default, "sum" or "none") and, for
 //! cross_entropy and nll_loss, `targets` (one class label per position of (N, d1, ..., dk), flat)
 //! and the optional `weight`
-//! (one number per class), `ignore_index` and (cross_entropy) `label_smoothing`; for
+//! (one number per class), `ignore_index` (any integer; a negative label must equal it) and
+//! (cross_entropy) `label_smoothing`; for
 //! binary_cross_entropy_with_logits the optional `pos_weight` and `weight` (each its values
 //! row-major, and `pos_weight_shape` / `weight_shape`, by default one axis of their count); cross_entropy_probs (also read from
 //! `cross_entropy` with two arguments, PyTorch's probability target) takes `reduction`, `weight`
@@ -72,6 +73,23 @@ fn write_factors(
     }
 }
 
+/// The class labels: any integers (a negative one must be the `ignore_index`, which the op
+/// checks). Files written before negative labels were allowed hold non-negative ones, read the
+/// same.
+fn labels(a: &mut Attrs) -> Result<Arc<Vec<i64>>> {
+    let labels = a.isizes_req("targets")?;
+    Ok(Arc::new(labels.into_iter().map(i64_of).collect()))
+}
+
+/// `ignore_index`: any integer, PyTorch's -100 among them.
+fn ignore_index(a: &mut Attrs) -> Result<Option<i64>> {
+    Ok(a.isize("ignore_index")?.map(i64_of))
+}
+
+fn i64_of(v: isize) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
 pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op> {
     let op = match name {
         // PyTorch's cross_entropy with a probability target: two arguments, no `targets`.
@@ -86,10 +104,10 @@ pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op
             reduction: reduction(a)?,
         },
         "cross_entropy" => Lo::CrossEntropy {
-            targets: Arc::new(a.usizes_req("targets")?),
+            targets: labels(a)?,
             reduction: reduction(a)?,
             weight: a.f64s("weight")?.map(Arc::new),
-            ignore_index: a.usize("ignore_index")?,
+            ignore_index: ignore_index(a)?,
             label_smoothing: a.f64_or("label_smoothing", 0.0)?,
         },
         "binary_cross_entropy_with_logits" => Lo::BinaryCrossEntropyWithLogits {
@@ -98,10 +116,10 @@ pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op
             weight: factors(name, a, FACTORS[1])?,
         },
         "nll_loss" => Lo::NllLoss {
-            targets: Arc::new(a.usizes_req("targets")?),
+            targets: labels(a)?,
             reduction: reduction(a)?,
             weight: a.f64s("weight")?.map(Arc::new),
-            ignore_index: a.usize("ignore_index")?,
+            ignore_index: ignore_index(a)?,
         },
         other => return Err(not_writable(other)),
     };
@@ -163,10 +181,10 @@ pub(super) fn write(op: &Lo, w: &mut AttrWriter) -> Result<()> {
 /// The attributes cross_entropy and nll_loss share; the options only when set.
 fn class_labels(
     w: &mut AttrWriter,
-    targets: &[usize],
+    targets: &[i64],
     reduction: Reduction,
     weight: &Option<Arc<Vec<f64>>>,
-    ignore_index: Option<usize>,
+    ignore_index: Option<i64>,
 ) {
     w.ints("targets", targets);
     w.str("reduction", reduction.name());
