@@ -10,6 +10,7 @@ mod activation_and_loss;
 mod reduce_linalg_structure;
 mod nn;
 mod nn_attention;
+mod nn_attention_broadcast;
 mod nn_index;
 mod nn_norm;
 mod nn_options;
