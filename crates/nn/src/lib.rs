@@ -23,6 +23,7 @@ pub mod runlog;
 pub mod schedule;
 pub mod summary;
 pub mod trainer;
+pub mod verify;
 pub mod workload;
 
 pub use backend::{make_backend, Backend, BackendKind};
