@@ -40,8 +40,31 @@ fn every_preset_passes_and_reports_its_checks() {
     let runs: [(&[&str], u64); 5] = [
         (&["train", "--steps", "6"], 4),
         (&["train", "--steps", "6", "--backend", "compiled"], 5),
-        (&["train", "--model", "cnn", "--steps", "6", "--dropout", "0.2"], 4),
-        (&["train", "mlp", "--steps", "6", "--dtype", "f64", "--backend", "compiled"], 5),
+        (
+            &[
+                "train",
+                "--model",
+                "cnn",
+                "--steps",
+                "6",
+                "--dropout",
+                "0.2",
+            ],
+            4,
+        ),
+        (
+            &[
+                "train",
+                "mlp",
+                "--steps",
+                "6",
+                "--dtype",
+                "f64",
+                "--backend",
+                "compiled",
+            ],
+            5,
+        ),
         (&["train", "--csv", csv, "--target", "y", "--steps", "6"], 4),
     ];
     for (args, laws) in runs {
@@ -51,10 +74,19 @@ fn every_preset_passes_and_reports_its_checks() {
         let out = ok(&args, &dir);
         assert!(out.contains("verify: laws"), "{out}");
         let checks = 2 * laws;
-        assert_eq!(after(&out, "verify: checks passed"), format!("{checks}/{checks}"), "{out}");
+        assert_eq!(
+            after(&out, "verify: checks passed"),
+            format!("{checks}/{checks}"),
+            "{out}"
+        );
         let worst: f64 = after(&out, "verify: worst rel. error").parse().unwrap();
         assert!(worst < 1e-3, "{args:?}: {worst}");
-        assert!(out.contains(&format!("verified 2 steps ({checks} checks, {checks} passed)")), "{out}");
+        assert!(
+            out.contains(&format!(
+                "verified 2 steps ({checks} checks, {checks} passed)"
+            )),
+            "{out}"
+        );
         let lines = verify_lines(&log);
         assert_eq!(lines.len(), 2, "{args:?}");
         assert_eq!(lines[0]["step"], 3);
@@ -80,8 +112,17 @@ fn verifying_leaves_the_checkpoint_bytes_unchanged() {
     for model in ["mlp", "cnn"] {
         for backend in ["eager", "compiled"] {
             let common = [
-                "train", "--model", model, "--backend", backend, "--steps", "5", "--dropout",
-                "0.3", "--quiet", "--save",
+                "train",
+                "--model",
+                model,
+                "--backend",
+                backend,
+                "--steps",
+                "5",
+                "--dropout",
+                "0.3",
+                "--quiet",
+                "--save",
             ];
             let plain = dir.join(format!("{model}-{backend}-plain.safetensors"));
             let checked = dir.join(format!("{model}-{backend}-verified.safetensors"));
@@ -91,7 +132,10 @@ fn verifying_leaves_the_checkpoint_bytes_unchanged() {
             let mut b = common.to_vec();
             b.extend([checked.to_str().unwrap(), "--verify-every", "2"]);
             ok(&b, &dir);
-            let (x, y) = (std::fs::read(&plain).unwrap(), std::fs::read(&checked).unwrap());
+            let (x, y) = (
+                std::fs::read(&plain).unwrap(),
+                std::fs::read(&checked).unwrap(),
+            );
             assert!(x == y, "{model} {backend}: the checkpoints differ");
         }
     }

@@ -118,9 +118,21 @@ fn assert_laws(spec: &ModelSpec, mode: Mode) {
         let out = check_model_laws(&rec, seed);
         // In f64 forward mode and the gradient agree to rounding, and central differences to
         // their truncation (h = 1e-5: about h^2).
-        assert!(out.adjoint_err < 1e-12, "{spec:?}: law 5 error {}", out.adjoint_err);
-        assert!(out.derivative_err < 1e-6, "{spec:?}: law 6 error {}", out.derivative_err);
-        assert!(out.law3_slots >= 5, "{spec:?}: only {} law 3 slots", out.law3_slots);
+        assert!(
+            out.adjoint_err < 1e-12,
+            "{spec:?}: law 5 error {}",
+            out.adjoint_err
+        );
+        assert!(
+            out.derivative_err < 1e-6,
+            "{spec:?}: law 6 error {}",
+            out.derivative_err
+        );
+        assert!(
+            out.law3_slots >= 5,
+            "{spec:?}: only {} law 3 slots",
+            out.law3_slots
+        );
     }
 }
 

@@ -61,7 +61,13 @@ fn bits<S: Scalar>(t: &Trainer<S>) -> Vec<Vec<u64>> {
     t.model
         .params
         .iter()
-        .map(|p| p.value.data().iter().map(|v| v.to_f64().to_bits()).collect())
+        .map(|p| {
+            p.value
+                .data()
+                .iter()
+                .map(|v| v.to_f64().to_bits())
+                .collect()
+        })
         .collect()
 }
 
@@ -70,14 +76,23 @@ fn run<S: Scalar>(cfg: &TrainConfig, backend: BackendKind, every: Option<u64>) -
     let mut t = trainer::<S>(cfg, backend);
     t.set_verify(every.map(|n| Verifier::new(n, false).unwrap()));
     for _ in 0..6 {
-        t.train_step().unwrap_or_else(|e| panic!("{cfg:?} {backend:?}: {e}"));
+        t.train_step()
+            .unwrap_or_else(|e| panic!("{cfg:?} {backend:?}: {e}"));
     }
     if let Some(n) = every {
         let s = t.verifier().unwrap().stats();
-        let laws = if backend == BackendKind::Compiled { 5 } else { 4 };
+        let laws = if backend == BackendKind::Compiled {
+            5
+        } else {
+            4
+        };
         assert_eq!(s.steps, 6 / n);
         assert_eq!((s.checks, s.passed), (laws * s.steps, laws * s.steps));
-        assert!(s.worst_rel_err < 1e-3, "worst relative error {}", s.worst_rel_err);
+        assert!(
+            s.worst_rel_err < 1e-3,
+            "worst relative error {}",
+            s.worst_rel_err
+        );
     }
     bits(&t)
 }
@@ -94,7 +109,11 @@ fn every_law_holds_on_live_steps_and_the_bits_are_unchanged() {
         let cfg = config(model, optimizer, clip);
         for backend in [BackendKind::Eager, BackendKind::Compiled] {
             let plain = run::<f32>(&cfg, backend, None);
-            assert_eq!(plain, run::<f32>(&cfg, backend, Some(2)), "{cfg:?} {backend:?}");
+            assert_eq!(
+                plain,
+                run::<f32>(&cfg, backend, Some(2)),
+                "{cfg:?} {backend:?}"
+            );
         }
         let plain = run::<f64>(&cfg, BackendKind::Compiled, None);
         assert_eq!(plain, run::<f64>(&cfg, BackendKind::Compiled, Some(3)));
@@ -107,7 +126,8 @@ fn planted_failure(op: &str, factor: f64, backend: BackendKind, model: ModelSpec
     t.set_verify(Some(Verifier::new(2, false).unwrap()));
     t.train_step().expect("step 1 is not verified");
     let _fault = plant_wrong_vjp(op, factor);
-    t.train_step().expect_err("step 2 is verified and the vjp is wrong")
+    t.train_step()
+        .expect_err("step 2 is verified and the vjp is wrong")
 }
 
 #[test]
@@ -141,8 +161,14 @@ fn a_fast_path_that_disagrees_with_the_op_fails_law_4() {
     };
     assert_eq!(f.law, Law::SavedGraph, "{f}");
     assert_eq!(f.step, Some(2));
-    assert!(f.node.as_deref().unwrap().contains("parameter 0.weight"), "{f}");
-    assert!(f.message.contains("differs from the tape's executed sweep"), "{f}");
+    assert!(
+        f.node.as_deref().unwrap().contains("parameter 0.weight"),
+        "{f}"
+    );
+    assert!(
+        f.message.contains("differs from the tape's executed sweep"),
+        "{f}"
+    );
 }
 
 #[test]

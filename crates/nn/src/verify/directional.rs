@@ -14,6 +14,9 @@ use tapegrad_tensor::{DType, Scalar, Tensor};
 /// The step of the central differences along the unit direction.
 pub const FD_STEP: f64 = 1e-5;
 
+/// Roundings allowed per node and unit of the terms' size (see `Directional::tol_adjoint`).
+pub const ROUNDING: f64 = 16.0;
+
 /// What the directional check measured. Errors are relative to `scale` = `sum |g_i| |v_i|`, the
 /// size of the terms of `<grad, v>`.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,14 +29,13 @@ pub struct Directional {
     pub scale: f64,
     /// `(f(h) - f(-h)) / 2h` in f64.
     pub fd: f64,
-    /// Allowed `|jvp - dot|`: eight times the JVP's rounding measured by recomputing it in the
-    /// other precision (scaled by the ratio of the epsilons when training in f64), plus
-    /// `4 k eps scale` for `k` nodes.
+    /// Allowed `|jvp - dot|`: `ROUNDING eps (k scale + output terms)` for `k` nodes and the
+    /// dtype's `eps` (the output terms: see `output_terms`).
     pub tol_adjoint: f64,
-    /// Allowed `|fd - dot|`: `tol_adjoint`, the JVP's measured rounding, Richardson's estimate
-    /// of the truncation `|fd(2h) - fd(h)|`, the curvature `|f(h) - 2 f(0) + f(-h)| / h` (which
+    /// Allowed `|fd - dot|`: `tol_adjoint` (the gradient's rounding), Richardson's estimate of
+    /// the truncation `|fd(2h) - fd(h)|`, the curvature `|f(h) - 2 f(0) + f(-h)| / h` (which
     /// covers a kink such as relu's within `h`), and `8 k eps64 max|f| / h` for the rounding of
-    /// `f`.
+    /// `f` in f64.
     pub tol_derivative: f64,
 }
 
@@ -123,18 +125,25 @@ pub fn directional<S: Scalar>(
         }
     }
     let scale = scale.max(f64::MIN_POSITIVE);
-    let jvp = last_value(&tg.graph.jvp(&tg.inputs, &tangents)?)?;
-    // The JVP's rounding, measured against the other precision.
-    let (jvp_other, ratio) = match S::DTYPE {
-        DType::F32 => (jvp_in::<S, f64>(tg, &tangents)?, 1.0),
-        DType::F64 => (
-            jvp_in::<S, f32>(tg, &tangents)?,
-            f64::EPSILON / f64::from(f32::EPSILON),
-        ),
-    };
-    let rounding = (jvp - jvp_other).abs() * ratio;
+    let dots = tg.graph.jvp(&tg.inputs, &tangents)?;
+    let jvp = last_value(&dots)?;
+    // Rounding grows with the number of roundings in a chain (about the node count `k`) and
+    // with the size of the terms summed: those of `<grad, v>`, and those at the model's output
+    // (`output_terms`, the larger when the loss's slope cancels late in training).
+    let out_slot = tg.slot(rec.output);
     let k = tg.graph.nodes().len() as f64;
-    let tol_adjoint = 8.0 * rounding + 4.0 * k * epsilon::<S>() * scale;
+    let cross_entropy = rec.tape().nodes()[rec.loss].op_name() == "cross_entropy";
+    let out_terms = match out_slot {
+        Some(slot) => output_terms(
+            rec.tape().value(rec.output)?,
+            &executed[rec.output],
+            &dots[slot],
+            cross_entropy,
+            k,
+        ),
+        None => 0.0,
+    };
+    let tol_adjoint = ROUNDING * epsilon::<S>() * (k * scale + out_terms);
     // f64 re-evaluation along the same direction.
     let x64: Vec<Tensor<f64>> = tg.inputs.iter().map(|x| x.cast()).collect();
     let v64: Vec<Tensor<f64>> = tangents.iter().map(|v| v.cast()).collect();
@@ -147,7 +156,11 @@ pub fn directional<S: Scalar>(
                 false => Ok(x.clone()),
                 true => Tensor::from_shape(
                     x.shape().clone(),
-                    x.data().iter().zip(v.data()).map(|(a, b)| a + t * b).collect(),
+                    x.data()
+                        .iter()
+                        .zip(v.data())
+                        .map(|(a, b)| a + t * b)
+                        .collect(),
                 ),
             })
             .collect::<tapegrad_tensor::Result<_>>()?;
@@ -157,9 +170,10 @@ pub fn directional<S: Scalar>(
     let (f0, fp, fm, fp2, fm2) = (f(0.0)?, f(h)?, f(-h)?, f(2.0 * h)?, f(-2.0 * h)?);
     let fd = (fp - fm) / (2.0 * h);
     let fd2 = (fp2 - fm2) / (4.0 * h);
-    let fmax = [f0, fp, fm, fp2, fm2].iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let fmax = [f0, fp, fm, fp2, fm2]
+        .iter()
+        .fold(0.0f64, |m, v| m.max(v.abs()));
     let tol_derivative = tol_adjoint
-        + rounding
         + (fd2 - fd).abs()
         + (fp - 2.0 * f0 + fm).abs() / h
         + 8.0 * k * f64::EPSILON * fmax / h;
@@ -181,11 +195,35 @@ pub fn directional<S: Scalar>(
     Ok((d, verdict))
 }
 
-/// The JVP of the loss along `tangents` with everything cast to `T`.
-fn jvp_in<S: Scalar, T: Scalar>(tg: &TapeGraph<S>, tangents: &[Tensor<S>]) -> NnResult<f64> {
-    let x: Vec<Tensor<T>> = tg.inputs.iter().map(|x| x.cast()).collect();
-    let v: Vec<Tensor<T>> = tangents.iter().map(|v| v.cast()).collect();
-    last_value(&tg.graph.jvp(&x, &v)?)
+/// The rounding terms at the model's output `out` (cotangent `c`, tangent `t`) for `k` nodes:
+/// `sum_j |t_j| (k |c_j| + q)`. `c_j` is a difference of terms of size up to `q` per element
+/// (cross entropy's `p_j / rows` and `y_j / rows`: `q = 2 / rows`; otherwise, as mean squared
+/// error's `2 (out_j - y_j) / rows`, `q = 4 max(1, max |out|) / rows`), computed once, so
+/// its rounding (up to `eps q` each) meets the tangent once: when the model fits the batch `c`
+/// is small but still carries it.
+fn output_terms<S: Scalar>(
+    out: &Tensor<S>,
+    c: &Tensor<S>,
+    t: &Tensor<S>,
+    cross_entropy: bool,
+    k: f64,
+) -> f64 {
+    let rows = out.dims().first().copied().unwrap_or(1).max(1) as f64;
+    let q = match cross_entropy {
+        true => 2.0 / rows,
+        false => {
+            4.0 * out
+                .data()
+                .iter()
+                .fold(1.0f64, |m, v| m.max(v.to_f64().abs()))
+                / rows
+        }
+    };
+    c.data()
+        .iter()
+        .zip(t.data())
+        .map(|(c, t)| t.to_f64().abs() * (k * c.to_f64().abs() + q))
+        .sum()
 }
 
 /// The last slot's single value, as f64.

@@ -19,7 +19,9 @@ pub fn locate_adjoint<S: Scalar>(rec: &Recorded<S>, tg: &TapeGraph<S>) -> NnResu
     let context = tg.graph.eval(&x64)?;
     let mut rng = ChaCha8Rng::seed_from_u64(0x6c6f_6361_7465);
     let mut random = |t: &Tensor<f64>| -> NnResult<Tensor<f64>> {
-        let data = (0..t.numel()).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let data = (0..t.numel())
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
         Ok(Tensor::from_shape(t.shape().clone(), data)?)
     };
     let n_in = tg.inputs.len();

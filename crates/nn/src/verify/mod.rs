@@ -16,7 +16,7 @@ mod tape_laws;
 
 pub use compare::{first_difference, Difference, Equality};
 pub use describe::{describe_node, LeafLabels};
-pub use directional::{directional, epsilon, Directional, FD_STEP};
+pub use directional::{directional, epsilon, Directional, FD_STEP, ROUNDING};
 pub use failure::{Law, VerifyFailure};
 pub use graph::{tape_id_of, TapeGraph};
 pub use locate::locate_adjoint;

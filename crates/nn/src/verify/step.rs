@@ -209,7 +209,13 @@ fn run_checks<S: Scalar>(
         rel_err: None,
     };
     // The step's own tape: the same parameters, batch and dropout stream give the same nodes.
-    let rec = Recorded::model(s.model, s.batch, Mode::Train, s.rng.clone(), s.label_smoothing)?;
+    let rec = Recorded::model(
+        s.model,
+        s.batch,
+        Mode::Train,
+        s.rng.clone(),
+        s.label_smoothing,
+    )?;
     let compiled = backend.kind() == BackendKind::Compiled;
     // The step's gradients must be the executed sweep's: law 1 for the eager backend (its step
     // is that sweep), law 4 for the compiled one (its saved graph must give an eager step's).
