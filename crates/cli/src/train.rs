@@ -16,6 +16,7 @@ use tapegrad_nn::plot::{self, Series};
 use tapegrad_nn::runlog::RunLog;
 use tapegrad_nn::summary::{format_metric, Table};
 use tapegrad_nn::trainer::metric_name;
+use tapegrad_nn::verify::Verifier;
 use tapegrad_nn::{
     make_backend, BackendKind, Decay, ModelSpec, NnError, OptimizerConfig, Schedule, TrainConfig,
     Trainer, Which,
@@ -215,6 +216,15 @@ pub struct TrainOptions {
     /// and a non-finite one is traced to its node by replaying the step eagerly.
     #[arg(long)]
     pub detect_anomaly: bool,
+    /// Check the laws on every N-th step: executed = reference sweep and the zero-preserving
+    /// audit on the step's tape, saved graph = graph (compiled backend), and the loss along a
+    /// random direction by forward mode and by finite differences in f64. A failure stops the
+    /// run naming the law, the step and the node. Leaves the trained bits unchanged.
+    #[arg(long, value_name = "N")]
+    pub verify_every: Option<u64>,
+    /// With --verify-every: report a failed check (stderr and --log) and go on.
+    #[arg(long, requires = "verify_every")]
+    pub verify_warn: bool,
     /// Continue the run saved in this checkpoint.
     #[arg(long)]
     pub resume: Option<PathBuf>,
@@ -235,6 +245,7 @@ pub fn run(args: TrainArgs) -> CliResult {
     for (value, flag) in [
         (args.eval_every, "--eval-every"),
         (args.schedule_steps, "--schedule-steps"),
+        (args.verify_every, "--verify-every"),
     ] {
         if value == Some(0) {
             return Err(CliError::Usage(format!("{flag} needs a positive N")));
@@ -570,10 +581,20 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
     let eval_every = args.eval_every.unwrap_or(batches).max(1);
     let quiet = args.quiet;
     trainer.set_detect_anomaly(args.detect_anomaly);
+    if let Some(every) = args.verify_every {
+        trainer.set_verify(Some(Verifier::new(every, args.verify_warn)?));
+    }
     if !quiet {
         print_header(&trainer, steps, args.backend.kind());
         if args.detect_anomaly {
             println!("anomaly mode: the first NaN or infinity stops the run and names its node");
+        }
+        if let Some(every) = args.verify_every {
+            let laws = match args.backend.kind() {
+                BackendKind::Compiled => "1, 4, 5, 6 and 7",
+                BackendKind::Eager => "1, 5, 6 and 7",
+            };
+            println!("verify: laws {laws} are checked on every {every}th step");
         }
     }
     let before_train = trainer.evaluate(Which::Train)?;
@@ -629,7 +650,18 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
     let mut last_val = before_val;
     let mut rows_seen = 0usize;
     for i in 0..steps {
-        let rec = trainer.train_step()?;
+        let step = trainer.train_step();
+        if let Some(v) = trainer.take_verification() {
+            if let Some(log) = &mut log {
+                log.record_value(&v.to_json())?;
+            }
+            if args.verify_warn {
+                for failure in v.checks.iter().filter_map(|c| c.failure.as_ref()) {
+                    eprintln!("warning: {failure}");
+                }
+            }
+        }
+        let rec = step?;
         rows_seen += rec.rows;
         let seconds = started.elapsed().as_secs_f64();
         curves.train.push((rec.step as f64, rec.loss));
@@ -721,6 +753,19 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
         format_metric(metric, before_val.metric),
         format_metric(metric, after_val.metric),
     ]);
+    if let Some(v) = trainer.verifier() {
+        let s = v.stats();
+        table.row(vec![
+            "verify: checks passed".into(),
+            "-".into(),
+            format!("{}/{}", s.passed, s.checks),
+        ]);
+        table.row(vec![
+            "verify: worst rel. error".into(),
+            "-".into(),
+            format!("{:.1e}", s.worst_rel_err),
+        ]);
+    }
     if !quiet {
         println!();
     }
@@ -735,6 +780,17 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
         steps as f64 / seconds.max(1e-9),
         rows_seen as f64 / seconds.max(1e-9)
     );
+    if let Some(v) = trainer.verifier() {
+        let s = v.stats();
+        println!(
+            "verified {} steps ({} checks, {} passed) in {:.2} s: {:.1}% on top of the training",
+            s.steps,
+            s.checks,
+            s.passed,
+            s.seconds,
+            100.0 * s.seconds / (seconds - s.seconds).max(1e-9)
+        );
+    }
     if let Some(path) = &args.save {
         checkpoint::save(path, &trainer)?;
         if !quiet {

@@ -4,6 +4,8 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "fault-injection")]
+pub mod fault;
 pub mod graph;
 pub mod laws;
 pub mod ops;

@@ -29,6 +29,9 @@ pub enum NnError {
     /// A configuration value or combination that makes no sense.
     #[error("{0}")]
     Config(String),
+    /// A law `--verify-every` checks did not hold on a training step.
+    #[error(transparent)]
+    Verify(Box<crate::verify::VerifyFailure>),
 }
 
 impl From<tapegrad_tensor::Error> for NnError {

@@ -24,6 +24,7 @@ pub mod runlog;
 pub mod schedule;
 pub mod summary;
 pub mod trainer;
+pub mod verify;
 
 pub use backend::{make_backend, Backend, BackendKind};
 pub use error::{NnError, NnResult};

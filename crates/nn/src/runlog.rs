@@ -1,6 +1,7 @@
 //! `RunLog`: the JSON-lines log of a run (`--log PATH`): one object per training step (`split`
 //! `"train"`) and one per evaluation (`"validation"`), each with `step`, `loss`, `metric` (its name
-//! in `metric_name`) and `seconds` since training started.
+//! in `metric_name`) and `seconds` since training started; with `--verify-every`, one per verified
+//! step (`"verify"`, see `verify::StepVerification::to_json`).
 
 use crate::error::{NnError, NnResult};
 use std::io::{BufWriter, Write};
@@ -49,6 +50,11 @@ impl RunLog {
         if let Some(lr) = lr {
             obj["lr"] = serde_json::json!(lr);
         }
+        writeln!(self.out, "{obj}").map_err(|e| NnError::io(&self.path, e))
+    }
+
+    /// Appends a record made elsewhere (a step's verification, `split` `"verify"`).
+    pub fn record_value(&mut self, obj: &serde_json::Value) -> NnResult<()> {
         writeln!(self.out, "{obj}").map_err(|e| NnError::io(&self.path, e))
     }
 

@@ -14,6 +14,7 @@ use crate::model::{Model, ModelSpec};
 use crate::optim::{Optimizer, OptimizerConfig};
 use crate::rng::dropout_rng;
 use crate::schedule::Schedule;
+use crate::verify::{StepCheck, StepVerification, Verifier};
 use serde::{Deserialize, Serialize};
 use tapegrad_tensor::{Scalar, Tensor};
 
@@ -90,6 +91,7 @@ pub struct Trainer<S: Scalar> {
     pub step: u64,
     backend: Box<dyn Backend<S>>,
     detect_anomaly: bool,
+    verify: Option<Verifier>,
 }
 
 impl<S: Scalar> Trainer<S> {
@@ -116,6 +118,7 @@ impl<S: Scalar> Trainer<S> {
             step: 0,
             backend,
             detect_anomaly: false,
+            verify: None,
         })
     }
 
@@ -139,6 +142,7 @@ impl<S: Scalar> Trainer<S> {
             step,
             backend,
             detect_anomaly: false,
+            verify: None,
         })
     }
 
@@ -153,6 +157,22 @@ impl<S: Scalar> Trainer<S> {
     pub fn set_detect_anomaly(&mut self, on: bool) {
         self.detect_anomaly = on;
         self.backend.set_detect_anomaly(on);
+    }
+
+    /// `--verify-every`: checks the laws on every N-th step (see `verify`); a switch of the
+    /// run, like anomaly mode, that leaves the trained bits unchanged.
+    pub fn set_verify(&mut self, verifier: Option<Verifier>) {
+        self.verify = verifier;
+    }
+
+    /// The verifier, with its totals.
+    pub fn verifier(&self) -> Option<&Verifier> {
+        self.verify.as_ref()
+    }
+
+    /// The results of the last verified step, once (for the run's log).
+    pub fn take_verification(&mut self) -> Option<StepVerification> {
+        self.verify.as_mut().and_then(Verifier::take_last)
     }
 
     /// The learning rate of the next step.
@@ -173,6 +193,7 @@ impl<S: Scalar> Trainer<S> {
         self.backend.set_factored_grads(factored);
         self.backend
             .set_label_smoothing(self.config.label_smoothing);
+        let verify_rng = self.verify.is_some().then(|| rng.clone());
         let out = self
             .backend
             .train_step(&self.model, &batch, rng)
@@ -183,6 +204,18 @@ impl<S: Scalar> Trainer<S> {
                 out.loss,
                 self.step + 1
             )));
+        }
+        if let (Some(verifier), Some(rng)) = (&mut self.verify, verify_rng) {
+            let check = StepCheck {
+                step: self.step + 1,
+                seed: self.config.seed,
+                model: &self.model,
+                batch: &batch,
+                rng,
+                label_smoothing: self.config.label_smoothing,
+                output: &out,
+            };
+            verifier.check(check, self.backend.as_mut())?;
         }
         let lr = self.current_lr();
         let grad_norm = match self.config.clip_norm {

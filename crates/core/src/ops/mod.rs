@@ -216,7 +216,12 @@ impl Op {
         self.check_cotangent(ctx, cot)?;
         // Checked where it lies and returned as is: unwrapping and re-wrapping the inline list
         // copied it twice per call.
-        let grads = dispatch!(self, op => op.vjp(ctx, cot));
+        #[allow(unused_mut)]
+        let mut grads = dispatch!(self, op => op.vjp(ctx, cot));
+        #[cfg(feature = "fault-injection")]
+        if let Ok(list) = &mut grads {
+            crate::fault::apply(self.name(), list);
+        }
         if let Ok(list) = &grads {
             self.check_grads(ctx, list)?;
         }

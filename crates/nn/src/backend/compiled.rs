@@ -12,7 +12,7 @@
 //! outputs, loss and gradients, and when one is not finite replays the step on an eager tape
 //! in anomaly mode (same inputs, same dropout stream, so the same bits) to name the node.
 
-use super::{loss_op, outer_product_user, Backend, BackendKind, Eager, StepOutput};
+use super::{loss_op, outer_product_user, Backend, BackendKind, Eager, StepGraph, StepOutput};
 use crate::data::{Batch, BatchTargets};
 use crate::error::{NnError, NnResult};
 use crate::grad::Grad;
@@ -367,6 +367,21 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
 
     fn set_label_smoothing(&mut self, smoothing: f64) {
         self.label_smoothing = smoothing;
+    }
+
+    fn step_graph(
+        &mut self,
+        model: &Model<S>,
+        batch: &Batch<S>,
+        mut rng: ChaCha8Rng,
+    ) -> NnResult<Option<StepGraph<'_, S>>> {
+        let i = self.plan(model, &batch.x, Mode::Train)?;
+        let plan = &self.plans[i];
+        let inputs = Self::inputs(plan, model, &batch.x, &mut rng)?;
+        Ok(Some(StepGraph {
+            graph: &plan.graph,
+            inputs,
+        }))
     }
 }
 

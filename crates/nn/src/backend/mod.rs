@@ -15,6 +15,8 @@ use crate::grad::Grad;
 use crate::model::Model;
 use crate::params::ParamId;
 use rand_chacha::ChaCha8Rng;
+use std::sync::Arc;
+use tapegrad_core::graph::CompiledGraph;
 use tapegrad_core::ops::{class_labels, LinalgOp, LossOp, Reduction};
 use tapegrad_core::tape::{Node, Rule};
 use tapegrad_core::{Op, Session, Var};
@@ -97,6 +99,24 @@ pub trait Backend<S: Scalar> {
     fn set_factored_grads(&mut self, on: bool);
     /// Cross entropy's `label_smoothing` for classification steps (0, the default, is none).
     fn set_label_smoothing(&mut self, smoothing: f64);
+    /// The saved graph a training step on `batch` runs, with its inputs for the dropout stream
+    /// `rng`, for `--verify-every` to check law 4 on; `None` (the default) for a backend that
+    /// records a tape each step.
+    fn step_graph(
+        &mut self,
+        _model: &Model<S>,
+        _batch: &Batch<S>,
+        _rng: ChaCha8Rng,
+    ) -> NnResult<Option<StepGraph<'_, S>>> {
+        Ok(None)
+    }
+}
+
+/// A backend's saved graph and its inputs for one step. Its slots are named `in{id}` and
+/// `n{id}` after the tape ids of the same pass recorded on a session (`verify::tape_id_of`).
+pub struct StepGraph<'a, S> {
+    pub graph: &'a CompiledGraph,
+    pub inputs: Vec<Tensor<S>>,
 }
 
 /// A backend of the chosen kind.
