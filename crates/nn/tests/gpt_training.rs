@@ -27,10 +27,10 @@ fn a_tiny_gpt_beats_the_bigram_model_on_held_out_text() {
         dropout: 0.0,
         tie_weights: false,
     };
-    let steps = 400;
+    let steps = 300;
     let mut config = GptConfig::preset(TextSource::Shakespeare, spec, 16, steps);
     if let tapegrad_nn::OptimizerConfig::AdamW { lr, .. } = &mut config.optimizer {
-        *lr = 3e-3;
+        *lr = 6e-3;
     }
     let mut run = GptRun::<f32>::new(
         config,

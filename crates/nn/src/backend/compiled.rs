@@ -296,13 +296,13 @@ fn trace<S: Scalar>(
     }
     let n_in = sources.len();
     let mut timed: Vec<(usize, Draw)> = Vec::new();
-    for id in 0..nodes.len() {
+    for (id, &slot) in slot_of.iter().enumerate().take(nodes.len()) {
         if masks.iter().any(|&(m, _)| m == id) {
             if let Some(i) = sources_at.iter().position(|&leaf| leaf == id) {
                 timed.push((id, Draw::Mask(i)));
             }
         } else if seeded.contains(&id) {
-            timed.push((id, Draw::Seed(slot_of[id])));
+            timed.push((id, Draw::Seed(slot)));
         }
     }
     timed.sort_by_key(|&(id, _)| id);
