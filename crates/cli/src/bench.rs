@@ -61,6 +61,20 @@ pub enum Workload {
         #[arg(long, default_value_t = 1)]
         stride: usize,
     },
+    /// One training step of the `train gpt` preset's model (forward, backward, clipping and AdamW)
+    /// on Shakespeare windows, f32; its shapes by default.
+    Gpt {
+        #[arg(long, default_value_t = 32)]
+        batch: usize,
+        #[arg(long, default_value_t = 64)]
+        context: usize,
+        #[arg(long, default_value_t = 4)]
+        layers: usize,
+        #[arg(long, default_value_t = 128)]
+        embd: usize,
+        #[arg(long, default_value_t = 4)]
+        heads: usize,
+    },
     /// The f32 fused multiply-add peak of --threads cores at once (register-resident chains on
     /// the widest vector path this CPU has, the best of --reps rounds, 50,000 by default, in
     /// which every core runs one short burst together, timed from the first start to the last
@@ -270,10 +284,10 @@ pub fn run(args: BenchArgs) -> CliResult {
     if args.reps == Some(0) {
         return Err(CliError::Usage("--reps must be at least 1".into()));
     }
-    let is_mlp = matches!(args.workload, Workload::Mlp { .. });
+    let is_mlp = matches!(args.workload, Workload::Mlp { .. } | Workload::Gpt { .. });
     if args.backend == Backend::Compiled && !is_mlp {
         return Err(CliError::Usage(
-            "--backend compiled applies to the mlp workload only; chain, matmul, conv and peak time the eager engine and the kernels".into(),
+            "--backend compiled applies to the mlp and gpt workloads only; chain, matmul, conv and peak time the eager engine and the kernels".into(),
         ));
     }
     crate::set_threads(args.threads)?;
@@ -373,6 +387,13 @@ pub fn run(args: BenchArgs) -> CliResult {
             )
         }
         Workload::Conv { stride } => conv(&args, backend, stride)?,
+        Workload::Gpt {
+            batch,
+            context,
+            layers,
+            embd,
+            heads,
+        } => gpt(&args, kind, [batch, context, layers, embd, heads])?,
         Workload::Peak => {
             let bursts = args.reps.unwrap_or(50_000);
             let gflops = fma_peak_gflops(args.threads, bursts);
@@ -471,5 +492,76 @@ fn conv(args: &BenchArgs, backend: &str, stride: usize) -> Result<Report, CliErr
         ),
         args,
         backend,
+    ))
+}
+
+/// The gpt workload: `GptRun::train_step` (windows drawn, forward, backward, clipping, AdamW) of
+/// the preset's model at the given sizes, f32, on the embedded text. FLOPs count the products:
+/// `6 N` per token for the `N` weights of the linears (forward, input and weight gradients) and
+/// `12 layers T E` per token for attention's two batched products over the full `T x T` scores.
+fn gpt(args: &BenchArgs, kind: BackendKind, sizes: [usize; 5]) -> Result<Report, CliError> {
+    use tapegrad_nn::data::text::{TextData, TextSource};
+    use tapegrad_nn::gpt::{GptConfig, GptRun};
+    let [batch, context, layers, embd, heads] = sizes;
+    if sizes.contains(&0) {
+        return Err(CliError::Usage(
+            "--batch, --context, --layers, --embd and --heads must be at least 1".into(),
+        ));
+    }
+    // Activations of every block and their gradients, a few dozen per token and width.
+    let per_token = 64.0 * (layers * embd) as f64 + 4.0 * (context * heads * layers) as f64;
+    ensure_memory(
+        "--batch/--context/--embd",
+        4.0 * per_token * (batch * context) as f64,
+    )?;
+    let data = TextData::load(&TextSource::Shakespeare, context)?;
+    let spec = tapegrad_nn::ModelSpec::Gpt {
+        vocab: data.vocab.len(),
+        context,
+        layers,
+        heads,
+        embd,
+        mlp_ratio: 4,
+        dropout: 0.0,
+        tie_weights: false,
+    };
+    let config = GptConfig::preset(TextSource::Shakespeare, spec, batch, 1500);
+    let mut run = GptRun::<f32>::new(config, data, make_backend(kind)?)?;
+    let st = Stats::of(
+        time_it(args.reps, || {
+            run.train_step()?;
+            Ok(())
+        })?
+        .into_iter()
+        .map(|s| s * 1e3)
+        .collect(),
+    );
+    let tokens = (batch * context) as f64;
+    let (e, l, v) = (embd as f64, layers as f64, run.data.vocab.len() as f64);
+    let weights = 12.0 * l * e * e + v * e;
+    let flops = tokens * (6.0 * weights + 12.0 * l * context as f64 * e);
+    let gflops = flops / (st.median * 1e-3) / 1e9;
+    let kept = run.kept_bytes();
+    let mut fields = serde_json::json!({
+        "workload": "gpt", "batch": batch, "context": context, "layers": layers,
+        "embd": embd, "heads": heads,
+    });
+    if let serde_json::Value::Object(m) = &mut fields {
+        st.json("ms_per_step", "ms", m);
+        m.insert("tokens_per_s".into(), (tokens / (st.median * 1e-3)).into());
+        m.insert("gflops".into(), gflops.into());
+        m.insert("flops".into(), flops.into());
+        m.insert("kept_bytes".into(), kept.into());
+    }
+    Ok(report(
+        format!("gpt {layers}x{embd} heads {heads} batch {batch} context {context}"),
+        fields,
+        format!(
+            "{}, {:.0} tokens/s, {gflops:.1} GFLOP/s, {kept} bytes kept for backward",
+            st.text("ms/step", 2),
+            tokens / (st.median * 1e-3)
+        ),
+        args,
+        kind.name(),
     ))
 }

@@ -1,5 +1,6 @@
 //! `tapegrad eval --load PATH`: reloads a checkpoint and its data (checked against the statistics
-//! stored with it) and reports the loss and metric on the validation (or training) split.
+//! stored with it) and reports the loss and metric on the validation (or training) split; for a
+//! GPT checkpoint, the validation loss per character and the perplexity.
 
 use crate::error::CliResult;
 use crate::train::BackendArg;
@@ -7,6 +8,7 @@ use clap::ValueEnum;
 use std::path::PathBuf;
 use tapegrad_nn::checkpoint::Checkpoint;
 use tapegrad_nn::data::DataSource;
+use tapegrad_nn::gpt::checkpoint::GptCheckpoint;
 use tapegrad_nn::summary::format_metric;
 use tapegrad_nn::trainer::metric_name;
 use tapegrad_nn::{make_backend, Which};
@@ -40,6 +42,13 @@ pub struct EvalArgs {
 /// Runs `tapegrad eval`.
 pub fn run(args: EvalArgs) -> CliResult {
     crate::set_threads(args.threads)?;
+    if crate::train_gpt::is_gpt_checkpoint(&args.load) {
+        let ckpt = GptCheckpoint::read(&args.load)?;
+        return match ckpt.dtype {
+            DType::F32 => eval_gpt::<f32>(&args, &ckpt),
+            DType::F64 => eval_gpt::<f64>(&args, &ckpt),
+        };
+    }
     let ckpt = Checkpoint::read(&args.load)?;
     match ckpt.header.dtype {
         DType::F32 => eval_typed::<f32>(&args, &ckpt),
@@ -68,5 +77,29 @@ fn eval_typed<S: Scalar>(args: &EvalArgs, ckpt: &Checkpoint) -> CliResult {
     );
     println!("loss {:.6}", e.loss);
     println!("{metric}{unit} {}", format_metric(metric, e.metric));
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// A GPT checkpoint: the validation loss per character on the run's fixed windows, and the
+/// perplexity (`--split train` is not offered: the training windows are drawn per step).
+fn eval_gpt<S: Scalar>(args: &EvalArgs, ckpt: &GptCheckpoint) -> CliResult {
+    if args.split == SplitArg::Train {
+        return Err(crate::error::CliError::Usage(
+            "a gpt checkpoint is evaluated on its validation text; remove --split train".into(),
+        ));
+    }
+    let mut run = ckpt.resume::<S>(make_backend::<S>(args.backend.kind())?)?;
+    let loss = run.evaluate()?;
+    println!(
+        "{}: {} at step {}, validation text (the last {} characters of {}, {} windows)",
+        args.load.display(),
+        run.model.spec.name(),
+        run.step,
+        run.data.val.len(),
+        run.config.text.describe(),
+        run.config.val_windows
+    );
+    println!("loss {loss:.6} nats/char");
+    println!("perplexity {:.4}", loss.exp());
     Ok(std::process::ExitCode::SUCCESS)
 }

@@ -7,10 +7,12 @@ pub mod bench;
 pub mod check;
 pub mod error;
 pub mod eval;
+pub mod generate;
 pub mod grad;
 pub mod graph;
 pub mod predict;
 pub mod train;
+pub mod train_gpt;
 
 use clap::{Parser, Subcommand};
 pub use error::CliError;
@@ -41,6 +43,8 @@ pub enum Command {
     Predict(predict::PredictArgs),
     /// Measure speed: MLP steps, tape overhead, matmul, conv.
     Bench(bench::BenchArgs),
+    /// Sample text from a GPT checkpoint (streams to stdout).
+    Generate(generate::GenerateArgs),
 }
 
 /// Applies `--threads` to every kernel (GEMM included) for the rest of the process.
@@ -63,6 +67,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Eval(a) => eval::run(a),
         Command::Predict(a) => predict::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Generate(a) => generate::run(a),
     };
     match result {
         Ok(code) => code,

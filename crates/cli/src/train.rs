@@ -40,6 +40,9 @@ pub enum Preset {
     Digits,
     /// Auto MPG regression: 7 features, MLP 7-32-1, Adam with cosine decay, MSE; RMSE in mpg.
     Mlp,
+    /// A character-level GPT on Shakespeare (or --text FILE): 4 layers, 4 heads, width 128,
+    /// context 64, batch 32, AdamW 1e-3 with warm-up and cosine decay, 1500 steps.
+    Gpt,
 }
 
 /// Architectures for `--model`.
@@ -237,6 +240,24 @@ pub struct TrainOptions {
     /// Print only the summary table.
     #[arg(long, short)]
     pub quiet: bool,
+    /// gpt: train on this UTF-8 text file instead of the embedded Shakespeare plays.
+    #[arg(long)]
+    pub text: Option<PathBuf>,
+    /// gpt: transformer blocks (default 4).
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// gpt: attention heads per block (default 4); must divide --embd.
+    #[arg(long)]
+    pub heads: Option<usize>,
+    /// gpt: the model's width (default 128).
+    #[arg(long)]
+    pub embd: Option<usize>,
+    /// gpt: characters of context (default 64).
+    #[arg(long)]
+    pub context: Option<usize>,
+    /// gpt: the LM head shares the token embedding's table.
+    #[arg(long)]
+    pub tie_weights: bool,
 }
 
 /// Runs `tapegrad train`.
@@ -259,6 +280,30 @@ pub fn run(args: TrainArgs) -> CliResult {
             ))
         }
         _ => {}
+    }
+    let gpt_resume = args
+        .resume
+        .as_deref()
+        .is_some_and(crate::train_gpt::is_gpt_checkpoint);
+    if args.preset == Some(Preset::Gpt) || gpt_resume {
+        return crate::train_gpt::run(&args);
+    }
+    let gpt_flags: Vec<&str> = [
+        (args.text.is_some(), "--text"),
+        (args.layers.is_some(), "--layers"),
+        (args.heads.is_some(), "--heads"),
+        (args.embd.is_some(), "--embd"),
+        (args.context.is_some(), "--context"),
+        (args.tie_weights, "--tie-weights"),
+    ]
+    .into_iter()
+    .filter_map(|(g, n)| g.then_some(n))
+    .collect();
+    if !gpt_flags.is_empty() {
+        return Err(CliError::Usage(format!(
+            "{} apply to the gpt preset: tapegrad train gpt",
+            gpt_flags.join(", ")
+        )));
     }
     if let Some(path) = &args.resume {
         let ckpt = Checkpoint::read(path)?;
@@ -344,7 +389,7 @@ impl Plan {
                 32,
                 100,
             ),
-            (None, Some(Preset::Digits) | None) => (
+            (None, Some(Preset::Digits | Preset::Gpt) | None) => (
                 "digits",
                 DataSource::Digits,
                 vec![128],

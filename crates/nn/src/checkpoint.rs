@@ -43,10 +43,10 @@ pub struct Header {
     pub model: String,
 }
 
-struct Stored {
-    dtype: Dtype,
-    shape: Vec<usize>,
-    bytes: Vec<u8>,
+pub(crate) struct Stored {
+    pub(crate) dtype: Dtype,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) bytes: Vec<u8>,
 }
 
 impl View for &Stored {
@@ -64,14 +64,14 @@ impl View for &Stored {
     }
 }
 
-fn st_dtype(d: DType) -> Dtype {
+pub(crate) fn st_dtype(d: DType) -> Dtype {
     match d {
         DType::F32 => Dtype::F32,
         DType::F64 => Dtype::F64,
     }
 }
 
-fn dtype_name(d: Dtype) -> String {
+pub(crate) fn dtype_name(d: Dtype) -> String {
     match d {
         Dtype::F32 => "f32".into(),
         Dtype::F64 => "f64".into(),
@@ -79,7 +79,7 @@ fn dtype_name(d: Dtype) -> String {
     }
 }
 
-fn to_stored<S: Scalar>(t: &Tensor<S>) -> Stored {
+pub(crate) fn to_stored<S: Scalar>(t: &Tensor<S>) -> Stored {
     let bytes = match S::DTYPE {
         DType::F32 => t
             .data()
@@ -115,7 +115,10 @@ fn fnv1a(hash: &mut u64, bytes: &[u8]) {
     }
 }
 
-fn checksum(tensors: &BTreeMap<String, Stored>, meta: &BTreeMap<String, String>) -> String {
+pub(crate) fn checksum(
+    tensors: &BTreeMap<String, Stored>,
+    meta: &BTreeMap<String, String>,
+) -> String {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     for (k, v) in meta {
         fnv1a(&mut h, k.as_bytes());
@@ -196,7 +199,7 @@ pub fn save<S: Scalar>(path: impl AsRef<Path>, trainer: &Trainer<S>) -> NnResult
 /// The same safetensors file with its JSON header's keys sorted, so that equal states give
 /// byte-identical files (safetensors writes the metadata map in hash order). The header stays
 /// padded with spaces to a multiple of 8 bytes, as the format asks.
-fn canonical(bytes: &[u8]) -> Result<Vec<u8>, String> {
+pub(crate) fn canonical(bytes: &[u8]) -> Result<Vec<u8>, String> {
     let n = u64::from_le_bytes(bytes[..8].try_into().map_err(|_| "short buffer")?) as usize;
     let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n])
         .map_err(|e| format!("cannot reorder the header: {e}"))?;
@@ -574,7 +577,7 @@ impl Checkpoint {
     }
 }
 
-fn decode<S: Scalar>(bytes: &[u8]) -> Vec<S> {
+pub(crate) fn decode<S: Scalar>(bytes: &[u8]) -> Vec<S> {
     match S::DTYPE {
         DType::F32 => bytes
             .chunks_exact(4)
@@ -591,18 +594,22 @@ fn decode<S: Scalar>(bytes: &[u8]) -> Vec<S> {
     }
 }
 
-fn parse<T: std::str::FromStr>(path: &Path, key: &str, v: &str) -> NnResult<T> {
+pub(crate) fn parse<T: std::str::FromStr>(path: &Path, key: &str, v: &str) -> NnResult<T> {
     v.parse().map_err(|_| {
         NnError::checkpoint(path, format!("metadata field '{key}' is not valid: '{v}'"))
     })
 }
 
-fn json_field<T: serde::de::DeserializeOwned>(path: &Path, key: &str, v: &str) -> NnResult<T> {
+pub(crate) fn json_field<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    key: &str,
+    v: &str,
+) -> NnResult<T> {
     serde_json::from_str(v)
         .map_err(|e| NnError::checkpoint(path, format!("metadata field '{key}' is not valid: {e}")))
 }
 
-mod erased {
+pub(crate) mod erased {
     //! Serialises any serde value to a JSON string for the metadata header.
     use crate::error::{NnError, NnResult};
 

@@ -2,6 +2,7 @@
 //! `Model` (the spec built: a `Sequential` plus its `ParamSet`), with the MLP builder. Building a
 //! spec with a seed always gives the same parameters.
 
+use crate::gpt::{gpt, GptShape};
 use crate::layers::{
     Activation, BatchNorm2d, Builder, Conv2d, Ctx, Dropout, Layer, Linear, MaxPool2d, Sequential,
 };
@@ -33,6 +34,18 @@ pub enum ModelSpec {
         outputs: usize,
         batch_norm: bool,
         dropout: f64,
+    },
+    /// nanoGPT's GPT (see [`crate::gpt::model`]): `[batch, time]` token ids in, logits
+    /// `[batch * time, vocab]` out.
+    Gpt {
+        vocab: usize,
+        context: usize,
+        layers: usize,
+        heads: usize,
+        embd: usize,
+        mlp_ratio: usize,
+        dropout: f64,
+        tie_weights: bool,
     },
 }
 
@@ -66,6 +79,39 @@ impl ModelSpec {
                     convs.join("-")
                 )
             }
+            ModelSpec::Gpt {
+                layers,
+                heads,
+                embd,
+                context,
+                ..
+            } => format!("gpt {layers} layers x {embd} wide, {heads} heads, context {context}"),
+        }
+    }
+
+    /// The GPT's sizes, when this is one.
+    pub fn gpt_shape(&self) -> Option<GptShape> {
+        match *self {
+            ModelSpec::Gpt {
+                vocab,
+                context,
+                layers,
+                heads,
+                embd,
+                mlp_ratio,
+                dropout,
+                tie_weights,
+            } => Some(GptShape {
+                vocab,
+                context,
+                layers,
+                heads,
+                embd,
+                mlp_ratio,
+                dropout,
+                tie_weights,
+            }),
+            _ => None,
         }
     }
 
@@ -78,6 +124,7 @@ impl ModelSpec {
                 .iter()
                 .try_fold(1usize, |n, &d| n.checked_mul(d))
                 .unwrap_or(usize::MAX),
+            ModelSpec::Gpt { context, .. } => *context,
         }
     }
 
@@ -114,6 +161,7 @@ impl ModelSpec {
                 }
                 n.checked_add(dense(prev.checked_mul(h)?.checked_mul(w)?, *outputs)?)
             }
+            ModelSpec::Gpt { .. } => self.gpt_shape()?.params(),
         }
     }
 
@@ -121,6 +169,7 @@ impl ModelSpec {
     pub fn outputs(&self) -> usize {
         match self {
             ModelSpec::Mlp { outputs, .. } | ModelSpec::Cnn { outputs, .. } => *outputs,
+            ModelSpec::Gpt { vocab, .. } => *vocab,
         }
     }
 }
@@ -159,6 +208,12 @@ impl<S: Scalar> Model<S> {
                 batch_norm,
                 dropout,
             } => cnn(&mut b, *image, channels, *outputs, *batch_norm, *dropout)?,
+            ModelSpec::Gpt { .. } => {
+                let shape = spec
+                    .gpt_shape()
+                    .ok_or_else(|| Error::invalid("gpt", "the spec has no gpt shape"))?;
+                gpt(&mut b, &shape)?
+            }
         };
         Ok(Model {
             spec: spec.clone(),

@@ -10,6 +10,7 @@ const INIT: u64 = 0x696e_6974;
 const SPLIT: u64 = 0x7370_6c69;
 const SHUFFLE: u64 = 0x7368_7566;
 const DROPOUT: u64 = 0x6472_6f70;
+const WINDOWS: u64 = 0x7769_6e64;
 
 fn stream(seed: u64, purpose: u64, index: u64) -> ChaCha8Rng {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ purpose.rotate_left(32));
@@ -35,4 +36,9 @@ pub fn shuffle_rng(seed: u64, epoch: u64) -> ChaCha8Rng {
 /// The stream dropout masks of optimizer step `step` are drawn from.
 pub fn dropout_rng(seed: u64, step: u64) -> ChaCha8Rng {
     stream(seed, DROPOUT, step)
+}
+
+/// The stream a language model's training windows of optimizer step `step` are drawn from.
+pub fn window_rng(seed: u64, step: u64) -> ChaCha8Rng {
+    stream(seed, WINDOWS, step)
 }

@@ -20,12 +20,14 @@ use crate::layers::{dropout_mask, Ctx, Mode, RunningStats};
 use crate::model::Model;
 use crate::params::{ParamId, ParamKind};
 use crate::rng::dropout_rng;
+use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use std::cell::Cell;
 use tapegrad_core::graph::{CompiledGraph, Graph, SavedGraph};
+use tapegrad_core::ops::nn::{IndexTensor, NnOp};
 use tapegrad_core::ops::Saved;
 use tapegrad_core::tape::Rule;
-use tapegrad_core::Session;
+use tapegrad_core::{Op, Session};
 use tapegrad_tensor::{Error, Scalar, Shape, Tensor};
 
 /// Where a graph input's value comes from each step.
@@ -39,8 +41,18 @@ enum Source {
     Mask(Shape, f64),
 }
 
+/// A value drawn from the step's dropout stream, in the order the eager pass draws them.
+#[derive(Debug, Clone, Copy)]
+enum Draw {
+    /// The mask of input `sources[i]`.
+    Mask(usize),
+    /// The `seed` attribute of the attention node at this slot.
+    Seed(usize),
+}
+
 struct Plan {
-    rows: usize,
+    /// The batch's shape (a plan's graph has the shapes of its trace).
+    shape: Shape,
     mode: Mode,
     factored: bool,
     graph: CompiledGraph,
@@ -52,6 +64,11 @@ struct Plan {
     /// Each training-mode batch norm's running update, with the index of its node among the
     /// graph's nodes (whose kept statistics feed it).
     running: Vec<(RunningStats, usize)>,
+    /// `(slot, op)` of each embedding whose indices are the batch's values: the op is set to
+    /// the step's indices before each pass (a trace would otherwise replay its first batch).
+    lookups: Vec<(usize, NnOp)>,
+    /// The masks and attention seeds, in drawing order.
+    draws: Vec<Draw>,
     /// The bytes a training step keeps for backward, counted on the plan's first step. Every
     /// step of a plan keeps the same tensors, of the same shapes, sharing buffers the same way,
     /// so counting them again each step (a sort of every kept buffer) would only repeat it.
@@ -82,12 +99,11 @@ impl<S: Scalar> Compiled<S> {
     }
 
     fn plan(&mut self, model: &Model<S>, x: &Tensor<S>, mode: Mode) -> NnResult<usize> {
-        let rows = x.dims().first().copied().unwrap_or(0);
         let factored = self.factored && mode == Mode::Train;
         if let Some(i) = self
             .plans
             .iter()
-            .position(|p| p.rows == rows && p.mode == mode && p.factored == factored)
+            .position(|p| p.shape == *x.shape() && p.mode == mode && p.factored == factored)
         {
             return Ok(i);
         }
@@ -96,24 +112,80 @@ impl<S: Scalar> Compiled<S> {
         Ok(self.plans.len() - 1)
     }
 
+    /// The graph inputs of one pass on `x`: parameters, the batch and the masks; the lookups
+    /// take the batch's indices and the attention seeds are redrawn, all drawn from `rng` in the
+    /// eager pass's order.
     fn inputs(
-        plan: &Plan,
+        plan: &mut Plan,
         model: &Model<S>,
         x: &Tensor<S>,
         rng: &mut ChaCha8Rng,
     ) -> NnResult<Vec<Tensor<S>>> {
+        for (slot, op) in &plan.lookups {
+            let mut op = op.clone();
+            if let NnOp::Embedding(e) = &mut op {
+                let rows = plan
+                    .graph
+                    .graph()
+                    .shape(plan.graph.graph().nodes()[slot - plan.sources.len()].args[0])?
+                    .dims()[0];
+                e.indices = batch_indices(x, rows)?;
+            }
+            plan.graph.set_op(*slot, Op::Nn(Box::new(op)))?;
+        }
+        let mut masks: Vec<Option<Tensor<S>>> = vec![None; plan.sources.len()];
+        for draw in &plan.draws {
+            match *draw {
+                Draw::Mask(i) => {
+                    if let Source::Mask(shape, p) = &plan.sources[i] {
+                        masks[i] = Some(dropout_mask(shape, *p, rng)?);
+                    }
+                }
+                Draw::Seed(slot) => {
+                    let k = slot - plan.sources.len();
+                    let mut op = plan.graph.graph().nodes()[k].op.clone();
+                    if let Op::Nn(nn) = &mut op {
+                        if let NnOp::ScaledDotProductAttention(a) = nn.as_mut() {
+                            a.seed = rng.random();
+                        }
+                    }
+                    plan.graph.set_op(slot, op)?;
+                }
+            }
+        }
         let params: Vec<&Tensor<S>> = model.params.iter().map(|p| &p.value).collect();
         plan.sources
             .iter()
-            .map(|s| {
+            .zip(masks)
+            .map(|(s, mask)| {
                 Ok(match s {
                     Source::Param(i) => params[*i].clone(),
                     Source::Batch => x.clone(),
-                    Source::Mask(shape, p) => dropout_mask(shape, *p, rng)?,
+                    Source::Mask(..) => mask.ok_or_else(|| {
+                        Error::invalid("compiled", "a dropout mask was not drawn")
+                    })?,
                 })
             })
             .collect()
     }
+}
+
+/// The batch's values as embedding indices: whole numbers in `0..rows` (the eager `Embedding`
+/// layer's rule, with its message).
+fn batch_indices<S: Scalar>(x: &Tensor<S>, rows: usize) -> NnResult<IndexTensor> {
+    let mut idx = Vec::with_capacity(x.numel());
+    for (i, v) in x.data().iter().enumerate() {
+        let f = v.to_f64();
+        if f.fract() != 0.0 || f < 0.0 || f >= rows as f64 {
+            return Err(Error::invalid(
+                "embedding",
+                format!("element {i} of the input is {f}, not an index in 0..{rows}"),
+            )
+            .into());
+        }
+        idx.push(f as usize);
+    }
+    Ok(IndexTensor::new(x.dims(), idx)?)
 }
 
 /// Records one forward pass of `model` on `x` and turns the tape into a compiled graph.
@@ -131,6 +203,17 @@ fn trace<S: Scalar>(
     let param_ids: Vec<usize> = ctx.param_vars().iter().map(|v| v.id()).collect();
     let masks: Vec<(usize, f64)> = ctx.masks().iter().map(|&(v, p)| (v.id(), p)).collect();
     let running = ctx.running_stats().to_vec();
+    let lookups: Vec<(usize, usize)> = ctx
+        .lookups()
+        .iter()
+        .map(|&(n, s)| (n.id(), s.id()))
+        .collect();
+    let seeded: Vec<usize> = ctx.seeded().iter().map(|v| v.id()).collect();
+    if let Some(&(node, _)) = lookups.iter().find(|&&(_, s)| s != xv.id()) {
+        return Err(NnError::Config(format!(
+            "the compiled backend cannot trace this model: the embedding at node {node} reads indices computed inside the model; use --backend eager"
+        )));
+    }
     // Every buffer update must be one a running-statistics record can redo each step.
     if ctx.into_updates().len() != 3 * running.len() {
         return Err(NnError::Config(
@@ -142,6 +225,8 @@ fn trace<S: Scalar>(
     let mut graph = Graph::new();
     let mut slot_of = vec![usize::MAX; out.id() + 1];
     let mut sources = Vec::new();
+    // The tape id of each source's leaf.
+    let mut sources_at = Vec::new();
     let nodes = &tape.nodes()[..=out.id()];
     let trainable = |i: usize| {
         mode == Mode::Train
@@ -186,6 +271,7 @@ fn trace<S: Scalar>(
         };
         slot_of[id] = graph.input(format!("in{id}"), node.value.shape().clone(), requires_grad)?;
         sources.push(source);
+        sources_at.push(id);
     }
     for (id, node) in nodes.iter().enumerate() {
         match &node.rule {
@@ -209,6 +295,26 @@ fn trace<S: Scalar>(
         .into());
     }
     let n_in = sources.len();
+    let mut timed: Vec<(usize, Draw)> = Vec::new();
+    for (id, &slot) in slot_of.iter().enumerate().take(nodes.len()) {
+        if masks.iter().any(|&(m, _)| m == id) {
+            if let Some(i) = sources_at.iter().position(|&leaf| leaf == id) {
+                timed.push((id, Draw::Mask(i)));
+            }
+        } else if seeded.contains(&id) {
+            timed.push((id, Draw::Seed(slot)));
+        }
+    }
+    timed.sort_by_key(|&(id, _)| id);
+    let lookups = lookups
+        .iter()
+        .filter_map(|&(node, _)| match &nodes.get(node)?.rule {
+            Rule::Op { op: Op::Nn(op), .. } if matches!(**op, NnOp::Embedding(_)) => {
+                Some((slot_of[node], (**op).clone()))
+            }
+            _ => None,
+        })
+        .collect();
     let running = running
         .into_iter()
         .map(|r| {
@@ -223,7 +329,9 @@ fn trace<S: Scalar>(
         })
         .collect::<NnResult<Vec<_>>>()?;
     Ok(Plan {
-        rows: x.dims().first().copied().unwrap_or(0),
+        shape: x.shape().clone(),
+        lookups,
+        draws: timed.into_iter().map(|(_, d)| d).collect(),
         mode,
         factored,
         graph: CompiledGraph::new(graph),
@@ -250,8 +358,8 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
     ) -> NnResult<StepOutput<S>> {
         let replay_rng = self.detect_anomaly.then(|| rng.clone());
         let i = self.plan(model, &batch.x, Mode::Train)?;
+        let inputs = Self::inputs(&mut self.plans[i], model, &batch.x, &mut rng)?;
         let plan = &self.plans[i];
-        let inputs = Self::inputs(plan, model, &batch.x, &mut rng)?;
         let saved = plan.graph.forward_for_input_grads(&inputs)?;
         let updates = running_updates(plan, model, &saved)?;
         let outputs = saved.output().clone();
@@ -341,8 +449,8 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
 
     fn infer(&mut self, model: &Model<S>, x: &Tensor<S>) -> NnResult<Tensor<S>> {
         let i = self.plan(model, x, Mode::Eval)?;
+        let inputs = Self::inputs(&mut self.plans[i], model, x, &mut dropout_rng(0, 0))?;
         let plan = &self.plans[i];
-        let inputs = Self::inputs(plan, model, x, &mut dropout_rng(0, 0))?;
         let out = plan
             .graph
             .forward_for_input_grads(&inputs)?

@@ -1,4 +1,4 @@
-//! The two tables compiled into the binary (copied from the repository's `data/` folder, whose
+//! The tables and the text compiled into the binary (copied from the repository's `data/` folder, whose
 //! README holds their provenance): Auto MPG as text, digits as gzip-compressed CSV, decompressed
 //! here with `flate2`.
 
@@ -11,6 +11,9 @@ pub const AUTO_MPG_CSV: &str = include_str!("../../../../data/auto-mpg.csv");
 
 /// `data/digits.csv.gz`: 1797 8x8 images, 64 pixels (0-16) then the label; no header.
 pub const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../../../data/digits.csv.gz");
+
+/// `data/shakespeare.txt.gz`: seven plays, 940,232 bytes of ASCII text.
+pub const SHAKESPEARE_TXT_GZ: &[u8] = include_bytes!("../../../../data/shakespeare.txt.gz");
 
 /// The Auto MPG table.
 pub fn auto_mpg() -> NnResult<Table> {

@@ -1,7 +1,8 @@
 //! Data: a CSV reader (`csv`), tables turned into numeric data sets with a chosen target
 //! (`dataset`), the embedded Auto MPG and digits tables (`embedded`), standardisation fitted on the
 //! training split (`standardize`), the seeded split and per-epoch shuffled mini-batch order
-//! (`order`), and the prepared train/validation tensors a trainer consumes (`prepared`).
+//! (`order`), the prepared train/validation tensors a trainer consumes (`prepared`), and
+//! character-level text for language models (`text`).
 
 mod csv;
 mod dataset;
@@ -10,6 +11,7 @@ mod order;
 mod prepared;
 mod source;
 mod standardize;
+pub mod text;
 
 pub use csv::{parse_csv, Table};
 pub use dataset::{Dataset, Targets, TaskKind};

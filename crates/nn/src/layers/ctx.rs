@@ -25,6 +25,8 @@ pub struct Ctx<'s, S: Scalar> {
     updates: Vec<(ParamId, Tensor<S>)>,
     running: Vec<RunningStats>,
     masks: Vec<(Var, f64)>,
+    lookups: Vec<(Var, Var)>,
+    seeded: Vec<Var>,
 }
 
 impl<'s, S: Scalar> Ctx<'s, S> {
@@ -89,6 +91,8 @@ impl<'s, S: Scalar> Ctx<'s, S> {
             updates: Vec::new(),
             running: Vec::new(),
             masks: Vec::new(),
+            lookups: Vec::new(),
+            seeded: Vec::new(),
         })
     }
 
@@ -115,6 +119,28 @@ impl<'s, S: Scalar> Ctx<'s, S> {
     /// Records a dropout mask constant (with its probability) so a traced pass can redraw it.
     pub fn note_mask(&mut self, mask: Var, p: f64) {
         self.masks.push((mask, p));
+    }
+
+    /// Records an embedding node whose indices were read from the values of `source`, so a
+    /// traced pass can take the next batch's indices from its input instead of the traced ones.
+    pub fn note_lookup(&mut self, node: Var, source: Var) {
+        self.lookups.push((node, source));
+    }
+
+    /// The embedding lookups of this pass: `(node, the var its indices came from)`.
+    pub fn lookups(&self) -> &[(Var, Var)] {
+        &self.lookups
+    }
+
+    /// Records an op node whose attribute `seed` was drawn from the dropout stream (attention
+    /// dropout), so a traced pass can redraw it each step in drawing order.
+    pub fn note_seeded(&mut self, node: Var) {
+        self.seeded.push(node);
+    }
+
+    /// The seeded op nodes of this pass, in drawing order.
+    pub fn seeded(&self) -> &[Var] {
+        &self.seeded
     }
 
     /// The handles of every model tensor, in the `ParamSet`'s order.

@@ -9,7 +9,7 @@ use crate::params::ParamId;
 use tapegrad_core::ops;
 use tapegrad_core::ops::nn::IndexTensor;
 use tapegrad_core::Var;
-use tapegrad_tensor::{Error, Result, Scalar};
+use tapegrad_tensor::{Error, Result, Scalar, Tensor};
 
 /// A table of learned vectors indexed by integers.
 #[derive(Debug, Clone)]
@@ -45,6 +45,27 @@ impl Embedding {
         })
     }
 
+    /// A table filled by `init` (GPT-2 draws its tables from `N(0, 0.02^2)`).
+    pub fn with_init<S: Scalar>(
+        b: &mut Builder<'_, S>,
+        prefix: &str,
+        num_embeddings: usize,
+        dim: usize,
+        init: Init,
+    ) -> Result<Self> {
+        Ok(Embedding {
+            num_embeddings,
+            dim,
+            weight: b.trainable(prefix, "weight", &[num_embeddings, dim], init)?,
+            padding_idx: None,
+        })
+    }
+
+    /// The table's id in the model's `ParamSet` (a tied output layer shares it).
+    pub fn weight(&self) -> ParamId {
+        self.weight
+    }
+
     /// `nn.Embedding(num_embeddings, dim, padding_idx)`: as `new` (same draws), then row
     /// `padding_idx` (negative counts from the end) is set to zeros; it never gets a gradient.
     pub fn with_padding_idx<S: Scalar>(
@@ -63,10 +84,8 @@ impl Embedding {
         Ok(layer)
     }
 
-    /// Looks up the rows named by the values of `x` (any shape): the result has shape
-    /// `x.shape + [dim]`.
-    pub fn forward<S: Scalar>(&self, ctx: &mut Ctx<'_, S>, x: Var) -> Result<Var> {
-        let value = ctx.session().value(x)?.clone();
+    /// The indices named by the values of `value`, each a whole number in `0..num_embeddings`.
+    pub fn indices_of<S: Scalar>(&self, value: &Tensor<S>) -> Result<IndexTensor> {
         let mut idx = Vec::with_capacity(value.numel());
         for (i, v) in value.data().iter().enumerate() {
             let f = v.to_f64();
@@ -81,16 +100,24 @@ impl Embedding {
             }
             idx.push(f as usize);
         }
-        let indices = IndexTensor::new(value.dims(), idx)?;
+        IndexTensor::new(value.dims(), idx)
+    }
+
+    /// Looks up the rows named by the values of `x` (any shape): the result has shape
+    /// `x.shape + [dim]`.
+    pub fn forward<S: Scalar>(&self, ctx: &mut Ctx<'_, S>, x: Var) -> Result<Var> {
+        let indices = self.indices_of(ctx.session().value(x)?)?;
         let w = ctx.param(self.weight);
-        match self.padding_idx {
+        let y = match self.padding_idx {
             Some(p) => ctx.session().embedding_with_padding_idx(
                 indices,
                 w,
                 isize::try_from(p).unwrap_or(isize::MAX),
             ),
             None => ctx.session().embedding(indices, w),
-        }
+        }?;
+        ctx.note_lookup(y, x);
+        Ok(y)
     }
 }
 

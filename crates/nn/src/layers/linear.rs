@@ -62,6 +62,17 @@ impl Linear {
         })
     }
 
+    /// A layer without bias whose weight is an existing `[out, in]` tensor of the model (weight
+    /// tying: a language model's head reading its token embedding).
+    pub fn tied(weight: ParamId, in_features: usize, out_features: usize) -> Self {
+        Linear {
+            in_features,
+            out_features,
+            weight,
+            bias: None,
+        }
+    }
+
     /// `x W^T + b` for `x` of shape `[..., in]`.
     pub fn forward<S: Scalar>(&self, ctx: &mut Ctx<'_, S>, x: Var) -> Result<Var> {
         let w = ctx.param(self.weight);

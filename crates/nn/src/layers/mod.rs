@@ -4,6 +4,7 @@
 //! and collects buffer updates (running statistics) to apply after the step.
 
 mod activation;
+mod attention;
 mod builder;
 mod conv;
 mod ctx;
@@ -11,9 +12,12 @@ mod dropout;
 mod embedding;
 mod linear;
 mod norm;
+mod position;
+mod residual;
 mod sequential;
 
 pub use activation::Activation;
+pub use attention::CausalSelfAttention;
 pub use builder::Builder;
 pub use conv::{Conv2d, MaxPool2d};
 pub use ctx::{Ctx, Mode};
@@ -21,4 +25,6 @@ pub use dropout::{dropout_mask, Dropout};
 pub use embedding::Embedding;
 pub use linear::Linear;
 pub use norm::{BatchNorm2d, LayerNorm, RunningStats};
+pub use position::TokenPosition;
+pub use residual::Residual;
 pub use sequential::{Layer, Sequential};

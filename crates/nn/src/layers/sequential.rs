@@ -2,7 +2,8 @@
 //! and `Sequential`, which runs its layers in order.
 
 use super::{
-    Activation, BatchNorm2d, Conv2d, Ctx, Dropout, Embedding, LayerNorm, Linear, MaxPool2d,
+    Activation, BatchNorm2d, CausalSelfAttention, Conv2d, Ctx, Dropout, Embedding, LayerNorm,
+    Linear, MaxPool2d, Residual, TokenPosition,
 };
 use tapegrad_core::Var;
 use tapegrad_tensor::{Result, Scalar};
@@ -26,6 +27,10 @@ pub enum Layer {
     /// Reshapes to a fixed shape (one `-1` is inferred), e.g. `[-1, 1, 8, 8]`.
     Reshape(Vec<isize>),
     Sequential(Sequential),
+    /// `x + body(x)`.
+    Residual(Residual),
+    CausalSelfAttention(CausalSelfAttention),
+    TokenPosition(TokenPosition),
 }
 
 impl Layer {
@@ -43,6 +48,9 @@ impl Layer {
             Layer::Flatten { start_dim, end_dim } => ctx.session().flatten(x, *start_dim, *end_dim),
             Layer::Reshape(shape) => ctx.session().reshape(x, shape),
             Layer::Sequential(s) => s.forward(ctx, x),
+            Layer::Residual(r) => r.forward(ctx, x),
+            Layer::CausalSelfAttention(a) => a.forward(ctx, x),
+            Layer::TokenPosition(t) => t.forward(ctx, x),
         }
     }
 
@@ -73,6 +81,14 @@ impl Layer {
             Layer::Flatten { start_dim, end_dim } => format!("Flatten({start_dim}, {end_dim})"),
             Layer::Reshape(s) => format!("Reshape({s:?})"),
             Layer::Sequential(s) => s.describe(),
+            Layer::Residual(r) => format!("Residual({})", r.body.describe()),
+            Layer::CausalSelfAttention(a) => {
+                format!("CausalSelfAttention({}, heads={})", a.embd, a.heads)
+            }
+            Layer::TokenPosition(t) => format!(
+                "TokenPosition(vocab={}, context={}, {})",
+                t.wte.num_embeddings, t.context, t.dim
+            ),
         }
     }
 }
