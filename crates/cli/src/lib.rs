@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod check;
+mod distributed;
 pub mod error;
 pub mod eval;
 pub mod generate;

@@ -258,6 +258,18 @@ pub struct TrainOptions {
     /// gpt: the LM head shares the token embedding's table.
     #[arg(long)]
     pub tie_weights: bool,
+    /// Gradient accumulation: run each step's batch as K micro-batches (the first batch-size % K
+    /// one row larger), sum their gradients in order and scale once (docs/distributed.md).
+    #[arg(long, value_name = "K")]
+    pub accumulate: Option<usize>,
+    /// Run as one rank of a data-parallel job: `mpiexec -n N tapegrad train ... --distributed`
+    /// (a build with `--features mpi`). Rank k runs micro-batch k of each batch; the parameters
+    /// are bit for bit those of `--accumulate N` in one process. Only rank 0 writes files.
+    #[arg(long)]
+    pub distributed: bool,
+    /// --distributed: gradients are exchanged in fused buckets of this many MiB.
+    #[arg(long, value_name = "MB", default_value_t = 25.0)]
+    pub bucket_mb: f64,
 }
 
 /// Runs `tapegrad train`.
@@ -491,6 +503,7 @@ fn reject_changes_on_resume(a: &TrainArgs, ckpt: &Checkpoint) -> Result<(), CliE
         (a.target.is_some(), "--target"),
         (a.task.is_some(), "--task"),
         (a.val_fraction.is_some(), "--val-fraction"),
+        (a.accumulate.is_some(), "--accumulate"),
     ]
     .into_iter()
     .filter_map(|(g, n)| g.then_some(n))
@@ -565,6 +578,7 @@ fn fresh_typed<S: Scalar>(args: &TrainArgs, plan: Plan) -> CliResult {
         batch_size: plan.batch_size,
         val_fraction: plan.val_fraction,
         seed: plan.seed,
+        accumulate: args.accumulate.unwrap_or(1),
     };
     if !args.quiet && !dataset.dropped.is_empty() {
         println!(
@@ -624,7 +638,9 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
     };
     let batches = trainer.order.batches_per_epoch() as u64;
     let eval_every = args.eval_every.unwrap_or(batches).max(1);
-    let quiet = args.quiet;
+    // Every rank of a distributed run takes the same steps; only rank 0 prints and writes files.
+    let root = crate::distributed::attach(args, &mut trainer)?;
+    let quiet = args.quiet || !root;
     trainer.set_detect_anomaly(args.detect_anomaly);
     if let Some(every) = args.verify_every {
         trainer.set_verify(Some(Verifier::new(every, args.verify_warn)?));
@@ -652,8 +668,8 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
         );
     }
     let mut log = match &args.log {
-        Some(p) => Some(RunLog::create(p, metric)?),
-        None => None,
+        Some(p) if root => Some(RunLog::create(p, metric)?),
+        _ => None,
     };
     let start_step = trainer.step;
     if let Some(log) = &mut log {
@@ -760,7 +776,7 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
             }
             bar.inc(1);
         }
-        if let (Some(every), Some(path)) = (args.save_every, &args.save) {
+        if let (Some(every), Some(path), true) = (args.save_every, &args.save, root) {
             // The last step is saved after the summary below; saving it twice would be waste.
             if rec.step % every == 0 && i + 1 < steps {
                 checkpoint::save(path, &trainer)?;
@@ -776,6 +792,7 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
     }
     let after_train = trainer.evaluate(Which::Train)?;
     let after_val = last_val;
+    trainer.finish_exchange();
 
     let mut table = Table::new(&["", "before", "after"]);
     table.row(vec![
@@ -798,6 +815,9 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
         format_metric(metric, before_val.metric),
         format_metric(metric, after_val.metric),
     ]);
+    if !root {
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
     if let Some(v) = trainer.verifier() {
         let s = v.stats();
         table.row(vec![
@@ -909,4 +929,10 @@ fn print_header<S: Scalar>(t: &Trainer<S>, steps: u64, backend: BackendKind) {
         t.data.val.len(),
         t.data.feature_names.len()
     );
+    if c.accumulate > 1 {
+        println!(
+            "accumulate: {} micro-batches per step, gradients summed in order and scaled once",
+            c.accumulate
+        );
+    }
 }

@@ -11,6 +11,7 @@ const SPLIT: u64 = 0x7370_6c69;
 const SHUFFLE: u64 = 0x7368_7566;
 const DROPOUT: u64 = 0x6472_6f70;
 const WINDOWS: u64 = 0x7769_6e64;
+const DROPOUT_MICRO: u64 = 0x6d69_6372;
 
 fn stream(seed: u64, purpose: u64, index: u64) -> ChaCha8Rng {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ purpose.rotate_left(32));
@@ -41,4 +42,14 @@ pub fn dropout_rng(seed: u64, step: u64) -> ChaCha8Rng {
 /// The stream a language model's training windows of optimizer step `step` are drawn from.
 pub fn window_rng(seed: u64, step: u64) -> ChaCha8Rng {
     stream(seed, WINDOWS, step)
+}
+
+/// The stream dropout masks of micro-batch `micro` of optimizer step `step` are drawn from, when
+/// a step is cut into micro-batches (gradient accumulation, data-parallel ranks).
+pub fn dropout_micro_rng(seed: u64, step: u64, micro: u64) -> ChaCha8Rng {
+    stream(
+        seed ^ micro.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        DROPOUT_MICRO,
+        step,
+    )
 }

@@ -18,6 +18,9 @@ use crate::verify::{StepCheck, StepVerification, Verifier};
 use serde::{Deserialize, Serialize};
 use tapegrad_tensor::{Scalar, Tensor};
 
+mod accumulate;
+pub use accumulate::{micro_batches, Exchange, Fingerprint};
+
 /// Everything that defines a training run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainConfig {
@@ -37,6 +40,18 @@ pub struct TrainConfig {
     /// checkpoints written before it existed).
     #[serde(default)]
     pub label_smoothing: f64,
+    /// Micro-batches per optimizer step (gradient accumulation, and the ranks of a data-parallel
+    /// run); 1 is none. Written only when above 1, so other checkpoints keep their bytes.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub accumulate: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn is_one(k: &usize) -> bool {
+    *k == 1
 }
 
 /// Which split to evaluate.
@@ -92,6 +107,8 @@ pub struct Trainer<S: Scalar> {
     backend: Box<dyn Backend<S>>,
     detect_anomaly: bool,
     verify: Option<Verifier>,
+    /// The other ranks of a data-parallel run (`set_exchange`); none in one process.
+    exchange: Option<Box<dyn Exchange>>,
 }
 
 impl<S: Scalar> Trainer<S> {
@@ -119,6 +136,7 @@ impl<S: Scalar> Trainer<S> {
             backend,
             detect_anomaly: false,
             verify: None,
+            exchange: None,
         })
     }
 
@@ -143,6 +161,7 @@ impl<S: Scalar> Trainer<S> {
             backend,
             detect_anomaly: false,
             verify: None,
+            exchange: None,
         })
     }
 
@@ -184,6 +203,9 @@ impl<S: Scalar> Trainer<S> {
 
     /// One optimizer step on the next mini-batch.
     pub fn train_step(&mut self) -> NnResult<StepRecord> {
+        if self.config.accumulate > 1 || self.exchange.is_some() {
+            return self.accumulated_step();
+        }
         let rows = self.order.next_batch();
         let batch = self.data.train.batch(&rows)?;
         let rng = dropout_rng(self.config.seed, self.step);
@@ -350,6 +372,13 @@ fn anomaly_at(e: NnError, when: &str) -> NnError {
 
 fn check_fits<S: Scalar>(config: &TrainConfig, data: &Prepared<S>) -> NnResult<()> {
     let spec = &config.model;
+    let k = config.accumulate;
+    if k == 0 || k > config.batch_size {
+        return Err(NnError::Config(format!(
+            "--accumulate {k} needs 1 <= K <= the batch size ({})",
+            config.batch_size
+        )));
+    }
     let e = config.label_smoothing;
     if e != 0.0 {
         if !(0.0..=1.0).contains(&e) {

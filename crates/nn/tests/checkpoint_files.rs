@@ -28,6 +28,7 @@ fn config(hidden: usize) -> TrainConfig {
         val_fraction: 0.2,
         seed: 1,
         label_smoothing: 0.0,
+        accumulate: 1,
     }
 }
 

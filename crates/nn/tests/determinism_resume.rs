@@ -40,6 +40,7 @@ fn config(data: DataSource, optimizer: &str, lr: f64, dropout: f64, seed: u64) -
         val_fraction: 0.2,
         seed,
         label_smoothing: 0.0,
+        accumulate: 1,
     }
 }
 

@@ -111,6 +111,7 @@ fn cnn_config(seed: u64) -> TrainConfig {
         val_fraction: 0.2,
         seed,
         label_smoothing: 0.0,
+        accumulate: 1,
     }
 }
 
