@@ -7,7 +7,9 @@ use tapegrad_tensor::kernels::layout::inverse_permutation;
 use tapegrad_tensor::kernels::linear::{
     linear_bias_grad, linear_input_grad, linear_rows, linear_weight_grad,
 };
-use tapegrad_tensor::kernels::{batched_matmul, broadcast_shape, matmul, permute, sum_to, transpose};
+use tapegrad_tensor::kernels::{
+    batched_matmul, broadcast_shape, matmul, permute, sum_to, transpose,
+};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// Linear-algebra and axis-reordering ops.

@@ -4,8 +4,8 @@
 
 use super::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
-use tapegrad_tensor::kernels::softmax::split_at_axis;
 use tapegrad_tensor::kernels::layout::concat_shape;
+use tapegrad_tensor::kernels::softmax::split_at_axis;
 use tapegrad_tensor::kernels::{broadcast_shape, broadcast_to, concat, slice, sum_to};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 

@@ -7,5 +7,5 @@ mod op_support;
 mod term_model;
 
 mod structure;
-mod windows;
 mod unallocatable_results;
+mod windows;

@@ -9,8 +9,8 @@
 //! naive definition written here (checked arithmetic) and satisfy the adjoint identity, in f64
 //! and f32 on small integers, with one and two kernel threads.
 
-
 use crate::op_support::no_panic_and_named;
+use crate::term_model::{apply_terms, check_against_terms, ints, one, tensor, two, Call, Term};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use rand::{Rng, SeedableRng};
@@ -21,9 +21,8 @@ use tapegrad_core::ops::nn::{
     LayerNorm, ScatterAdd, Select,
 };
 use tapegrad_core::ops::{LinalgOp, LossOp, ReduceOp, Reduction, StructureOp};
-use tapegrad_tensor::kernels::set_num_threads;
 use tapegrad_core::{Op, Scalar, Shape, Tensor};
-use crate::term_model::{apply_terms, check_against_terms, ints, one, tensor, two, Call, Term};
+use tapegrad_tensor::kernels::set_num_threads;
 
 /// Dims far beyond any real tensor's; allowed in a shape only beside a zero dim.
 const HUGE: [usize; 6] = [

@@ -9,8 +9,8 @@
 //! naive definition written here (checked index arithmetic in i128), and satisfy the adjoint
 //! identity, in f64 and f32 on small integers, with one and two kernel threads.
 
-
 use crate::op_support::no_panic_and_named;
+use crate::term_model::{apply_terms, check_against_terms, ints, one, tensor, two, Call, Term};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use rand::{Rng, SeedableRng};
@@ -18,9 +18,8 @@ use rand_chacha::ChaCha8Rng;
 use tapegrad_core::ops::nn::{
     AdaptiveAvgPool2d, AvgPool2d, Conv1d, Conv2d, MaxPool2d, NamedPadding, PaddingMode,
 };
-use tapegrad_tensor::kernels::set_num_threads;
 use tapegrad_core::{Op, Scalar, Shape, Tensor};
-use crate::term_model::{apply_terms, check_against_terms, ints, one, tensor, two, Call, Term};
+use tapegrad_tensor::kernels::set_num_threads;
 
 /// Attribute values far outside any real network's: each overflows some product or sum of
 /// window arithmetic.

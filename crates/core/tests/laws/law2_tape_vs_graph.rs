@@ -2,7 +2,6 @@
 //! graph's `backprop_all`, slot for slot on the slots that require grad; on f64 and f32, over
 //! random graphs of every implemented op, nn ops included (broadcasting, fan-out, intermediate seeds).
 
-
 use crate::graph_support::{inputs, ops_covered, random_program, random_seed};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

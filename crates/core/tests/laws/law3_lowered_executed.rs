@@ -3,7 +3,6 @@
 //! slots that require grad; on f64 and f32 over random graphs. Lowered tapes of finite values
 //! are zero-preserving, which is what makes skipping unreached nodes exact.
 
-
 use crate::graph_support::{inputs, random_like, random_program};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

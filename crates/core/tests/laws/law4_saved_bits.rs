@@ -4,7 +4,6 @@
 //! a zero may differ in sign); checked lowering equals unchecked lowering when it succeeds. On f64
 //! and f32 over random graphs.
 
-
 use crate::graph_support::{inputs, random_like, random_program, random_seed, same_bits};
 
 /// Equal with `==` (so +0 == -0), and identical bits on every non-zero element.

@@ -2,7 +2,6 @@
 //! for random tangents `dx` and full seeds `s`, to a relative tolerance scaled by the sizes; exact
 //! for ops that are exact on small integers. On f64 and f32 over random graphs.
 
-
 use crate::graph_support::{inputs, random_like, random_program, random_seed};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

@@ -3,7 +3,6 @@
 //! zero-preserving (law 7), the whole program's gradient matches central differences (law 6),
 //! and the same program runs in f32.
 
-
 use crate::ops_nn_support::{random, rng, uniform};
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::laws::{Program, ProgramNode};

@@ -5,7 +5,6 @@
 //! groups, output sizes), out-of-range and mis-shaped indices, and NaN or infinite eps, momentum,
 //! p and scale, on random shapes and on the shapes of valid cases.
 
-
 use crate::op_support::no_panic_and_named;
 use proptest::prelude::*;
 use proptest::test_runner::Config;

@@ -7,7 +7,6 @@
 //! edge cases (zero-size dimensions, every position ignored, C = 0 or 1), its errors, the session
 //! methods and the graph-file round trip. PyTorch's own answers are checked in pytorch_ops.rs.
 
-
 use crate::ops_nn_support::{fwd, labels_with_options, laws, rng, uniform, vjp_with_needs};
 use proptest::prelude::*;
 use rand::Rng;

@@ -5,7 +5,6 @@
 //! cases (every sample ignored, an ignored label out of range, no class), the errors, and the
 //! session methods. PyTorch's own answers are checked in pytorch_ops.rs.
 
-
 use crate::ops_nn_support::{fwd, labels_with_options, laws, rng, uniform, vjp_with_needs};
 use proptest::prelude::*;
 use rand::Rng;

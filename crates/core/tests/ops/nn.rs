@@ -2,7 +2,6 @@
 //! attribute variant at random points, PyTorch's pooling tie rule, stride/padding combinations that
 //! do not divide evenly, and hostile arguments that must be errors rather than panics.
 
-
 use crate::ops_nn_support::{fwd, laws, random, rng, t};
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::laws::op_vjp;

@@ -2,7 +2,6 @@
 //! causal or boolean masks, the documented result of fully masked rows (output 0, gradient 0), no
 //! NaN under masks even with huge scores, and shape errors.
 
-
 use crate::ops_nn_support::{fwd, laws, random, rng, t, uniform};
 use tapegrad_core::laws::op_vjp;
 use tapegrad_core::ops::nn::ScaledDotProductAttention;

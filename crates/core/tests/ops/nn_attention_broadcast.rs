@@ -4,7 +4,6 @@
 //! against the same call on arguments expanded to full size (values, and gradients summed back
 //! over the broadcast axes), and by the per-op laws; shapes that do not broadcast are errors.
 
-
 use crate::ops_nn_support::{fwd, laws, rng, uniform, vjp_with_needs};
 use tapegrad_core::ops::nn::ScaledDotProductAttention;
 use tapegrad_core::ops::Mask;

@@ -2,7 +2,6 @@
 //! repeated indices, out-of-range indices as `Error::Index` naming index and bound, laws 5 and 6,
 //! and dropout's seeded mask (same seed, same mask, in forward and VJP alike).
 
-
 use crate::ops_nn_support::{fwd, laws, random, rng, t};
 use tapegrad_core::laws::op_vjp;
 use tapegrad_core::ops::nn::{

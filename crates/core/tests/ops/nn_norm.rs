@@ -2,7 +2,6 @@
 //! formulas, laws 5 and 6 for every affine/shape variant, the batch-size-1 training error, the
 //! running-statistics update and the batch statistics the session hands back.
 
-
 use crate::ops_nn_support::{fwd, laws, random, rng, t, uniform};
 use tapegrad_core::ops::nn::{batch_stats, BatchNorm, GroupNorm, LayerNorm};
 use tapegrad_core::ops::Aux;

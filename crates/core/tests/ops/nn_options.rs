@@ -4,7 +4,6 @@
 //! `check_op` on random inputs, errors that name the op and the offending value, and the options
 //! through the session and a graph file.
 
-
 use crate::ops_nn_support::{fwd, laws, random, rng, t};
 use tapegrad_core::graph::GraphFile;
 use tapegrad_core::laws::{check_op, op_vjp, Tolerance};

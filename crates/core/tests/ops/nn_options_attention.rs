@@ -3,7 +3,6 @@
 //! and 6 through `check_op`, fully masked rows (boolean or -inf) with output 0 and gradient 0,
 //! errors naming the op and the value, the session method and the graph-file form.
 
-
 use crate::ops_nn_support::{fwd, laws, random, rng, t, uniform};
 use tapegrad_core::graph::GraphFile;
 use tapegrad_core::laws::op_vjp;

@@ -4,7 +4,6 @@
 //! `fixtures/pytorch_conv.json` (written by `fixtures/pytorch_conv.py`), including the calls it
 //! rejects, which must be errors here too; a subset again on a batch big enough for 2 threads.
 
-
 use crate::ops_nn_support::{fwd, rejects_like_pytorch, vjp_with_needs};
 use serde_json::Value;
 use tapegrad_core::ops::nn::{Conv1d, Conv2d, NamedPadding, PaddingMode};

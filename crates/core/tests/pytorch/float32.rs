@@ -19,7 +19,6 @@
 //! both), a value must equal the exact one rounded to f32 or counts as infinitely far off.
 //! The test prints per family the largest errors and the largest ratio ours/PyTorch.
 
-
 use crate::ops_nn_support::vjp_with_needs;
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -11,7 +11,6 @@
 //! and attention whose query, key and value leading dimensions broadcast
 //! (`attention_broadcast`, multi-query attention among them).
 
-
 use crate::ops_nn_support::{fwd, vjp_with_needs};
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -3,7 +3,6 @@
 //! gradient PyTorch 2.15 recorded in `fixtures/pytorch_pools.json` (written by
 //! `fixtures/pytorch_pools.py`), including the calls it rejects, which must be errors here too.
 
-
 use crate::ops_nn_support::{fwd, rejects_like_pytorch, vjp_with_needs};
 use serde_json::Value;
 use tapegrad_core::ops::nn::{AvgPool2d, MaxPool2d};

@@ -9,11 +9,11 @@
 //! p = p + (-lr) * g
 //! ```
 
-use tapegrad_tensor::kernels::update::{self, Piece};
 use super::{s, Slots};
 use crate::grad::OuterDims;
 use pulp::{Arch, Simd, WithSimd};
 use tapegrad_tensor::kernels::num_threads;
+use tapegrad_tensor::kernels::update::{self, Piece};
 use tapegrad_tensor::Scalar;
 
 const MOMENTUM_BUFFER: usize = 0;

@@ -3,8 +3,8 @@
 //! layout, and elementwise maps; both run over segments of consecutive elements (a run of one
 //! group, or a row whose element j belongs to group j) as slice loops that vectorize.
 
-use std::ops::Range;
 use crate::Scalar;
+use std::ops::Range;
 
 pub mod joint;
 

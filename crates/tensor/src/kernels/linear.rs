@@ -2,7 +2,9 @@
 //! which GEMM orientation packs less, the batch-of-one matrix-vector paths, and the bias sums.
 //! Every path gives the values `linear` defines; the choice between them depends only on shapes.
 
-use super::{batched_matmul, column_sums, matvec_rows, num_threads, outer_product, transpose, vecmat_rows};
+use super::{
+    batched_matmul, column_sums, matvec_rows, num_threads, outer_product, transpose, vecmat_rows,
+};
 use crate::{Error, Result, Scalar, Shape, Tensor};
 
 /// `g w`: linear's input gradient from the `(rows, out)` cotangent and the `(out, in)` weight. A

@@ -6,9 +6,9 @@
 //! are bit-identical to the plain loops, for every thread count (each element is computed on its
 //! own).
 
-use pulp::{Arch, Simd, WithSimd};
 use super::{for_each_part, num_threads};
 use crate::Scalar;
+use pulp::{Arch, Simd, WithSimd};
 
 /// Elements per thread below which a split loses to the hand-off: at memory speed a pass over
 /// 32k f32 elements (read two, write one) takes about 10 us, a few times the hand-off to a

@@ -2,12 +2,12 @@
 //! statistics, left in `Aux` with a pure running-statistics update; evaluation: running statistics
 //! as arguments) and `group_norm`. All share one core: statistics per group, per-channel affine.
 
-use tapegrad_tensor::kernels::group_sum::joint::Joint;
-use tapegrad_tensor::kernels::group_sum::{group_sums, map_groups, IndexMap};
 use super::{arity_with, check_eps, expect_shape, when};
 use crate::ops::{Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::alloc::try_with_capacity;
+use tapegrad_tensor::kernels::group_sum::joint::Joint;
+use tapegrad_tensor::kernels::group_sum::{group_sums, map_groups, IndexMap};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// `F.layer_norm(input, normalized_shape, weight, bias, eps)`: statistics over the trailing

@@ -3,8 +3,8 @@
 //! channel j), so that a forward output or a gradient's sums over both take a single pass.
 
 use super::{add_run_pair, totals, CascadeSum, IndexMap, RowCascade};
-use std::ops::Range;
 use crate::Scalar;
+use std::ops::Range;
 
 /// The pieces in which elements meet a statistics map and a channel map.
 #[derive(Debug, Clone, Copy)]
