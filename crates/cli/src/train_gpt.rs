@@ -73,6 +73,9 @@ fn reject_foreign_flags(a: &TrainArgs) -> Result<(), CliError> {
         (a.target.is_some(), "--target"),
         (a.task.is_some(), "--task"),
         (a.val_fraction.is_some(), "--val-fraction"),
+        (a.verify_every.is_some(), "--verify-every"),
+        (a.accumulate.is_some(), "--accumulate"),
+        (a.distributed, "--distributed"),
     ]
     .into_iter()
     .filter_map(|(g, n)| g.then_some(n))
@@ -81,7 +84,8 @@ fn reject_foreign_flags(a: &TrainArgs) -> Result<(), CliError> {
         Ok(())
     } else {
         Err(CliError::Usage(format!(
-            "train gpt does not take {} (it trains AdamW with warm-up and cosine decay on the last 10% held out)",
+            "train gpt does not take {} (it trains AdamW with warm-up and cosine decay on the last 10% \
+             held out; --verify-every, --accumulate and --distributed are not yet wired to it)",
             given.join(", ")
         )))
     }

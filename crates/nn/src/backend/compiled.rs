@@ -484,7 +484,7 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
         mut rng: ChaCha8Rng,
     ) -> NnResult<Option<StepGraph<'_, S>>> {
         let i = self.plan(model, &batch.x, Mode::Train)?;
-        let plan = &self.plans[i];
+        let plan = &mut self.plans[i];
         let inputs = Self::inputs(plan, model, &batch.x, &mut rng)?;
         Ok(Some(StepGraph {
             graph: &plan.graph,

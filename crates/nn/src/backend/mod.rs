@@ -15,7 +15,6 @@ use crate::grad::Grad;
 use crate::model::Model;
 use crate::params::ParamId;
 use rand_chacha::ChaCha8Rng;
-use std::sync::Arc;
 use tapegrad_core::graph::CompiledGraph;
 use tapegrad_core::ops::{class_labels, LinalgOp, LossOp, Reduction};
 use tapegrad_core::tape::{Node, Rule};
