@@ -338,7 +338,9 @@ fn malformed_files_are_errors_that_name_the_node() {
                 "",
             ),
             "'c'",
-            "non-negative integer",
+            // Labels are signed (PyTorch's -100 padding with ignore_index -100); this one is not
+            // the ignored label.
+            "class label -1 is negative",
         ),
         (
             "class label out of range",

@@ -69,11 +69,19 @@ fn matches_expanded(op: &Op, q: &Tensor<f64>, k: &Tensor<f64>, v: &Tensor<f64>, 
     }
 }
 
+/// The leading dimensions of a query, key and value, and of the output they give.
+type Form = (
+    &'static [usize],
+    &'static [usize],
+    &'static [usize],
+    &'static [usize],
+);
+
 #[test]
 fn broadcast_leading_dimensions_equal_the_expanded_call() {
     let mut r = rng(41);
     // (query lead, key lead, value lead, output lead)
-    let forms: [(&[usize], &[usize], &[usize], &[usize]); 7] = [
+    let forms: [Form; 7] = [
         (&[2, 3], &[2, 1], &[2, 1], &[2, 3]), // multi-query attention
         (&[2, 3], &[], &[], &[2, 3]),         // one key/value for every batch and head
         (&[2, 3], &[3], &[3], &[2, 3]),       // fewer leading axes

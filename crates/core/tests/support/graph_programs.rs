@@ -291,7 +291,8 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
         _ => {
             let a = pick(rng, v, |t| t.rank() == 2)?;
             let (n, c) = (v[a].dims()[0], v[a].dims()[1]);
-            let mut targets: Vec<usize> = (0..n).map(|_| rng.random_range(0..c)).collect();
+            let c = i64::try_from(c).ok()?;
+            let mut targets: Vec<i64> = (0..n).map(|_| rng.random_range(0..c)).collect();
             // PyTorch's options now and then: positive class weights, and the first of two or
             // more samples ignored under a label out of range (so one is still counted).
             let weight = rng
