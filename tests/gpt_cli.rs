@@ -135,7 +135,7 @@ fn bad_text_prompts_and_sampling_flags_are_clear_errors() {
         e.contains("val.txt") && e.contains("validation part"),
         "{e}"
     );
-    let e = fails(&with(&["--heads", "3", "--steps", "1"]), &d);
+    let e = fails(&["train", "gpt", "--heads", "3", "--steps", "1"], &d);
     assert!(e.contains("multiple of the heads 3"), "{e}");
     let e = fails(&["train", "--layers", "2"], &d);
     assert!(e.contains("--layers apply to the gpt preset"), "{e}");

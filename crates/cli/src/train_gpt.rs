@@ -46,8 +46,7 @@ pub fn run(args: &TrainArgs) -> CliResult {
             DType::F64 => resume_typed::<f64>(args, &ckpt),
         };
     }
-    let config = config_from_args(args)?;
-    let data = TextData::load(&config.text, config.context()?)?;
+    let (config, data) = config_from_args(args)?;
     let steps = args.steps.unwrap_or(STEPS);
     match args.dtype.unwrap_or(DTypeArg::F32) {
         DTypeArg::F32 => fresh_typed::<f32>(args, config, data, steps),
@@ -91,24 +90,19 @@ fn reject_foreign_flags(a: &TrainArgs) -> Result<(), CliError> {
     }
 }
 
-fn config_from_args(a: &TrainArgs) -> Result<GptConfig, CliError> {
+fn config_from_args(a: &TrainArgs) -> Result<(GptConfig, TextData), CliError> {
     let text = match &a.text {
         Some(p) => TextSource::File {
             path: p.display().to_string(),
         },
         None => TextSource::Shakespeare,
     };
-    // The vocabulary is the text's: read it once here to size the model.
-    let vocab = {
-        let t = text.load()?;
-        let mut chars: Vec<char> = t.chars().collect();
-        chars.sort_unstable();
-        chars.dedup();
-        chars.len()
-    };
+    // The vocabulary is the text's: the text is read (and checked) first to size the model.
+    let context = a.context.unwrap_or(CONTEXT);
+    let data = TextData::load(&text, context)?;
     let model = ModelSpec::Gpt {
-        vocab,
-        context: a.context.unwrap_or(CONTEXT),
+        vocab: data.vocab.len(),
+        context,
         layers: a.layers.unwrap_or(LAYERS),
         heads: a.heads.unwrap_or(HEADS),
         embd: a.embd.unwrap_or(EMBD),
@@ -150,7 +144,7 @@ fn config_from_args(a: &TrainArgs) -> Result<GptConfig, CliError> {
         c.clip_norm = Some(clip);
     }
     c.seed = a.seed.unwrap_or(0);
-    Ok(c)
+    Ok((c, data))
 }
 
 /// The run's defining flags cannot change on resume.
