@@ -122,15 +122,15 @@ fn bad_flags_are_usage_errors() {
         (&["bench", "matmul", "--n", "0"], "--n"),
         (
             &["bench", "chain", "--backend", "compiled"],
-            "mlp workload only",
+            "mlp and gpt workloads only",
         ),
         (
             &["bench", "conv", "--backend", "compiled"],
-            "mlp workload only",
+            "mlp and gpt workloads only",
         ),
         (
             &["bench", "peak", "--backend", "compiled"],
-            "mlp workload only",
+            "mlp and gpt workloads only",
         ),
         (&["bench", "mlp", "--backend", "jit"], "jit"),
         // Sizes no machine can hold: refused before allocating, not an allocation abort.

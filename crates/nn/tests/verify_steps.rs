@@ -28,6 +28,7 @@ fn config(model: ModelSpec, optimizer: &str, clip: Option<f64>) -> TrainConfig {
         val_fraction: 0.2,
         seed: 5,
         label_smoothing: 0.0,
+        accumulate: 1,
     }
 }
 
