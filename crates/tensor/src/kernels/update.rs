@@ -27,6 +27,9 @@ const MIN_OUTER_PER_THREAD: usize = 1 << 18;
 /// be cut in two at any element.
 pub trait Piece: Sized + Send {
     fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// The first `at` elements and the rest.
     fn cut(self, at: usize) -> (Self, Self);
 }
