@@ -278,28 +278,7 @@ impl Checkpoint {
     pub fn from_bytes(path: impl AsRef<Path>, bytes: &[u8]) -> NnResult<Checkpoint> {
         let path = path.as_ref();
         let err = |m: String| NnError::checkpoint(path, m);
-        let st = SafeTensors::deserialize(bytes).map_err(|e| {
-            err(format!(
-                "not a readable safetensors file ({} bytes; truncated or corrupted?): {e}",
-                bytes.len()
-            ))
-        })?;
-        let (_, metadata) = SafeTensors::read_metadata(bytes)
-            .map_err(|e| err(format!("unreadable header: {e}")))?;
-        let meta: HashMap<String, String> = metadata.metadata().clone().ok_or_else(|| {
-            err("the file has no tapegrad metadata (not a tapegrad checkpoint?)".into())
-        })?;
-        let mut tensors = BTreeMap::new();
-        for (name, view) in st.iter() {
-            tensors.insert(
-                name.to_string(),
-                Stored {
-                    dtype: view.dtype(),
-                    shape: view.shape().to_vec(),
-                    bytes: view.data().to_vec(),
-                },
-            );
-        }
+        let (meta, tensors) = read_container(path, bytes)?;
         let field = |k: &str| -> NnResult<&String> {
             meta.get(k).ok_or_else(|| {
                 err(format!(
@@ -623,4 +602,36 @@ pub(crate) mod erased {
                 .map_err(|e| NnError::Config(format!("cannot serialise metadata: {e}")))
         }
     }
+}
+
+/// A safetensors file's tapegrad metadata and its tensors, as stored; `path` only names the file
+/// in messages. Shared by every checkpoint kind, which then reads its own fields.
+pub(crate) fn read_container(
+    path: &Path,
+    bytes: &[u8],
+) -> NnResult<(HashMap<String, String>, BTreeMap<String, Stored>)> {
+    let err = |m: String| NnError::checkpoint(path, m);
+    let st = SafeTensors::deserialize(bytes).map_err(|e| {
+        err(format!(
+            "not a readable safetensors file ({} bytes; truncated or corrupted?): {e}",
+            bytes.len()
+        ))
+    })?;
+    let (_, metadata) =
+        SafeTensors::read_metadata(bytes).map_err(|e| err(format!("unreadable header: {e}")))?;
+    let meta: HashMap<String, String> = metadata.metadata().clone().ok_or_else(|| {
+        err("the file has no tapegrad metadata (not a tapegrad checkpoint?)".into())
+    })?;
+    let mut tensors = BTreeMap::new();
+    for (name, view) in st.iter() {
+        tensors.insert(
+            name.to_string(),
+            Stored {
+                dtype: view.dtype(),
+                shape: view.shape().to_vec(),
+                bytes: view.data().to_vec(),
+            },
+        );
+    }
+    Ok((meta, tensors))
 }

@@ -6,8 +6,8 @@
 use super::run::{GptConfig, GptRun};
 use crate::backend::Backend;
 use crate::checkpoint::{
-    canonical, checksum, decode, dtype_name, erased::Json, json_field, parse, st_dtype, to_stored,
-    write_atomic, Stored, FORMAT, FORMAT_VERSION,
+    canonical, checksum, decode, dtype_name, erased::Json, json_field, parse, read_container,
+    st_dtype, to_stored, write_atomic, Stored, FORMAT, FORMAT_VERSION,
 };
 use crate::data::text::TextData;
 use crate::error::{NnError, NnResult};
@@ -15,7 +15,7 @@ use crate::model::Model;
 use crate::optim::Optimizer;
 use crate::params::ParamKind;
 use safetensors::tensor::SafeTensors;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tapegrad_tensor::{DType, Scalar, Shape, Tensor};
 
@@ -95,28 +95,7 @@ impl GptCheckpoint {
     pub fn from_bytes(path: impl AsRef<Path>, bytes: &[u8]) -> NnResult<Self> {
         let path = path.as_ref();
         let err = |m: String| NnError::checkpoint(path, m);
-        let st = SafeTensors::deserialize(bytes).map_err(|e| {
-            err(format!(
-                "not a readable safetensors file ({} bytes; truncated or corrupted?): {e}",
-                bytes.len()
-            ))
-        })?;
-        let (_, metadata) = SafeTensors::read_metadata(bytes)
-            .map_err(|e| err(format!("unreadable header: {e}")))?;
-        let meta: HashMap<String, String> = metadata.metadata().clone().ok_or_else(|| {
-            err("the file has no tapegrad metadata (not a tapegrad checkpoint?)".into())
-        })?;
-        let mut tensors = BTreeMap::new();
-        for (name, view) in st.iter() {
-            tensors.insert(
-                name.to_string(),
-                Stored {
-                    dtype: view.dtype(),
-                    shape: view.shape().to_vec(),
-                    bytes: view.data().to_vec(),
-                },
-            );
-        }
+        let (meta, tensors) = read_container(path, bytes)?;
         let field = |k: &str| -> NnResult<&String> {
             meta.get(k).ok_or_else(|| {
                 err(format!(
