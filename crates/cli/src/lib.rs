@@ -12,6 +12,7 @@ pub mod generate;
 pub mod grad;
 pub mod graph;
 pub mod predict;
+mod run_output;
 pub mod train;
 pub mod train_gpt;
 

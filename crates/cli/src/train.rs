@@ -4,22 +4,22 @@
 //! Also holds what `eval` and `predict` share: error conversion and the dtype dispatch.
 
 use crate::error::{CliError, CliResult};
+use crate::run_output::{self, LossCurves};
 use clap::ValueEnum;
-use indicatif::{ProgressBar, ProgressStyle};
-use std::io::IsTerminal;
+use indicatif::ProgressBar;
 use std::path::PathBuf;
 use std::time::Instant;
 use tapegrad_nn::checkpoint::{self, Checkpoint};
 use tapegrad_nn::data::{DataSource, Prepared, TaskKind};
 use tapegrad_nn::layers::Activation;
-use tapegrad_nn::plot::{self, Series};
+use tapegrad_nn::presets::{self, DecayKind, DecayOptions, PresetDefaults};
 use tapegrad_nn::runlog::RunLog;
 use tapegrad_nn::summary::{format_metric, Table};
 use tapegrad_nn::trainer::metric_name;
 use tapegrad_nn::verify::Verifier;
 use tapegrad_nn::{
-    make_backend, BackendKind, Decay, ModelSpec, NnError, OptimizerConfig, Schedule, TrainConfig,
-    Trainer, Which,
+    make_backend, BackendKind, Decay, Evaluation, ModelSpec, NnError, OptimizerConfig, Schedule,
+    StepRecord, TrainConfig, Trainer, Which,
 };
 use tapegrad_tensor::{DType, Scalar};
 
@@ -341,7 +341,7 @@ struct Plan {
     activation: Activation,
     dropout: f64,
     optimizer: OptimizerConfig,
-    schedule: ScheduleArg,
+    decay: DecayKind,
     batch_size: usize,
     epochs: u64,
     val_fraction: f64,
@@ -363,8 +363,7 @@ impl Plan {
         if a.task.is_some() && a.csv.is_none() {
             return usage("--task needs --csv FILE");
         }
-        // (preset name, data, hidden widths, optimizer, lr, schedule, batch size, epochs)
-        let (preset, data, hidden, opt, lr, schedule, batch, epochs) = match (&a.csv, a.preset) {
+        let data = match (&a.csv, a.preset) {
             (Some(path), _) => {
                 let target = a.target.clone().ok_or_else(|| {
                     CliError::Usage(
@@ -375,66 +374,47 @@ impl Plan {
                     TaskArg::Regression => TaskKind::Regression,
                     TaskArg::Classification => TaskKind::Classification,
                 };
-                let data = DataSource::Csv {
+                DataSource::Csv {
                     path: path.display().to_string(),
                     target,
                     task,
-                };
-                (
-                    "csv",
-                    data,
-                    vec![32],
-                    "adam",
-                    0.01,
-                    ScheduleArg::Cosine,
-                    32,
-                    100,
-                )
+                }
             }
-            (None, Some(Preset::Mlp)) => (
-                "mlp",
-                DataSource::AutoMpg,
-                vec![32],
-                "adam",
-                0.01,
-                ScheduleArg::Cosine,
-                32,
-                100,
-            ),
-            (None, Some(Preset::Digits | Preset::Gpt) | None) => (
-                "digits",
-                DataSource::Digits,
-                vec![128],
-                "adam",
-                0.001,
-                ScheduleArg::Constant,
-                32,
-                20,
-            ),
+            (None, Some(Preset::Mlp)) => DataSource::AutoMpg,
+            (None, Some(Preset::Digits | Preset::Gpt) | None) => DataSource::Digits,
         };
-        let lr = a.lr.unwrap_or(lr);
-        let mut optimizer = OptimizerConfig::by_name(a.optimizer.as_deref().unwrap_or(opt), lr)?;
+        let defaults = PresetDefaults::of(&data);
+        let lr = a.lr.unwrap_or(defaults.lr);
+        let optimizer_name = a.optimizer.as_deref().unwrap_or(defaults.optimizer);
+        let mut optimizer = OptimizerConfig::by_name(optimizer_name, lr)?;
         apply_optimizer_flags(&mut optimizer, a)?;
-        let activation = match a.activation.unwrap_or(ActivationArg::Relu) {
-            ActivationArg::Relu => Activation::Relu,
-            ActivationArg::Tanh => Activation::Tanh,
-            ActivationArg::Sigmoid => Activation::Sigmoid,
-            ActivationArg::Gelu => Activation::Gelu,
-            ActivationArg::Silu => Activation::Silu,
+        let activation = match a.activation {
+            None => defaults.activation,
+            Some(ActivationArg::Relu) => Activation::Relu,
+            Some(ActivationArg::Tanh) => Activation::Tanh,
+            Some(ActivationArg::Sigmoid) => Activation::Sigmoid,
+            Some(ActivationArg::Gelu) => Activation::Gelu,
+            Some(ActivationArg::Silu) => Activation::Silu,
+        };
+        let decay = match a.schedule {
+            None => defaults.decay,
+            Some(ScheduleArg::Constant) => DecayKind::Constant,
+            Some(ScheduleArg::Step) => DecayKind::Step,
+            Some(ScheduleArg::Cosine) => DecayKind::Cosine,
         };
         Ok(Plan {
-            preset,
+            preset: defaults.name,
             cnn: a.model == Some(ModelKind::Cnn),
             data,
-            hidden: a.hidden.clone().unwrap_or(hidden),
+            hidden: a.hidden.clone().unwrap_or_else(|| defaults.hidden.to_vec()),
             activation,
             dropout: a.dropout.unwrap_or(0.0),
             optimizer,
-            schedule: a.schedule.unwrap_or(schedule),
-            batch_size: a.batch_size.unwrap_or(batch),
-            epochs: a.epochs.unwrap_or(epochs),
-            val_fraction: a.val_fraction.unwrap_or(0.2),
-            seed: a.seed.unwrap_or(0),
+            decay,
+            batch_size: a.batch_size.unwrap_or(defaults.batch_size),
+            epochs: a.epochs.unwrap_or(defaults.epochs),
+            val_fraction: a.val_fraction.unwrap_or(defaults.val_fraction),
+            seed: a.seed.unwrap_or(defaults.seed),
         })
     }
 }
@@ -534,13 +514,7 @@ fn fresh_typed<S: Scalar>(args: &TrainArgs, plan: Plan) -> CliResult {
     let dataset = plan.data.load()?;
     let data = Prepared::<S>::new(&dataset, plan.val_fraction, plan.seed)?;
     let model = if plan.cnn {
-        ModelSpec::Cnn {
-            image: [1, 8, 8],
-            channels: vec![16, 32],
-            outputs: data.task.outputs(),
-            batch_norm: true,
-            dropout: plan.dropout,
-        }
+        presets::digits_cnn(data.task.outputs(), plan.dropout)
     } else {
         ModelSpec::Mlp {
             inputs: data.feature_names.len(),
@@ -553,20 +527,15 @@ fn fresh_typed<S: Scalar>(args: &TrainArgs, plan: Plan) -> CliResult {
     let batches = data.train.len().div_ceil(plan.batch_size.max(1)) as u64;
     let steps = args.steps.unwrap_or(plan.epochs.saturating_mul(batches));
     let warmup = args.warmup.unwrap_or(0);
-    let decay = match plan.schedule {
-        ScheduleArg::Constant => Decay::Constant,
-        ScheduleArg::Step => Decay::Step {
-            step_size: args.step_size.unwrap_or((steps / 3).max(1)),
-            gamma: args.gamma.unwrap_or(0.1),
+    let decay = plan.decay.build(
+        steps,
+        warmup,
+        DecayOptions {
+            cosine_steps: args.schedule_steps,
+            step_size: args.step_size,
+            gamma: args.gamma,
         },
-        ScheduleArg::Cosine => Decay::Cosine {
-            t_max: args
-                .schedule_steps
-                .unwrap_or(steps.saturating_sub(warmup))
-                .max(1),
-            eta_min: 0.0,
-        },
-    };
+    );
     let config = TrainConfig {
         preset: plan.preset.to_string(),
         data: plan.data.clone(),
@@ -622,22 +591,8 @@ fn resume_typed<S: Scalar>(args: &TrainArgs, ckpt: &Checkpoint) -> CliResult {
     drive(args, trainer, steps)
 }
 
-/// What the progress display and the plot need from each evaluation.
-struct Curves {
-    train: Vec<(f64, f64)>,
-    val: Vec<(f64, f64)>,
-}
-
 /// Runs `steps` steps of `trainer` with progress, evaluations, log, summary, checkpoint and plot.
 fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> CliResult {
-    let metric = metric_name(&trainer.data.task);
-    let metric_label = match (&trainer.config.data, metric) {
-        (DataSource::AutoMpg, "rmse") => "RMSE (mpg)".to_string(),
-        (_, "rmse") => "RMSE".to_string(),
-        _ => "accuracy".to_string(),
-    };
-    let batches = trainer.order.batches_per_epoch() as u64;
-    let eval_every = args.eval_every.unwrap_or(batches).max(1);
     // Every rank of a distributed run takes the same steps; only rank 0 prints and writes files.
     let root = crate::distributed::attach(args, &mut trainer)?;
     let quiet = args.quiet || !root;
@@ -646,74 +601,144 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
         trainer.set_verify(Some(Verifier::new(every, args.verify_warn)?));
     }
     if !quiet {
-        print_header(&trainer, steps, args.backend.kind());
-        if args.detect_anomaly {
-            println!("anomaly mode: the first NaN or infinity stops the run and names its node");
-        }
-        if let Some(every) = args.verify_every {
-            let laws = match args.backend.kind() {
-                BackendKind::Compiled => "1, 4, 5, 6 and 7",
-                BackendKind::Eager => "1, 5, 6 and 7",
-            };
-            println!("verify: laws {laws} are checked on every {every}th step");
-        }
+        announce(args, &trainer, steps);
     }
     let before_train = trainer.evaluate(Which::Train)?;
     let before_val = trainer.evaluate(Which::Validation)?;
+    let mut progress = Progress::start(args, &trainer, steps, root, before_val)?;
     if !quiet {
         println!(
-            "before: validation loss {:.4}, {metric_label} {}",
+            "before: validation loss {:.4}, {} {}",
             before_val.loss,
-            format_metric(metric, before_val.metric)
+            progress.metric_label,
+            format_metric(progress.metric, before_val.metric)
         );
     }
-    let mut log = match &args.log {
-        Some(p) if root => Some(RunLog::create(p, metric)?),
-        _ => None,
-    };
-    let start_step = trainer.step;
-    if let Some(log) = &mut log {
-        log.record(
-            "validation",
-            start_step,
-            trainer.order.epoch(),
-            before_val.loss,
-            before_val.metric,
-            None,
-            0.0,
-        )?;
-    }
-    let mut curves = Curves {
-        train: Vec::new(),
-        val: vec![(start_step as f64, before_val.loss)],
-    };
-    let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
-        let bar = ProgressBar::new(steps);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{bar:30.cyan/blue} {pos}/{len} steps  {msg}  {rate}  eta {eta}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .with_key(
-                "rate",
-                |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
-                    let _ = write!(w, "{:.0} steps/s", state.per_sec());
-                },
-            ),
-        );
-        bar
-    });
-    // Without a terminal, print about 20 evaluation lines however long the run is.
-    let evals_total = steps / eval_every;
-    let print_every = evals_total.div_ceil(20).max(1);
-    let mut evals_done = 0u64;
-    let started = Instant::now();
-    let mut last_val = before_val;
-    let mut rows_seen = 0usize;
     for i in 0..steps {
+        progress.step(args, &mut trainer, i)?;
+    }
+    let seconds = progress.finish()?;
+    let after_train = trainer.evaluate(Which::Train)?;
+    trainer.finish_exchange();
+    if !root {
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    if !quiet {
+        println!();
+    }
+    let evaluations = [(before_train, before_val), (after_train, progress.last_val)];
+    print_summary(&trainer, &progress, &evaluations, seconds);
+    write_files(args, &trainer, &progress.curves, quiet)?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The run's header, and which checks it runs besides training.
+fn announce<S: Scalar>(args: &TrainArgs, trainer: &Trainer<S>, steps: u64) {
+    print_header(trainer, steps, args.backend.kind());
+    if args.detect_anomaly {
+        println!("anomaly mode: the first NaN or infinity stops the run and names its node");
+    }
+    if let Some(every) = args.verify_every {
+        let laws = match args.backend.kind() {
+            BackendKind::Compiled => "1, 4, 5, 6 and 7",
+            BackendKind::Eager => "1, 5, 6 and 7",
+        };
+        println!("verify: laws {laws} are checked on every {every}th step");
+    }
+}
+
+/// The state of a run between steps: what it shows, logs and plots.
+struct Progress {
+    metric: &'static str,
+    metric_label: String,
+    eval_every: u64,
+    /// Without a terminal, an evaluation line is printed every this many evaluations.
+    print_every: u64,
+    evals_done: u64,
+    start_step: u64,
+    steps: u64,
+    rows_seen: usize,
+    last_val: Evaluation,
+    started: Instant,
+    quiet: bool,
+    root: bool,
+    log: Option<RunLog>,
+    curves: LossCurves,
+    bar: Option<ProgressBar>,
+}
+
+impl Progress {
+    /// Opens the log (rank 0 only) with the evaluation before the first step, and the bar.
+    fn start<S: Scalar>(
+        args: &TrainArgs,
+        trainer: &Trainer<S>,
+        steps: u64,
+        root: bool,
+        before_val: Evaluation,
+    ) -> Result<Progress, CliError> {
+        let metric = metric_name(&trainer.data.task);
+        let metric_label = match (&trainer.config.data, metric) {
+            (DataSource::AutoMpg, "rmse") => "RMSE (mpg)".to_string(),
+            (_, "rmse") => "RMSE".to_string(),
+            _ => "accuracy".to_string(),
+        };
+        let quiet = args.quiet || !root;
+        let eval_every = args
+            .eval_every
+            .unwrap_or(trainer.order.batches_per_epoch() as u64)
+            .max(1);
+        let start_step = trainer.step;
+        let mut log = match &args.log {
+            Some(p) if root => Some(RunLog::create(p, metric)?),
+            _ => None,
+        };
+        if let Some(log) = &mut log {
+            let epoch = trainer.order.epoch();
+            log.record(
+                "validation",
+                start_step,
+                epoch,
+                before_val.loss,
+                before_val.metric,
+                None,
+                0.0,
+            )?;
+        }
+        let bar = run_output::progress_bar(
+            steps,
+            quiet,
+            "{bar:30.cyan/blue} {pos}/{len} steps  {msg}  {steps_per_s}  eta {eta}",
+        );
+        Ok(Progress {
+            metric,
+            metric_label,
+            eval_every,
+            print_every: (steps / eval_every).div_ceil(20).max(1),
+            evals_done: 0,
+            start_step,
+            steps,
+            rows_seen: 0,
+            last_val: before_val,
+            started: Instant::now(),
+            quiet,
+            root,
+            log,
+            curves: LossCurves::new(start_step, before_val.loss),
+            bar,
+        })
+    }
+
+    /// Step `i` of the run: the step itself, its verification, the log, the evaluation when
+    /// one is due, the display and the periodic checkpoint.
+    fn step<S: Scalar>(
+        &mut self,
+        args: &TrainArgs,
+        trainer: &mut Trainer<S>,
+        i: u64,
+    ) -> Result<(), CliError> {
         let step = trainer.train_step();
         if let Some(v) = trainer.take_verification() {
-            if let Some(log) = &mut log {
+            if let Some(log) = &mut self.log {
                 log.record_value(&v.to_json())?;
             }
             if args.verify_warn {
@@ -723,10 +748,10 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
             }
         }
         let rec = step?;
-        rows_seen += rec.rows;
-        let seconds = started.elapsed().as_secs_f64();
-        curves.train.push((rec.step as f64, rec.loss));
-        if let Some(log) = &mut log {
+        self.rows_seen += rec.rows;
+        let seconds = self.started.elapsed().as_secs_f64();
+        self.curves.train.push((rec.step as f64, rec.loss));
+        if let Some(log) = &mut self.log {
             log.record(
                 "train",
                 rec.step,
@@ -737,63 +762,94 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
                 seconds,
             )?;
         }
-        let is_eval = (i + 1) % eval_every == 0 || i + 1 == steps;
+        let last = i + 1 == self.steps;
+        let is_eval = (i + 1) % self.eval_every == 0 || last;
         if is_eval {
-            last_val = trainer.evaluate(Which::Validation)?;
-            curves.val.push((rec.step as f64, last_val.loss));
-            if let Some(log) = &mut log {
-                log.record(
-                    "validation",
-                    rec.step,
-                    rec.epoch,
-                    last_val.loss,
-                    last_val.metric,
-                    None,
-                    seconds,
-                )?;
-            }
-            evals_done += 1;
-            if bar.is_none() && !quiet && (evals_done % print_every == 0 || i + 1 == steps) {
-                println!(
-                    "step {:>6}/{}  epoch {:>4}  loss {:.4}  val loss {:.4}  val {metric_label} {}  {:.0} steps/s",
-                    rec.step,
-                    start_step + steps,
-                    rec.epoch,
-                    rec.loss,
-                    last_val.loss,
-                    format_metric(metric, last_val.metric),
-                    (i + 1) as f64 / seconds.max(1e-9)
-                );
-            }
+            self.evaluate(trainer, &rec, seconds, i, last)?;
         }
-        if let Some(bar) = &bar {
+        if let Some(bar) = &self.bar {
             if is_eval || i % 10 == 0 {
                 bar.set_message(format!(
-                    "loss {:.4}  val {metric_label} {}",
+                    "loss {:.4}  val {} {}",
                     rec.loss,
-                    format_metric(metric, last_val.metric)
+                    self.metric_label,
+                    format_metric(self.metric, self.last_val.metric)
                 ));
             }
             bar.inc(1);
         }
-        if let (Some(every), Some(path), true) = (args.save_every, &args.save, root) {
-            // The last step is saved after the summary below; saving it twice would be waste.
-            if rec.step % every == 0 && i + 1 < steps {
-                checkpoint::save(path, &trainer)?;
+        if let (Some(every), Some(path), true) = (args.save_every, &args.save, self.root) {
+            // The last step is saved after the summary; saving it twice would be waste.
+            if rec.step % every == 0 && !last {
+                checkpoint::save(path, trainer)?;
             }
         }
+        Ok(())
     }
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    if let Some(log) = &mut log {
-        log.flush()?;
-    }
-    let after_train = trainer.evaluate(Which::Train)?;
-    let after_val = last_val;
-    trainer.finish_exchange();
 
+    /// The validation evaluation after step `i`: the curve, the log and, without a bar, about
+    /// twenty printed lines however long the run is.
+    fn evaluate<S: Scalar>(
+        &mut self,
+        trainer: &mut Trainer<S>,
+        rec: &StepRecord,
+        seconds: f64,
+        i: u64,
+        last: bool,
+    ) -> Result<(), CliError> {
+        self.last_val = trainer.evaluate(Which::Validation)?;
+        let val = self.last_val;
+        self.curves.val.push((rec.step as f64, val.loss));
+        if let Some(log) = &mut self.log {
+            log.record(
+                "validation",
+                rec.step,
+                rec.epoch,
+                val.loss,
+                val.metric,
+                None,
+                seconds,
+            )?;
+        }
+        self.evals_done += 1;
+        if self.bar.is_none() && !self.quiet && (self.evals_done % self.print_every == 0 || last) {
+            println!(
+                "step {:>6}/{}  epoch {:>4}  loss {:.4}  val loss {:.4}  val {} {}  {:.0} steps/s",
+                rec.step,
+                self.start_step + self.steps,
+                rec.epoch,
+                rec.loss,
+                val.loss,
+                self.metric_label,
+                format_metric(self.metric, val.metric),
+                (i + 1) as f64 / seconds.max(1e-9)
+            );
+        }
+        Ok(())
+    }
+
+    /// Clears the bar and flushes the log; returns the run's seconds.
+    fn finish(&mut self) -> Result<f64, CliError> {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+        let seconds = self.started.elapsed().as_secs_f64();
+        if let Some(log) = &mut self.log {
+            log.flush()?;
+        }
+        Ok(seconds)
+    }
+}
+
+/// The before/after table, the speed line and the verification's cost.
+fn print_summary<S: Scalar>(
+    trainer: &Trainer<S>,
+    progress: &Progress,
+    evaluations: &[(Evaluation, Evaluation); 2],
+    seconds: f64,
+) {
+    let (metric, label) = (progress.metric, &progress.metric_label);
+    let [(before_train, before_val), (after_train, after_val)] = evaluations;
     let mut table = Table::new(&["", "before", "after"]);
     table.row(vec![
         "train loss".into(),
@@ -806,18 +862,15 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
         format!("{:.4}", after_val.loss),
     ]);
     table.row(vec![
-        format!("train {metric_label}"),
+        format!("train {label}"),
         format_metric(metric, before_train.metric),
         format_metric(metric, after_train.metric),
     ]);
     table.row(vec![
-        format!("validation {metric_label}"),
+        format!("validation {label}"),
         format_metric(metric, before_val.metric),
         format_metric(metric, after_val.metric),
     ]);
-    if !root {
-        return Ok(std::process::ExitCode::SUCCESS);
-    }
     if let Some(v) = trainer.verifier() {
         let s = v.stats();
         table.row(vec![
@@ -831,19 +884,17 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
             format!("{:.1e}", s.worst_rel_err),
         ]);
     }
-    if !quiet {
-        println!();
-    }
     print!("{}", table.render());
+    let steps = progress.steps;
     println!(
         "{} steps ({} to {}, epoch {}) in {:.2} s: {:.0} steps/s, {:.0} rows/s",
         steps,
-        start_step,
+        progress.start_step,
         trainer.step,
         trainer.order.epoch(),
         seconds,
         steps as f64 / seconds.max(1e-9),
-        rows_seen as f64 / seconds.max(1e-9)
+        progress.rows_seen as f64 / seconds.max(1e-9)
     );
     if let Some(v) = trainer.verifier() {
         let s = v.stats();
@@ -856,8 +907,17 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
             100.0 * s.seconds / (seconds - s.seconds).max(1e-9)
         );
     }
+}
+
+/// The final checkpoint (`--save`) and the loss plot (`--plot`).
+fn write_files<S: Scalar>(
+    args: &TrainArgs,
+    trainer: &Trainer<S>,
+    curves: &LossCurves,
+    quiet: bool,
+) -> Result<(), CliError> {
     if let Some(path) = &args.save {
-        checkpoint::save(path, &trainer)?;
+        checkpoint::save(path, trainer)?;
         if !quiet {
             println!(
                 "saved checkpoint {} (step {})",
@@ -873,37 +933,13 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
             trainer.model.spec.name(),
             trainer.config.optimizer.name()
         );
-        let window = (batches as usize).clamp(1, 50);
-        let series = vec![
-            Series {
-                name: "train loss (per step)".into(),
-                color: "#9ecae1".into(),
-                points: curves.train.clone(),
-                width: 1.0,
-            },
-            Series {
-                name: format!("train loss (mean of {window})"),
-                color: "#08519c".into(),
-                points: plot::moving_average(&curves.train, window),
-                width: 2.0,
-            },
-            Series {
-                name: "validation loss".into(),
-                color: "#d94801".into(),
-                points: curves.val,
-                width: 2.0,
-            },
-        ];
-        let svg = plot::svg(&title, "step", "loss", &series);
-        std::fs::write(path, svg).map_err(|e| CliError::Io {
-            path: path.display().to_string(),
-            source: e,
-        })?;
+        let window = trainer.order.batches_per_epoch().clamp(1, 50);
+        curves.write_plot(path, &title, "loss", window)?;
         if !quiet {
             println!("wrote plot {}", path.display());
         }
     }
-    Ok(std::process::ExitCode::SUCCESS)
+    Ok(())
 }
 
 fn print_header<S: Scalar>(t: &Trainer<S>, steps: u64, backend: BackendKind) {

@@ -20,6 +20,7 @@ pub mod model;
 pub mod optim;
 pub mod params;
 pub mod plot;
+pub mod presets;
 pub mod rng;
 pub mod runlog;
 pub mod schedule;
