@@ -16,7 +16,10 @@ use tapegrad_nn::rng::dropout_rng;
 use tapegrad_nn::{Model, ModelSpec};
 use tapegrad_tensor::Scalar;
 
-const WEIGHTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/gpt_tiny.safetensors");
+const WEIGHTS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/gpt_tiny.safetensors"
+);
 const RECORD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/gpt_tiny.json");
 
 fn record() -> serde_json::Value {
@@ -101,8 +104,14 @@ fn matches_pytorch<S: Scalar>(kind: BackendKind, u: f64) {
     let logits: Vec<f64> = out.outputs.data().iter().map(|v| v.to_f64()).collect();
     let want = floats(&r["logits"]);
     let (err, tol) = (max_diff(&logits, &want), tolerance(u, false, &want));
-    eprintln!("{kind:?} {}: logits off by {err:.1e} (tolerance {tol:.1e})", S::DTYPE);
-    assert!(err <= tol, "{kind:?}: logits differ by {err:e} (tolerance {tol:e})");
+    eprintln!(
+        "{kind:?} {}: logits off by {err:.1e} (tolerance {tol:.1e})",
+        S::DTYPE
+    );
+    assert!(
+        err <= tol,
+        "{kind:?}: logits differ by {err:e} (tolerance {tol:e})"
+    );
 
     let loss = r["loss"].as_f64().unwrap();
     let tol = tolerance(u, false, &[loss]);
@@ -121,7 +130,10 @@ fn matches_pytorch<S: Scalar>(kind: BackendKind, u: f64) {
         let g: Vec<f64> = g.data().iter().map(|v| v.to_f64()).collect();
         let want = floats(want);
         let (err, tol) = (max_diff(&g, &want), tolerance(u, true, &want));
-        eprintln!("{kind:?} {}: {name} off by {err:.1e} (tolerance {tol:.1e})", S::DTYPE);
+        eprintln!(
+            "{kind:?} {}: {name} off by {err:.1e} (tolerance {tol:.1e})",
+            S::DTYPE
+        );
         assert!(
             err <= tol,
             "{kind:?}: gradient of {name} differs by {err:e} (tolerance {tol:e})"
@@ -216,7 +228,10 @@ fn wrong_files_are_clear_errors_naming_the_tensor_and_both_shapes() {
     );
 
     let mut e = good.clone();
-    e.insert("transformer.ln_f.weight".into(), (Dtype::F16, vec![16], vec![0; 32]));
+    e.insert(
+        "transformer.ln_f.weight".into(),
+        (Dtype::F16, vec![16], vec![0; 32]),
+    );
     fails(
         &serialize(&e, &[]),
         &tiny,
@@ -226,14 +241,30 @@ fn wrong_files_are_clear_errors_naming_the_tensor_and_both_shapes() {
     // Sizes that differ from the flags name the flag and the file's value.
     let bytes = serialize(&good, &[("n_head", "2")]);
     fails(&bytes, &spec(2, 2, 16, 4, false), &["--context 8"]);
-    fails(&bytes, &spec(1, 2, 16, 8, false), &["holds 2 blocks", "--layers 2"]);
-    fails(&bytes, &spec(2, 2, 32, 8, false), &["[11, 16]", "--embd 16"]);
-    fails(&bytes, &spec(2, 4, 16, 8, false), &["n_head 2", "--heads 2"]);
+    fails(
+        &bytes,
+        &spec(1, 2, 16, 8, false),
+        &["holds 2 blocks", "--layers 2"],
+    );
+    fails(
+        &bytes,
+        &spec(2, 2, 32, 8, false),
+        &["[11, 16]", "--embd 16"],
+    );
+    fails(
+        &bytes,
+        &spec(2, 4, 16, 8, false),
+        &["n_head 2", "--heads 2"],
+    );
     let mut v12 = spec(2, 2, 16, 8, false);
     if let ModelSpec::Gpt { vocab, .. } = &mut v12 {
         *vocab = 12;
     }
-    fails(&bytes, &v12, &["vocabulary of 11 tokens", "12 distinct characters"]);
+    fails(
+        &bytes,
+        &v12,
+        &["vocabulary of 11 tokens", "12 distinct characters"],
+    );
 
     // A tapegrad checkpoint is not a state_dict.
     let bytes = serialize(&good, &[("preset", "gpt")]);
@@ -260,7 +291,10 @@ fn tied_weights_stored_once_or_twice() {
     fails(
         &serialize(&good, &[]),
         &tied,
-        &["ties lm_head.weight to transformer.wte.weight", "leave out --tie-weights"],
+        &[
+            "ties lm_head.weight to transformer.wte.weight",
+            "leave out --tie-weights",
+        ],
     );
     // safetensors' save_model keeps one name (lm_head.weight) and records the other.
     let mut once = e.clone();
