@@ -79,7 +79,7 @@ fn batch<S: Scalar>(r: &serde_json::Value) -> Batch<S> {
         .as_array()
         .unwrap()
         .iter()
-        .flat_map(|row| floats(row))
+        .flat_map(floats)
         .map(S::from_f64)
         .collect();
     let y: Vec<usize> = floats(&r["y"]).iter().map(|&v| v as usize).collect();
@@ -190,7 +190,7 @@ fn load(bytes: &[u8], spec: &ModelSpec) -> Result<Model<f32>, String> {
 }
 
 fn fails(bytes: &[u8], spec: &ModelSpec, parts: &[&str]) {
-    let e = load(bytes, spec).err().expect("the load should fail");
+    let e = load(bytes, spec).expect_err("the load should fail");
     for p in parts {
         assert!(e.contains(p), "'{p}' not in: {e}");
     }
