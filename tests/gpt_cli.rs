@@ -168,3 +168,203 @@ fn bad_text_prompts_and_sampling_flags_are_clear_errors() {
     );
     assert!(e.contains("remove --layers"), "{e}");
 }
+
+#[test]
+fn verify_every_checks_the_gpt_and_leaves_its_bits() {
+    let d = tempdir("gpt-verify");
+    let run = |extra: &[&str]| {
+        let mut a = with(&["--steps", "4", "--dropout", "0.1"]);
+        a.extend_from_slice(extra);
+        ok(&a, &d)
+    };
+    run(&["--save", "plain.st"]);
+    let plain = std::fs::read(d.join("plain.st")).unwrap();
+    let out = run(&["--save", "v.st", "--verify-every", "2", "--log", "v.jsonl"]);
+    assert!(
+        out.contains("verified 2 steps (8 checks, 8 passed)"),
+        "{out}"
+    );
+    assert_eq!(plain, std::fs::read(d.join("v.st")).unwrap());
+    let log = std::fs::read_to_string(d.join("v.jsonl")).unwrap();
+    let checks: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["split"] == "verify")
+        .collect();
+    assert_eq!(checks.len(), 2, "{log}");
+    assert!(checks.iter().all(|v| v["passed"] == true), "{log}");
+    let out = run(&[
+        "--save",
+        "vc.st",
+        "--verify-every",
+        "2",
+        "--backend",
+        "compiled",
+    ]);
+    assert!(
+        out.contains("verified 2 steps (10 checks, 10 passed)"),
+        "{out}"
+    );
+    assert_eq!(plain, std::fs::read(d.join("vc.st")).unwrap());
+}
+
+#[test]
+fn accumulate_resumes_bit_exact_on_both_backends() {
+    let d = tempdir("gpt-accumulate");
+    // A batch of 4 windows in 3 micro-batches of 2, 1 and 1.
+    ok(
+        &with(&["--steps", "4", "--accumulate", "3", "--save", "acc.st"]),
+        &d,
+    );
+    let straight = std::fs::read(d.join("acc.st")).unwrap();
+    ok(
+        &with(&[
+            "--steps",
+            "2",
+            "--schedule-steps",
+            "4",
+            "--accumulate",
+            "3",
+            "--save",
+            "half.st",
+        ]),
+        &d,
+    );
+    ok(
+        &[
+            "train", "--resume", "half.st", "--steps", "2", "--save", "half.st", "--quiet",
+        ],
+        &d,
+    );
+    assert_eq!(straight, std::fs::read(d.join("half.st")).unwrap());
+    ok(
+        &with(&[
+            "--steps",
+            "4",
+            "--accumulate",
+            "3",
+            "--backend",
+            "compiled",
+            "--save",
+            "c.st",
+        ]),
+        &d,
+    );
+    assert_eq!(straight, std::fs::read(d.join("c.st")).unwrap());
+    ok(&with(&["--steps", "4", "--save", "one.st"]), &d);
+    assert_ne!(straight, std::fs::read(d.join("one.st")).unwrap());
+
+    let e = fails(&with(&["--steps", "1", "--accumulate", "5"]), &d);
+    assert!(e.contains("--accumulate 5 needs 1 to 4"), "{e}");
+    let e = fails(
+        &with(&["--steps", "1", "--accumulate", "2", "--verify-every", "1"]),
+        &d,
+    );
+    assert!(
+        e.contains("--verify-every") && e.contains("--accumulate"),
+        "{e}"
+    );
+    let e = fails(
+        &[
+            "train",
+            "--resume",
+            "acc.st",
+            "--steps",
+            "1",
+            "--accumulate",
+            "2",
+        ],
+        &d,
+    );
+    assert!(e.contains("remove --accumulate"), "{e}");
+}
+
+fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// The PyTorch fixture of `crates/nn/tests/gpt_pytorch.rs`: 2 layers, 2 heads, width 16,
+/// context 8, 11 tokens.
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/crates/nn/tests/fixtures/gpt_tiny.safetensors"
+);
+
+#[test]
+fn init_from_loads_pytorch_weights_and_names_the_flag_to_set() {
+    let d = tempdir("gpt-init");
+    // A text of 11 distinct characters, as the fixture's vocabulary.
+    let text: String = (0..400)
+        .map(|i| b"abcdefghij "[(i * 7) % 11] as char)
+        .collect();
+    std::fs::write(d.join("t.txt"), text).unwrap();
+    let base = |extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = [
+            "train",
+            "gpt",
+            "--text",
+            "t.txt",
+            "--batch-size",
+            "4",
+            "--init-from",
+            FIXTURE,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let sizes = [
+        "--layers",
+        "2",
+        "--heads",
+        "2",
+        "--embd",
+        "16",
+        "--context",
+        "8",
+    ];
+    let mut good = sizes.to_vec();
+    good.extend(["--steps", "2", "--save", "init.st"]);
+    let out = ok(&args(&base(&good)), &d);
+    assert!(
+        out.contains("init: 29 tensors from") && out.contains("gpt_tiny.safetensors"),
+        "{out}"
+    );
+    let e = ok(&["eval", "--load", "init.st"], &d);
+    assert!(e.contains("loss "), "{e}");
+
+    let mut wrong = sizes.to_vec();
+    wrong[7] = "16";
+    wrong.extend(["--steps", "1"]);
+    let e = fails(&args(&base(&wrong)), &d);
+    assert!(
+        e.contains("transformer.wpe.weight has shape [8, 16]") && e.contains("--context 8"),
+        "{e}"
+    );
+    let mut wrong = sizes.to_vec();
+    wrong[1] = "1";
+    wrong.extend(["--steps", "1"]);
+    let e = fails(&args(&base(&wrong)), &d);
+    assert!(e.contains("--layers 2"), "{e}");
+    let mut tied = sizes.to_vec();
+    tied.extend(["--steps", "1", "--tie-weights"]);
+    let e = fails(&args(&base(&tied)), &d);
+    assert!(e.contains("leave out --tie-weights"), "{e}");
+    let e = fails(&["train", "--init-from", "x.safetensors"], &d);
+    assert!(e.contains("--init-from apply to the gpt preset"), "{e}");
+    let e = fails(
+        &[
+            "train",
+            "--resume",
+            "init.st",
+            "--steps",
+            "1",
+            "--init-from",
+            FIXTURE,
+        ],
+        &d,
+    );
+    assert!(e.contains("remove --init-from"), "{e}");
+}

@@ -258,6 +258,10 @@ pub struct TrainOptions {
     /// gpt: the LM head shares the token embedding's table.
     #[arg(long)]
     pub tie_weights: bool,
+    /// gpt: start from the weights in this safetensors file, saved by PyTorch under nanoGPT's
+    /// names (docs/gpt.md); the flags must give the file's sizes.
+    #[arg(long, value_name = "FILE")]
+    pub init_from: Option<PathBuf>,
     /// Gradient accumulation: run each step's batch as K micro-batches (the first batch-size % K
     /// one row larger), sum their gradients in order and scale once (docs/distributed.md).
     #[arg(long, value_name = "K")]
@@ -307,6 +311,7 @@ pub fn run(args: TrainArgs) -> CliResult {
         (args.embd.is_some(), "--embd"),
         (args.context.is_some(), "--context"),
         (args.tie_weights, "--tie-weights"),
+        (args.init_from.is_some(), "--init-from"),
     ]
     .into_iter()
     .filter_map(|(g, n)| g.then_some(n))

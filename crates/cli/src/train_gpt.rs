@@ -2,7 +2,7 @@
 //! FILE`), with the preset's sizes and schedule, `--layers --heads --embd --context` to change
 //! them, tokens/s in the progress bar, the validation loss on fixed windows, and the same run
 //! options as the other presets (log, plot, checkpoints and resume, backend, threads, dtype,
-//! anomaly mode).
+//! anomaly mode), and `--init-from` to start from weights saved by PyTorch.
 
 use crate::error::{CliError, CliResult};
 use crate::train::{DTypeArg, TrainArgs};
@@ -12,11 +12,13 @@ use std::path::Path;
 use std::time::Instant;
 use tapegrad_nn::data::text::{TextData, TextSource};
 use tapegrad_nn::gpt::checkpoint::{self, GptCheckpoint};
+use tapegrad_nn::gpt::import;
 use tapegrad_nn::gpt::{GptConfig, GptRun};
 use tapegrad_nn::plot::{self, Series};
 use tapegrad_nn::runlog::RunLog;
 use tapegrad_nn::summary::Table;
-use tapegrad_nn::{make_backend, ModelSpec, OptimizerConfig};
+use tapegrad_nn::verify::Verifier;
+use tapegrad_nn::{make_backend, BackendKind, ModelSpec, OptimizerConfig};
 use tapegrad_tensor::{DType, Scalar};
 
 /// The preset's sizes: 4 layers, 4 heads, width 128, context 64, batch 32, 1500 steps.
@@ -72,8 +74,6 @@ fn reject_foreign_flags(a: &TrainArgs) -> Result<(), CliError> {
         (a.target.is_some(), "--target"),
         (a.task.is_some(), "--task"),
         (a.val_fraction.is_some(), "--val-fraction"),
-        (a.verify_every.is_some(), "--verify-every"),
-        (a.accumulate.is_some(), "--accumulate"),
         (a.distributed, "--distributed"),
     ]
     .into_iter()
@@ -84,7 +84,7 @@ fn reject_foreign_flags(a: &TrainArgs) -> Result<(), CliError> {
     } else {
         Err(CliError::Usage(format!(
             "train gpt does not take {} (it trains AdamW with warm-up and cosine decay on the last 10% \
-             held out; --verify-every, --accumulate and --distributed are not yet wired to it)",
+             held out; --distributed is not yet wired to it)",
             given.join(", ")
         )))
     }
@@ -144,6 +144,20 @@ fn config_from_args(a: &TrainArgs) -> Result<(GptConfig, TextData), CliError> {
         c.clip_norm = Some(clip);
     }
     c.seed = a.seed.unwrap_or(0);
+    c.accumulate = a.accumulate.unwrap_or(1);
+    if !(1..=batch).contains(&c.accumulate) {
+        return Err(CliError::Usage(format!(
+            "--accumulate {} needs 1 to {batch} micro-batches (--batch-size {batch})",
+            c.accumulate
+        )));
+    }
+    if c.accumulate > 1 && a.verify_every.is_some() {
+        return Err(CliError::Usage(
+            "--verify-every checks a step recorded on one tape; it does not run with \
+             --accumulate above 1"
+                .into(),
+        ));
+    }
     Ok((c, data))
 }
 
@@ -164,6 +178,8 @@ fn reject_changes_on_resume(a: &TrainArgs, ckpt: &GptCheckpoint) -> Result<(), C
         (a.embd.is_some(), "--embd"),
         (a.context.is_some(), "--context"),
         (a.tie_weights, "--tie-weights"),
+        (a.init_from.is_some(), "--init-from"),
+        (a.accumulate.is_some(), "--accumulate"),
     ]
     .into_iter()
     .filter_map(|(g, n)| g.then_some(n))
@@ -196,7 +212,22 @@ fn fresh_typed<S: Scalar>(
     data: TextData,
     steps: u64,
 ) -> CliResult {
-    let run = GptRun::<S>::new(config, data, make_backend::<S>(args.backend.kind())?)?;
+    let mut run = GptRun::<S>::new(config, data, make_backend::<S>(args.backend.kind())?)?;
+    if let Some(path) = &args.init_from {
+        let vocab = run.data.vocab.clone();
+        let got = import::init_from(path, &mut run.model, Some(&vocab))?;
+        if !args.quiet {
+            let notes = match got.notes.is_empty() {
+                true => String::new(),
+                false => format!(" ({})", got.notes.join("; ")),
+            };
+            println!(
+                "init: {} tensors from {}{notes}",
+                got.params,
+                path.display()
+            );
+        }
+    }
     drive(args, run, steps)
 }
 
@@ -236,6 +267,12 @@ fn print_header<S: Scalar>(run: &GptRun<S>, steps: u64, args: &TrainArgs) {
         run.data.val.len(),
         c.val_windows
     );
+    if c.accumulate > 1 {
+        println!(
+            "accumulate: {} micro-batches per step, gradients summed in order and scaled once",
+            c.accumulate
+        );
+    }
 }
 
 /// Runs `steps` steps with progress, evaluations, log, summary, checkpoints and plot.
@@ -243,10 +280,20 @@ fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64) -> CliResu
     let quiet = args.quiet;
     let eval_every = args.eval_every.unwrap_or(EVAL_EVERY).max(1);
     run.set_detect_anomaly(args.detect_anomaly);
+    if let Some(every) = args.verify_every {
+        run.set_verify(Some(Verifier::new(every, args.verify_warn)?));
+    }
     if !quiet {
         print_header(&run, steps, args);
         if args.detect_anomaly {
             println!("anomaly mode: the first NaN or infinity stops the run and names its node");
+        }
+        if let Some(every) = args.verify_every {
+            let laws = match args.backend.kind() {
+                BackendKind::Compiled => "1, 4, 5, 6 and 7",
+                BackendKind::Eager => "1, 5, 6 and 7",
+            };
+            println!("verify: laws {laws} are checked on every {every}th step");
         }
     }
     let before = run.evaluate()?;
@@ -278,7 +325,18 @@ fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64) -> CliResu
     let mut last_val = before;
     let mut tokens = 0usize;
     for i in 0..steps {
-        let rec = run.train_step()?;
+        let step = run.train_step();
+        if let Some(v) = run.take_verification() {
+            if let Some(log) = &mut log {
+                log.record_value(&v.to_json())?;
+            }
+            if args.verify_warn {
+                for failure in v.checks.iter().filter_map(|c| c.failure.as_ref()) {
+                    eprintln!("warning: {failure}");
+                }
+            }
+        }
+        let rec = step?;
         tokens += rec.tokens;
         let seconds = started.elapsed().as_secs_f64();
         let tokens_per_s = tokens as f64 / seconds.max(1e-9);
@@ -359,6 +417,19 @@ fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64) -> CliResu
         format!("{:.2}", before.exp()),
         format!("{:.2}", last_val.exp()),
     ]);
+    if let Some(v) = run.verifier() {
+        let s = v.stats();
+        table.row(vec![
+            "verify: checks passed".into(),
+            "-".into(),
+            format!("{}/{}", s.passed, s.checks),
+        ]);
+        table.row(vec![
+            "verify: worst rel. error".into(),
+            "-".into(),
+            format!("{:.1e}", s.worst_rel_err),
+        ]);
+    }
     if !quiet {
         println!();
     }
@@ -372,6 +443,17 @@ fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64) -> CliResu
         steps as f64 / seconds.max(1e-9),
         tokens as f64 / seconds.max(1e-9)
     );
+    if let Some(v) = run.verifier() {
+        let s = v.stats();
+        println!(
+            "verified {} steps ({} checks, {} passed) in {:.2} s: {:.1}% on top of the training",
+            s.steps,
+            s.checks,
+            s.passed,
+            s.seconds,
+            100.0 * s.seconds / (seconds - s.seconds).max(1e-9)
+        );
+    }
     if let Some(path) = &args.save {
         checkpoint::save(path, &run)?;
         if !quiet {

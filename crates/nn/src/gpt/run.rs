@@ -16,6 +16,8 @@ use crate::model::{Model, ModelSpec};
 use crate::optim::{Optimizer, OptimizerConfig};
 use crate::rng::dropout_rng;
 use crate::schedule::{Decay, Schedule};
+use crate::trainer::Exchange;
+use crate::verify::{StepCheck, StepVerification, Verifier};
 use serde::{Deserialize, Serialize};
 use tapegrad_tensor::Scalar;
 
@@ -33,6 +35,18 @@ pub struct GptConfig {
     pub seed: u64,
     /// How many fixed validation windows an evaluation reads.
     pub val_windows: usize,
+    /// Micro-batches per optimizer step (gradient accumulation, and the ranks of a data-parallel
+    /// run); 1 is none. Written only when above 1, so other checkpoints keep their bytes.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub accumulate: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn is_one(k: &usize) -> bool {
+    *k == 1
 }
 
 impl GptConfig {
@@ -62,6 +76,7 @@ impl GptConfig {
             batch_size,
             seed: 0,
             val_windows: 256,
+            accumulate: 1,
         }
     }
 
@@ -101,8 +116,13 @@ pub struct GptRun<S: Scalar> {
     pub step: u64,
     backend: Box<dyn Backend<S>>,
     detect_anomaly: bool,
+    verify: Option<Verifier>,
+    /// The other ranks of a data-parallel run (`set_exchange`); none in one process.
+    exchange: Option<Box<dyn Exchange>>,
     val: Vec<Batch<S>>,
 }
+
+mod accumulate;
 
 impl<S: Scalar> GptRun<S> {
     /// A fresh run of `config` on `data`.
@@ -129,6 +149,12 @@ impl<S: Scalar> GptRun<S> {
         if config.batch_size == 0 {
             return Err(NnError::Config("the batch size must be positive".into()));
         }
+        if !(1..=config.batch_size).contains(&config.accumulate) {
+            return Err(NnError::Config(format!(
+                "--accumulate {} needs 1 to {} micro-batches (the batch size)",
+                config.accumulate, config.batch_size
+            )));
+        }
         if config.model.outputs() != data.vocab.len() {
             return Err(NnError::Config(format!(
                 "the model has a vocabulary of {} characters but the text {} has {}",
@@ -146,6 +172,8 @@ impl<S: Scalar> GptRun<S> {
             step,
             backend,
             detect_anomaly: false,
+            verify: None,
+            exchange: None,
             val,
         })
     }
@@ -160,6 +188,22 @@ impl<S: Scalar> GptRun<S> {
     pub fn set_detect_anomaly(&mut self, on: bool) {
         self.detect_anomaly = on;
         self.backend.set_detect_anomaly(on);
+    }
+
+    /// `--verify-every`: checks the laws on every N-th step (see `verify`), on the step's own
+    /// parameters, windows and dropout masks; it leaves the trained bits unchanged.
+    pub fn set_verify(&mut self, verifier: Option<Verifier>) {
+        self.verify = verifier;
+    }
+
+    /// The verifier, with its totals.
+    pub fn verifier(&self) -> Option<&Verifier> {
+        self.verify.as_ref()
+    }
+
+    /// The results of the last verified step, once (for the run's log).
+    pub fn take_verification(&mut self) -> Option<StepVerification> {
+        self.verify.as_mut().and_then(Verifier::take_last)
     }
 
     /// The learning rate of the next step.
@@ -186,9 +230,13 @@ impl<S: Scalar> GptRun<S> {
 
     /// One optimizer step on the next batch of windows.
     pub fn train_step(&mut self) -> NnResult<GptStep> {
+        if self.config.accumulate > 1 || self.exchange.is_some() {
+            return self.accumulated_step();
+        }
         let batch = self.next_batch()?;
         let rng = dropout_rng(self.config.seed, self.step);
         self.backend.set_factored_grads(false);
+        let verify_rng = self.verify.is_some().then(|| rng.clone());
         let out = self
             .backend
             .train_step(&self.model, &batch, rng)
@@ -199,6 +247,18 @@ impl<S: Scalar> GptRun<S> {
                 out.loss,
                 self.step + 1
             )));
+        }
+        if let (Some(verifier), Some(rng)) = (&mut self.verify, verify_rng) {
+            let check = StepCheck {
+                step: self.step + 1,
+                seed: self.config.seed,
+                model: &self.model,
+                batch: &batch,
+                rng,
+                label_smoothing: 0.0,
+                output: &out,
+            };
+            verifier.check(check, self.backend.as_mut())?;
         }
         let lr = self.current_lr();
         let mut grads = Grad::all_dense(out.grads)?;
@@ -211,6 +271,40 @@ impl<S: Scalar> GptRun<S> {
         Ok(GptStep {
             step: self.step,
             loss: out.loss,
+            lr,
+            tokens: batch.x.numel(),
+            grad_norm,
+        })
+    }
+
+    /// One optimizer step over `config.accumulate` micro-batches of the step's windows.
+    fn accumulated_step(&mut self) -> NnResult<GptStep> {
+        if self.verify.is_some() {
+            // The verifier replays one tape per step; a step cut into micro-batches has several.
+            return Err(NnError::Config(
+                "--verify-every checks a step recorded on one tape; it does not run with \
+                 --accumulate above 1 or --distributed"
+                    .into(),
+            ));
+        }
+        let batch = self.next_batch()?;
+        let (mut grads, loss) = self.accumulated_gradients(&batch)?;
+        if !loss.is_finite() {
+            return Err(NnError::Config(format!(
+                "the loss became {loss} at step {}; try a smaller learning rate (--lr)",
+                self.step + 1
+            )));
+        }
+        let lr = self.current_lr();
+        let grad_norm = match self.config.clip_norm {
+            Some(max) => Some(clip_grad_norm(&mut grads, max)?),
+            None => None,
+        };
+        self.optimizer.step(&mut self.model.params, &grads, lr)?;
+        self.step = self.step.saturating_add(1);
+        Ok(GptStep {
+            step: self.step,
+            loss,
             lr,
             tokens: batch.x.numel(),
             grad_norm,

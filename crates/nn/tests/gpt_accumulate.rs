@@ -1,0 +1,133 @@
+//! `--accumulate K` on the GPT is the defined sum: a step's windows cut by `micro_batches`
+//! (uneven here: 7 windows in 3 micro-batches of 3, 2 and 2), each micro-batch's mean-loss
+//! gradient weighted by `K m_k / n`, added left to right, divided by K once, micro-batch k's
+//! dropout from `dropout_micro_rng(seed, t, k)`; then clipping and AdamW as one step. Checked bit
+//! for bit against that sum written out here, on both backends, with dropout on.
+
+use tapegrad_core::Tensor;
+use tapegrad_nn::backend::{make_backend, BackendKind};
+use tapegrad_nn::clip::clip_grad_norm;
+use tapegrad_nn::data::text::{TextData, TextSource};
+use tapegrad_nn::data::{Batch, BatchTargets};
+use tapegrad_nn::gpt::{GptConfig, GptRun};
+use tapegrad_nn::rng::dropout_micro_rng;
+use tapegrad_nn::trainer::micro_batches;
+use tapegrad_nn::ModelSpec;
+
+const CONTEXT: usize = 8;
+
+fn run(kind: BackendKind, k: usize) -> GptRun<f64> {
+    let data = TextData::load(&TextSource::Shakespeare, CONTEXT).unwrap();
+    let spec = ModelSpec::Gpt {
+        vocab: data.vocab.len(),
+        context: CONTEXT,
+        layers: 1,
+        heads: 2,
+        embd: 8,
+        mlp_ratio: 4,
+        dropout: 0.1,
+        tie_weights: false,
+    };
+    let mut config = GptConfig::preset(TextSource::Shakespeare, spec, 7, 10);
+    config.seed = 5;
+    config.accumulate = k;
+    config.val_windows = 4;
+    GptRun::new(config, data, make_backend(kind).unwrap()).unwrap()
+}
+
+fn sub(b: &Batch<f64>, rows: std::ops::Range<usize>) -> Batch<f64> {
+    let BatchTargets::Classes(y) = &b.y else {
+        unreachable!()
+    };
+    let (s, e) = (rows.start * CONTEXT, rows.end * CONTEXT);
+    Batch {
+        x: Tensor::new(&[rows.len(), CONTEXT], b.x.data()[s..e].to_vec()).unwrap(),
+        y: BatchTargets::Classes(y[s..e].to_vec()),
+    }
+}
+
+fn bits(t: &Tensor<f64>) -> Vec<u64> {
+    t.data().iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn accumulate_k_is_the_defined_sum_bit_for_bit() {
+    let k = 3;
+    for kind in [BackendKind::Eager, BackendKind::Compiled] {
+        let mut r = run(kind, k);
+        // Two steps: the second starts from moved parameters and AdamW's state.
+        for _ in 0..2 {
+            let mut model = r.model.clone();
+            let mut optimizer = r.optimizer.clone();
+            let (seed, step) = (r.config.seed, r.step);
+            let batch = r.next_batch().unwrap();
+            let lr = r.current_lr();
+            let rec = r.train_step().unwrap();
+
+            let n = batch.x.dims()[0];
+            let parts = micro_batches(n, k);
+            assert_eq!(parts, vec![0..3, 3..5, 5..7]);
+            let mut backend = make_backend::<f64>(BackendKind::Eager).unwrap();
+            let mut acc: Option<Vec<Tensor<f64>>> = None;
+            let mut loss = 0.0;
+            for (i, rows) in parts.into_iter().enumerate() {
+                let c = (k * rows.len()) as f64 / n as f64;
+                let out = backend
+                    .train_step(
+                        &model,
+                        &sub(&batch, rows),
+                        dropout_micro_rng(seed, step, i as u64),
+                    )
+                    .unwrap();
+                loss += c * out.loss;
+                let g: Vec<Tensor<f64>> = out
+                    .grads
+                    .into_iter()
+                    .map(|g| g.into_dense().unwrap())
+                    .collect();
+                acc = Some(match acc {
+                    None => g.iter().map(|t| t.map(|v| c * v)).collect(),
+                    Some(a) => a
+                        .iter()
+                        .zip(&g)
+                        .map(|(a, t)| {
+                            let v = a.data().iter().zip(t.data()).map(|(x, y)| x + c * y);
+                            Tensor::new(a.dims(), v.collect()).unwrap()
+                        })
+                        .collect(),
+                });
+            }
+            let mut grads: Vec<Tensor<f64>> = acc
+                .unwrap()
+                .iter()
+                .map(|t| t.map(|v| v / k as f64))
+                .collect();
+            assert_eq!((loss / k as f64).to_bits(), rec.loss.to_bits(), "{kind:?}");
+            clip_grad_norm(&mut grads, 1.0).unwrap();
+            optimizer.step(&mut model.params, &grads, lr).unwrap();
+            for (a, b) in model.params.iter().zip(r.model.params.iter()) {
+                assert_eq!(bits(&a.value), bits(&b.value), "{kind:?} {}", a.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn accumulate_one_is_the_plain_step_and_k_needs_a_window_each() {
+    let mut a = run(BackendKind::Eager, 1);
+    a.train_step().unwrap();
+    // The plain step's windows in one micro-batch, with the plain dropout stream.
+    let mut b = run(BackendKind::Eager, 7);
+    b.train_step().unwrap();
+    assert_ne!(
+        a.model.params, b.model.params,
+        "seven micro-batches round and draw dropout otherwise"
+    );
+    let data = TextData::load(&TextSource::Shakespeare, CONTEXT).unwrap();
+    let mut config = a.config.clone();
+    config.accumulate = 8;
+    let e = GptRun::<f64>::new(config, data, make_backend(BackendKind::Eager).unwrap())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("--accumulate 8 needs 1 to 7"), "{e}");
+}
