@@ -4,8 +4,9 @@
 //! names the vector instruction set the kernels dispatched to on this CPU, and `peak` measures
 //! the machine's own FMA ceiling that the GFLOP/s figures are read against.
 
+use crate::engine_flags::BackendArg;
 use crate::error::{CliError, CliResult};
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 use rand::{Rng, SeedableRng};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -25,8 +26,8 @@ pub struct BenchArgs {
     #[arg(long, global = true, default_value_t = 1)]
     pub threads: usize,
     /// Which engine runs the MLP step (the other workloads have no compiled form).
-    #[arg(long, global = true, value_enum, default_value_t = Backend::Eager)]
-    pub backend: Backend,
+    #[arg(long, global = true, value_enum, default_value_t = BackendArg::Eager)]
+    pub backend: BackendArg,
     /// Print one JSON object per workload instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
@@ -80,13 +81,6 @@ pub enum Workload {
     /// which every core runs one short burst together, timed from the first start to the last
     /// end: about half a second): the ceiling the other workloads' GFLOP/s are measured against.
     Peak,
-}
-
-/// Engines a step can run on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Backend {
-    Eager,
-    Compiled,
 }
 
 /// Median and spread of a set of measurements, in the unit they were given.
@@ -285,16 +279,13 @@ pub fn run(args: BenchArgs) -> CliResult {
         return Err(CliError::Usage("--reps must be at least 1".into()));
     }
     let is_mlp = matches!(args.workload, Workload::Mlp { .. } | Workload::Gpt { .. });
-    if args.backend == Backend::Compiled && !is_mlp {
+    if args.backend == BackendArg::Compiled && !is_mlp {
         return Err(CliError::Usage(
             "--backend compiled applies to the mlp and gpt workloads only; chain, matmul, conv and peak time the eager engine and the kernels".into(),
         ));
     }
-    crate::set_threads(args.threads)?;
-    let kind = match args.backend {
-        Backend::Eager => BackendKind::Eager,
-        Backend::Compiled => BackendKind::Compiled,
-    };
+    crate::engine_flags::set_threads(args.threads)?;
+    let kind = args.backend.kind();
     let backend = kind.name();
     let r = match args.workload {
         Workload::Mlp { batch } => {

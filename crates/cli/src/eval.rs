@@ -2,8 +2,8 @@
 //! stored with it) and reports the loss and metric on the validation (or training) split; for a
 //! GPT checkpoint, the validation loss per character and the perplexity.
 
+use crate::engine_flags::{by_dtype, EngineFlags};
 use crate::error::CliResult;
-use crate::train::BackendArg;
 use clap::ValueEnum;
 use std::path::PathBuf;
 use tapegrad_nn::checkpoint::Checkpoint;
@@ -12,7 +12,7 @@ use tapegrad_nn::gpt::checkpoint::GptCheckpoint;
 use tapegrad_nn::summary::format_metric;
 use tapegrad_nn::trainer::metric_name;
 use tapegrad_nn::{make_backend, Which};
-use tapegrad_tensor::{DType, Scalar};
+use tapegrad_tensor::Scalar;
 
 /// Which split `eval` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -30,34 +30,23 @@ pub struct EvalArgs {
     /// The split to report.
     #[arg(long, value_enum, default_value = "validation")]
     pub split: SplitArg,
-    /// eager or compiled.
-    #[arg(long, value_enum, default_value = "eager")]
-    pub backend: BackendArg,
-    /// Threads for the kernels (products, convolutions, element loops). The results are the same
-    /// bits on any count; small models gain nothing (a split must pay for its hand-off).
-    #[arg(long, default_value_t = 1)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub engine: EngineFlags,
 }
 
 /// Runs `tapegrad eval`.
 pub fn run(args: EvalArgs) -> CliResult {
-    crate::set_threads(args.threads)?;
+    args.engine.apply()?;
     if crate::train_gpt::is_gpt_checkpoint(&args.load) {
         let ckpt = GptCheckpoint::read(&args.load)?;
-        return match ckpt.dtype {
-            DType::F32 => eval_gpt::<f32>(&args, &ckpt),
-            DType::F64 => eval_gpt::<f64>(&args, &ckpt),
-        };
+        return by_dtype!(ckpt.dtype, eval_gpt(&args, &ckpt));
     }
     let ckpt = Checkpoint::read(&args.load)?;
-    match ckpt.header.dtype {
-        DType::F32 => eval_typed::<f32>(&args, &ckpt),
-        DType::F64 => eval_typed::<f64>(&args, &ckpt),
-    }
+    by_dtype!(ckpt.header.dtype, eval_typed(&args, &ckpt))
 }
 
 fn eval_typed<S: Scalar>(args: &EvalArgs, ckpt: &Checkpoint) -> CliResult {
-    let mut trainer = ckpt.resume::<S>(make_backend::<S>(args.backend.kind())?)?;
+    let mut trainer = ckpt.resume::<S>(make_backend::<S>(args.engine.backend())?)?;
     let (which, split, rows) = match args.split {
         SplitArg::Validation => (Which::Validation, "validation", trainer.data.val.len()),
         SplitArg::Train => (Which::Train, "train", trainer.data.train.len()),
@@ -88,7 +77,7 @@ fn eval_gpt<S: Scalar>(args: &EvalArgs, ckpt: &GptCheckpoint) -> CliResult {
             "a gpt checkpoint is evaluated on its validation text; remove --split train".into(),
         ));
     }
-    let mut run = ckpt.resume::<S>(make_backend::<S>(args.backend.kind())?)?;
+    let mut run = ckpt.resume::<S>(make_backend::<S>(args.engine.backend())?)?;
     let loss = run.evaluate()?;
     println!(
         "{}: {} at step {}, validation text (the last {} characters of {}, {} windows)",

@@ -2,6 +2,7 @@
 //! streams it to stdout: the prompt, then `--tokens` new characters drawn with `--temperature` and
 //! `--top-k` from a stream seeded by `--seed` (the same seed gives the same text).
 
+use crate::engine_flags::by_dtype;
 use crate::error::{CliError, CliResult};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -10,7 +11,7 @@ use std::path::PathBuf;
 use tapegrad_nn::data::text::encode;
 use tapegrad_nn::gpt::checkpoint::GptCheckpoint;
 use tapegrad_nn::gpt::generate::{sample, Generator, Sampling};
-use tapegrad_tensor::{DType, Scalar};
+use tapegrad_tensor::Scalar;
 
 /// Arguments of `tapegrad generate`.
 #[derive(Debug, clap::Args)]
@@ -40,7 +41,7 @@ pub struct GenerateArgs {
 
 /// Runs `tapegrad generate`.
 pub fn run(args: GenerateArgs) -> CliResult {
-    crate::set_threads(args.threads)?;
+    crate::engine_flags::set_threads(args.threads)?;
     let sampling = Sampling {
         temperature: args.temperature,
         top_k: args.top_k,
@@ -49,10 +50,7 @@ pub fn run(args: GenerateArgs) -> CliResult {
         .validate()
         .map_err(|e| CliError::Usage(e.to_string()))?;
     let ckpt = GptCheckpoint::read(&args.load)?;
-    match ckpt.dtype {
-        DType::F32 => generate_typed::<f32>(&args, &ckpt, sampling),
-        DType::F64 => generate_typed::<f64>(&args, &ckpt, sampling),
-    }
+    by_dtype!(ckpt.dtype, generate_typed(&args, &ckpt, sampling))
 }
 
 fn generate_typed<S: Scalar>(

@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod check;
 mod distributed;
+pub mod engine_flags;
 pub mod error;
 pub mod eval;
 pub mod generate;
@@ -47,15 +48,6 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Sample text from a GPT checkpoint (streams to stdout).
     Generate(generate::GenerateArgs),
-}
-
-/// Applies `--threads` to every kernel (GEMM included) for the rest of the process.
-pub(crate) fn set_threads(threads: usize) -> Result<(), CliError> {
-    if threads == 0 {
-        return Err(CliError::Usage("--threads must be at least 1".into()));
-    }
-    tapegrad_tensor::kernels::set_num_threads(threads);
-    Ok(())
 }
 
 /// Parses the command line, runs the subcommand, and returns the process exit code.

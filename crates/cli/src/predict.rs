@@ -3,15 +3,15 @@
 //! the value in the target's units for regression, the class and its softmax probability for
 //! classification. When the file also has the target column, the metric goes to stderr.
 
+use crate::engine_flags::{by_dtype, EngineFlags};
 use crate::error::{CliError, CliResult};
-use crate::train::BackendArg;
 use std::io::Write;
 use std::path::PathBuf;
 use tapegrad_nn::checkpoint::{self, Checkpoint};
 use tapegrad_nn::data::{parse_csv, standardize_rows, Dataset, Task};
 use tapegrad_nn::trainer::predict_in_chunks;
 use tapegrad_nn::{make_backend, metrics, NnError};
-use tapegrad_tensor::{DType, Scalar};
+use tapegrad_tensor::Scalar;
 
 /// Arguments of `tapegrad predict`.
 #[derive(Debug, clap::Args)]
@@ -28,23 +28,15 @@ pub struct PredictArgs {
     /// Write the predictions here (default: standard output).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// eager or compiled.
-    #[arg(long, value_enum, default_value = "eager")]
-    pub backend: BackendArg,
-    /// Threads for the kernels (products, convolutions, element loops). The results are the same
-    /// bits on any count; small models gain nothing (a split must pay for its hand-off).
-    #[arg(long, default_value_t = 1)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub engine: EngineFlags,
 }
 
 /// Runs `tapegrad predict`.
 pub fn run(args: PredictArgs) -> CliResult {
-    crate::set_threads(args.threads)?;
+    args.engine.apply()?;
     let ckpt = Checkpoint::read(&args.load)?;
-    match ckpt.header.dtype {
-        DType::F32 => predict_typed::<f32>(&args, &ckpt),
-        DType::F64 => predict_typed::<f64>(&args, &ckpt),
-    }
+    by_dtype!(ckpt.header.dtype, predict_typed(&args, &ckpt))
 }
 
 fn predict_typed<S: Scalar>(args: &PredictArgs, ckpt: &Checkpoint) -> CliResult {
@@ -82,7 +74,7 @@ fn predict_typed<S: Scalar>(args: &PredictArgs, ckpt: &Checkpoint) -> CliResult 
     let matrix = Dataset::features_of(&table, names)?;
     let rows: Vec<usize> = (0..table.rows.len()).collect();
     let x = standardize_rows::<S>(&matrix, &features, &rows)?;
-    let mut backend = make_backend::<S>(args.backend.kind())?;
+    let mut backend = make_backend::<S>(args.engine.backend())?;
     let out = predict_in_chunks(backend.as_mut(), &model, &x)?;
 
     let target_name = ckpt.header.config.data_target_name();

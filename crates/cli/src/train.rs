@@ -3,6 +3,7 @@
 //! (plain lines otherwise), a summary table, and optional checkpoint, JSON-lines log and SVG plot.
 //! Also holds what `eval` and `predict` share: error conversion and the dtype dispatch.
 
+use crate::engine_flags::{by_dtype, DTypeArg, EngineFlags};
 use crate::error::{CliError, CliResult};
 use crate::run_output::{self, LossCurves};
 use clap::ValueEnum;
@@ -21,7 +22,7 @@ use tapegrad_nn::{
     make_backend, BackendKind, Decay, Evaluation, ModelSpec, NnError, OptimizerConfig, Schedule,
     StepRecord, TrainConfig, Trainer, Which,
 };
-use tapegrad_tensor::{DType, Scalar};
+use tapegrad_tensor::Scalar;
 
 impl From<NnError> for CliError {
     fn from(e: NnError) -> Self {
@@ -50,29 +51,6 @@ pub enum Preset {
 pub enum ModelKind {
     Mlp,
     Cnn,
-}
-
-/// Element types for `--dtype`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DTypeArg {
-    F32,
-    F64,
-}
-
-/// Backends for `--backend`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BackendArg {
-    Eager,
-    Compiled,
-}
-
-impl BackendArg {
-    pub(crate) fn kind(self) -> BackendKind {
-        match self {
-            BackendArg::Eager => BackendKind::Eager,
-            BackendArg::Compiled => BackendKind::Compiled,
-        }
-    }
 }
 
 /// Schedules for `--schedule`.
@@ -184,13 +162,8 @@ pub struct TrainOptions {
     /// Element type.
     #[arg(long, value_enum)]
     pub dtype: Option<DTypeArg>,
-    /// eager (a tape per step) or compiled (a saved graph).
-    #[arg(long, value_enum, default_value = "eager")]
-    pub backend: BackendArg,
-    /// Threads for the kernels (products, convolutions, element loops). The results are the same
-    /// bits on any count; small models gain nothing (a split must pay for its hand-off).
-    #[arg(long, default_value_t = 1)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub engine: EngineFlags,
     /// Train on your own CSV file (with a header row) instead of a preset.
     #[arg(long)]
     pub csv: Option<PathBuf>,
@@ -278,7 +251,7 @@ pub struct TrainOptions {
 
 /// Runs `tapegrad train`.
 pub fn run(args: TrainArgs) -> CliResult {
-    crate::set_threads(args.threads)?;
+    args.engine.apply()?;
     for (value, flag) in [
         (args.eval_every, "--eval-every"),
         (args.schedule_steps, "--schedule-steps"),
@@ -325,16 +298,11 @@ pub fn run(args: TrainArgs) -> CliResult {
     if let Some(path) = &args.resume {
         let ckpt = Checkpoint::read(path)?;
         reject_changes_on_resume(&args, &ckpt)?;
-        return match ckpt.header.dtype {
-            DType::F32 => resume_typed::<f32>(&args, &ckpt),
-            DType::F64 => resume_typed::<f64>(&args, &ckpt),
-        };
+        return by_dtype!(ckpt.header.dtype, resume_typed(&args, &ckpt));
     }
     let plan = Plan::from_args(&args)?;
-    match args.dtype.unwrap_or(DTypeArg::F32) {
-        DTypeArg::F32 => fresh_typed::<f32>(&args, plan),
-        DTypeArg::F64 => fresh_typed::<f64>(&args, plan),
-    }
+    let dtype = args.dtype.unwrap_or(DTypeArg::F32).dtype();
+    by_dtype!(dtype, fresh_typed(&args, plan))
 }
 
 /// The untyped part of a fresh run's configuration (the model's widths need the data).
@@ -501,10 +469,7 @@ fn reject_changes_on_resume(a: &TrainArgs, ckpt: &Checkpoint) -> Result<(), CliE
         )));
     }
     if let Some(d) = a.dtype {
-        let want = match d {
-            DTypeArg::F32 => DType::F32,
-            DTypeArg::F64 => DType::F64,
-        };
+        let want = d.dtype();
         if want != ckpt.header.dtype {
             return Err(CliError::Usage(format!(
                 "--dtype {want} differs from the checkpoint's {}; resume keeps the checkpoint's dtype",
@@ -560,12 +525,12 @@ fn fresh_typed<S: Scalar>(args: &TrainArgs, plan: Plan) -> CliResult {
             dataset.dropped.join(", ")
         );
     }
-    let trainer = Trainer::new(config, data, make_backend::<S>(args.backend.kind())?)?;
+    let trainer = Trainer::new(config, data, make_backend::<S>(args.engine.backend())?)?;
     drive(args, trainer, steps)
 }
 
 fn resume_typed<S: Scalar>(args: &TrainArgs, ckpt: &Checkpoint) -> CliResult {
-    let trainer = ckpt.resume::<S>(make_backend::<S>(args.backend.kind())?)?;
+    let trainer = ckpt.resume::<S>(make_backend::<S>(args.engine.backend())?)?;
     let batches = trainer.order.batches_per_epoch() as u64;
     let steps = args
         .steps
@@ -639,12 +604,12 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
 
 /// The run's header, and which checks it runs besides training.
 fn announce<S: Scalar>(args: &TrainArgs, trainer: &Trainer<S>, steps: u64) {
-    print_header(trainer, steps, args.backend.kind());
+    print_header(trainer, steps, args.engine.backend());
     if args.detect_anomaly {
         println!("anomaly mode: the first NaN or infinity stops the run and names its node");
     }
     if let Some(every) = args.verify_every {
-        let laws = match args.backend.kind() {
+        let laws = match args.engine.backend() {
             BackendKind::Compiled => "1, 4, 5, 6 and 7",
             BackendKind::Eager => "1, 5, 6 and 7",
         };

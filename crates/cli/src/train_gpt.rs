@@ -4,22 +4,21 @@
 //! options as the other presets (log, plot, checkpoints and resume, backend, threads, dtype,
 //! anomaly mode), and `--init-from` to start from weights saved by PyTorch.
 
+use crate::engine_flags::{by_dtype, DTypeArg};
 use crate::error::{CliError, CliResult};
-use crate::train::{DTypeArg, TrainArgs};
-use indicatif::{ProgressBar, ProgressStyle};
-use std::io::IsTerminal;
+use crate::run_output::{self, LossCurves};
+use crate::train::TrainArgs;
 use std::path::Path;
 use std::time::Instant;
 use tapegrad_nn::data::text::{TextData, TextSource};
 use tapegrad_nn::gpt::checkpoint::{self, GptCheckpoint};
 use tapegrad_nn::gpt::import;
 use tapegrad_nn::gpt::{GptConfig, GptRun};
-use tapegrad_nn::plot::{self, Series};
 use tapegrad_nn::runlog::RunLog;
 use tapegrad_nn::summary::Table;
 use tapegrad_nn::verify::Verifier;
 use tapegrad_nn::{make_backend, BackendKind, ModelSpec, OptimizerConfig};
-use tapegrad_tensor::{DType, Scalar};
+use tapegrad_tensor::Scalar;
 
 /// The preset's sizes: 4 layers, 4 heads, width 128, context 64, batch 32, 1500 steps.
 pub const LAYERS: usize = 4;
@@ -43,17 +42,12 @@ pub fn run(args: &TrainArgs) -> CliResult {
     if let Some(path) = &args.resume {
         let ckpt = GptCheckpoint::read(path)?;
         reject_changes_on_resume(args, &ckpt)?;
-        return match ckpt.dtype {
-            DType::F32 => resume_typed::<f32>(args, &ckpt),
-            DType::F64 => resume_typed::<f64>(args, &ckpt),
-        };
+        return by_dtype!(ckpt.dtype, resume_typed(args, &ckpt));
     }
     let (config, data) = config_from_args(args)?;
     let steps = args.steps.unwrap_or(STEPS);
-    match args.dtype.unwrap_or(DTypeArg::F32) {
-        DTypeArg::F32 => fresh_typed::<f32>(args, config, data, steps),
-        DTypeArg::F64 => fresh_typed::<f64>(args, config, data, steps),
-    }
+    let dtype = args.dtype.unwrap_or(DTypeArg::F32).dtype();
+    by_dtype!(dtype, fresh_typed(args, config, data, steps))
 }
 
 /// The tabular flags mean nothing to a language model.
@@ -192,10 +186,7 @@ fn reject_changes_on_resume(a: &TrainArgs, ckpt: &GptCheckpoint) -> Result<(), C
         )));
     }
     if let Some(d) = a.dtype {
-        let want = match d {
-            DTypeArg::F32 => DType::F32,
-            DTypeArg::F64 => DType::F64,
-        };
+        let want = d.dtype();
         if want != ckpt.dtype {
             return Err(CliError::Usage(format!(
                 "--dtype {want} differs from the checkpoint's {}; resume keeps the checkpoint's dtype",
@@ -212,7 +203,7 @@ fn fresh_typed<S: Scalar>(
     data: TextData,
     steps: u64,
 ) -> CliResult {
-    let mut run = GptRun::<S>::new(config, data, make_backend::<S>(args.backend.kind())?)?;
+    let mut run = GptRun::<S>::new(config, data, make_backend::<S>(args.engine.backend())?)?;
     if let Some(path) = &args.init_from {
         let vocab = run.data.vocab.clone();
         let got = import::init_from(path, &mut run.model, Some(&vocab))?;
@@ -232,7 +223,7 @@ fn fresh_typed<S: Scalar>(
 }
 
 fn resume_typed<S: Scalar>(args: &TrainArgs, ckpt: &GptCheckpoint) -> CliResult {
-    let run = ckpt.resume::<S>(make_backend::<S>(args.backend.kind())?)?;
+    let run = ckpt.resume::<S>(make_backend::<S>(args.engine.backend())?)?;
     let steps = args.steps.ok_or_else(|| {
         CliError::Usage("--resume needs --steps N: how much further to train".into())
     })?;
@@ -255,7 +246,7 @@ fn print_header<S: Scalar>(run: &GptRun<S>, steps: u64, args: &TrainArgs) {
         c.batch_size,
         steps,
         S::DTYPE,
-        args.backend.kind().name(),
+        args.engine.backend().name(),
         c.seed
     );
     println!(
@@ -289,7 +280,7 @@ fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64) -> CliResu
             println!("anomaly mode: the first NaN or infinity stops the run and names its node");
         }
         if let Some(every) = args.verify_every {
-            let laws = match args.backend.kind() {
+            let laws = match args.engine.backend() {
                 BackendKind::Compiled => "1, 4, 5, 6 and 7",
                 BackendKind::Eager => "1, 5, 6 and 7",
             };
@@ -311,16 +302,12 @@ fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64) -> CliResu
     if let Some(log) = &mut log {
         log.record("validation", start_step, 0, before, before.exp(), None, 0.0)?;
     }
-    let mut train_curve = Vec::new();
-    let mut val_curve = vec![(start_step as f64, before)];
-    let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
-        let bar = ProgressBar::new(steps);
-        bar.set_style(
-            ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} steps  {msg}  eta {eta}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        bar
-    });
+    let mut curves = LossCurves::new(start_step, before);
+    let bar = run_output::progress_bar(
+        steps,
+        quiet,
+        "{bar:30.cyan/blue} {pos}/{len} steps  {msg}  eta {eta}",
+    );
     let started = Instant::now();
     let mut last_val = before;
     let mut tokens = 0usize;
@@ -340,7 +327,7 @@ fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64) -> CliResu
         tokens += rec.tokens;
         let seconds = started.elapsed().as_secs_f64();
         let tokens_per_s = tokens as f64 / seconds.max(1e-9);
-        train_curve.push((rec.step as f64, rec.loss));
+        curves.train.push((rec.step as f64, rec.loss));
         if let Some(log) = &mut log {
             log.record(
                 "train",
@@ -355,7 +342,7 @@ fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64) -> CliResu
         let is_eval = rec.step % eval_every == 0 || i + 1 == steps;
         if is_eval {
             last_val = run.evaluate()?;
-            val_curve.push((rec.step as f64, last_val));
+            curves.val.push((rec.step as f64, last_val));
             if let Some(log) = &mut log {
                 log.record(
                     "validation",
@@ -462,32 +449,7 @@ fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64) -> CliResu
     }
     if let Some(path) = &args.plot {
         let title = format!("gpt: {} (adamw)", run.model.spec.name());
-        let window = 50;
-        let series = vec![
-            Series {
-                name: "train loss (per step)".into(),
-                color: "#9ecae1".into(),
-                points: train_curve.clone(),
-                width: 1.0,
-            },
-            Series {
-                name: format!("train loss (mean of {window})"),
-                color: "#08519c".into(),
-                points: plot::moving_average(&train_curve, window),
-                width: 2.0,
-            },
-            Series {
-                name: "validation loss".into(),
-                color: "#d94801".into(),
-                points: val_curve,
-                width: 2.0,
-            },
-        ];
-        let svg = plot::svg(&title, "step", "loss (nats/char)", &series);
-        std::fs::write(path, svg).map_err(|e| CliError::Io {
-            path: path.display().to_string(),
-            source: e,
-        })?;
+        curves.write_plot(path, &title, "loss (nats/char)", 50)?;
         if !quiet {
             println!("wrote plot {}", path.display());
         }
