@@ -24,11 +24,12 @@ default_files=(
   graph/backprop.rs graph/saved.rs graph/eval.rs graph/jvp.rs graph/lower.rs graph/record.rs
 )
 
-# One row per finished file: mutants, caught, missed, unviable, timeouts, and the catch rate of
-# the viable ones (caught + timeouts over mutants - unviable; a timeout is a detected mutant).
+# One row per file run: its mutants, how many were tested (fewer if the run was stopped), caught,
+# missed, unviable, timeouts, and the catch rate of the viable ones (caught + timeouts over
+# tested - unviable; a timeout is a detected mutant).
 summary() {
   local total=(0 0 0 0 0)
-  printf '%-20s %7s %6s %6s %8s %8s %7s\n' file mutants caught missed unviable timeouts caught%
+  printf '%-20s %7s %7s %6s %6s %8s %8s %7s\n' file of tested caught missed unviable timeouts caught%
   for dir in "$out"/*/mutants.out; do
     [ -f "$dir/outcomes.json" ] || continue
     local name counts
@@ -37,12 +38,13 @@ summary() {
     for kind in caught missed unviable timeout; do
       counts+=("$(count "$dir/$kind.txt")")
     done
-    local n=$((counts[0] + counts[1] + counts[2] + counts[3]))
-    printf '%-20s %7d %6d %6d %8d %8d %7s\n' "$name" "$n" "${counts[@]}" "$(rate "${counts[@]}")"
+    local n=$((counts[0] + counts[1] + counts[2] + counts[3])) of
+    of=$(grep -o '"genre"' "$dir/mutants.json" 2>/dev/null | wc -l) # one per mutant listed
+    printf '%-20s %7s %7d %6d %6d %8d %8d %7s\n' "$name" "$of" "$n" "${counts[@]}" "$(rate "${counts[@]}")"
     total=($((total[0] + n)) $((total[1] + counts[0])) $((total[2] + counts[1]))
       $((total[3] + counts[2])) $((total[4] + counts[3])))
   done
-  printf '%-20s %7d %6d %6d %8d %8d %7s\n' total "${total[@]}" \
+  printf '%-20s %7s %7d %6d %6d %8d %8d %7s\n' total '' "${total[@]}" \
     "$(rate "${total[1]}" "${total[2]}" "${total[3]}" "${total[4]}")"
 }
 
@@ -53,44 +55,51 @@ rate() { # caught missed unviable timeout
   if [ "$viable" -eq 0 ]; then echo -; else awk -v c=$(($1 + $4)) -v v="$viable" 'BEGIN { printf "%.1f", 100 * c / v }'; fi
 }
 
-if [ "${1:-}" = "--summary" ]; then
+# All in a function, read whole before it runs: editing the script during a run (hours) must not
+# change what the running copy does.
+main() {
+  if [ "${1:-}" = "--summary" ]; then
+    summary
+    exit 0
+  fi
+  files=("$@")
+  [ ${#files[@]} -gt 0 ] || files=("${default_files[@]}")
+
+  # The scratch tree, at this checkout's commit (commit a new test before running it).
+  commit=$(git -C "$repo" rev-parse HEAD)
+  if [ ! -e "$tree/.git" ]; then
+    mkdir -p "$(dirname "$tree")"
+    git -C "$repo" worktree add --detach "$tree" "$commit"
+  else
+    git -C "$tree" checkout --quiet --detach "$commit"
+  fi
+  if [ ! -d "$tree/target" ] && [ -d "$repo/target" ]; then
+    cp -a "$repo/target" "$tree/target"
+  fi
+  mkdir -p "$out"
+
+  # The clean build and test run: they must pass, and their time sets the mutants' timeout.
+  cd "$tree"
+  nice -n 19 cargo test -p tapegrad-core --test laws --test regressions --no-run
+  start=$(date +%s)
+  nice -n 19 cargo test -p tapegrad-core --test laws --test regressions >"$out/baseline.log" 2>&1 ||
+    { tail -30 "$out/baseline.log"; echo "the clean tests fail: fix them first" >&2; exit 1; }
+  clean=$(($(date +%s) - start))
+  # Generous, since the machine may be busier during a mutant than during this run.
+  timeout=$((clean * 5 > 120 ? clean * 5 : 120))
+  echo "clean test run: ${clean} s; timeout per mutant: ${timeout} s (commit ${commit:0:10})"
+
+  for f in "${files[@]}"; do
+    name=$(echo "${f%.rs}" | tr / _)
+    echo "== crates/core/src/$f -> $out/$name ($(date -u +%H:%M:%S) UTC)"
+    # In place, so one mutant at a time (cargo-mutants refuses --jobs there).
+    args=(--in-place --package tapegrad-core --file "crates/core/src/$f" --baseline skip --timeout "$timeout" --output "$out/$name")
+    [ -z "${MUTANTS_RE:-}" ] || args+=(--re "$MUTANTS_RE")
+    # Exit status 2 means missed mutants, 3 timeouts: the summary reports them; go on.
+    nice -n 19 cargo mutants "${args[@]}" || true
+  done
   summary
-  exit 0
-fi
-files=("$@")
-[ ${#files[@]} -gt 0 ] || files=("${default_files[@]}")
+}
 
-# The scratch tree, at this checkout's commit (commit a new test before running it).
-commit=$(git -C "$repo" rev-parse HEAD)
-if [ ! -e "$tree/.git" ]; then
-  mkdir -p "$(dirname "$tree")"
-  git -C "$repo" worktree add --detach "$tree" "$commit"
-else
-  git -C "$tree" checkout --quiet --detach "$commit"
-fi
-if [ ! -d "$tree/target" ] && [ -d "$repo/target" ]; then
-  cp -a "$repo/target" "$tree/target"
-fi
-mkdir -p "$out"
-
-# The clean build and test run: they must pass, and their time sets the mutants' timeout.
-cd "$tree"
-nice -n 19 cargo test -p tapegrad-core --test laws --test regressions --no-run
-start=$(date +%s)
-nice -n 19 cargo test -p tapegrad-core --test laws --test regressions >"$out/baseline.log" 2>&1 ||
-  { tail -30 "$out/baseline.log"; echo "the clean tests fail: fix them first" >&2; exit 1; }
-clean=$(($(date +%s) - start))
-# Generous, since the machine may be busier during a mutant than during this run.
-timeout=$((clean * 5 > 120 ? clean * 5 : 120))
-echo "clean test run: ${clean} s; timeout per mutant: ${timeout} s (commit ${commit:0:10})"
-
-for f in "${files[@]}"; do
-  name=$(echo "${f%.rs}" | tr / _)
-  echo "== crates/core/src/$f -> $out/$name ($(date -u +%H:%M:%S) UTC)"
-  # In place, so one mutant at a time (cargo-mutants refuses --jobs there).
-  args=(--in-place --package tapegrad-core --file "crates/core/src/$f" --baseline skip --timeout "$timeout" --output "$out/$name")
-  [ -z "${MUTANTS_RE:-}" ] || args+=(--re "$MUTANTS_RE")
-  # Exit status 2 means missed mutants, 3 timeouts: the summary reports them; go on.
-  nice -n 19 cargo mutants "${args[@]}" || true
-done
-summary
+main "$@"
+exit
