@@ -71,7 +71,8 @@ main() {
     mkdir -p "$(dirname "$tree")"
     git -C "$repo" worktree add --detach "$tree" "$commit"
   else
-    git -C "$tree" checkout --quiet --detach "$commit"
+    # --force: a run killed hard may have left a mutated file behind.
+    git -C "$tree" checkout --quiet --force --detach "$commit"
   fi
   if [ ! -d "$tree/target" ] && [ -d "$repo/target" ]; then
     cp -a "$repo/target" "$tree/target"
