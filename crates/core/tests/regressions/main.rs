@@ -3,4 +3,5 @@
 
 mod extreme_structure;
 mod hand_computed;
+mod mutants;
 mod tape;
