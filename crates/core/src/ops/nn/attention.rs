@@ -211,6 +211,10 @@ impl ScaledDotProductAttention {
         float_mask: Option<&Tensor<S>>,
     ) -> Result<Tensor<S>> {
         let mut p = batched_matmul(q, false, k, true)?.into_vec();
+        if self.is_causal && float_mask.is_none() {
+            causal_softmax_rows(g, &mut p);
+            return Tensor::from_shape(g.scores.clone(), p);
+        }
         let allowed = self.allowed(g)?;
         let added = float_mask.map(|m| broadcast_to(m, &g.scores)).transpose()?;
         let added = added.as_ref().map(|m| m.data());
@@ -285,6 +289,43 @@ impl ScaledDotProductAttention {
             }
         }
         Tensor::from_shape(g.scores.clone(), out)
+    }
+}
+
+/// The causal weights in place over the raw scores `p` (row-major over `g.scores`): query `i`
+/// of a row keeps keys `j <= i`, the row's valid prefix, known without a mask. The same values,
+/// in the same order, as the general masked path of `weights` (max over the prefix, `exp` of the
+/// scaled differences, the prefix summed pairwise, every element divided), so the bits are those
+/// of that path and of a key/value-cache step cut at the row's last key; the masked part is only
+/// zeroed, never compared or exponentiated.
+fn causal_softmax_rows<S: Scalar>(g: &Geometry, p: &mut [S]) {
+    let keys = g.keys;
+    let dims = g.scores.dims();
+    let queries = dims[dims.len() - 2];
+    if keys == 0 || queries == 0 {
+        return;
+    }
+    let scale = S::from_f64(g.scale);
+    for (r, row) in p.chunks_mut(keys).enumerate() {
+        let end = (r % queries + 1).min(keys);
+        let (kept, masked) = row.split_at_mut(end);
+        // `+ 0` as the general path adds its absent float mask (it turns -0 into +0).
+        let z = |s: S| s * scale + S::ZERO;
+        let m = kept
+            .iter()
+            .map(|&s| z(s))
+            .fold(None, |m: Option<S>, s| Some(m.map_or(s, |m| m.max_nan(s))));
+        // `end >= 1`, so the row has a maximum.
+        let m = m.unwrap_or(S::ZERO);
+        for s in kept.iter_mut() {
+            *s = (z(*s) - m).exp();
+        }
+        let total = pairwise_sum(kept);
+        for s in kept.iter_mut() {
+            *s /= total;
+        }
+        // 0 / total, as the general path divides its zeros too (NaN when the row is NaN).
+        masked.fill(S::ZERO / total);
     }
 }
 
