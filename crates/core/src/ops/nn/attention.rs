@@ -210,11 +210,13 @@ impl ScaledDotProductAttention {
         k: &Tensor<S>,
         float_mask: Option<&Tensor<S>>,
     ) -> Result<Tensor<S>> {
-        let mut p = batched_matmul(q, false, k, true)?.into_vec();
-        if self.is_causal && float_mask.is_none() {
-            causal_softmax_rows(g, &mut p);
-            return Tensor::from_shape(g.scores.clone(), p);
+        let mut scores = batched_matmul(q, false, k, true)?;
+        if self.is_causal && float_mask.is_none() && scores.shape() == &g.scores {
+            // In place on the product's own buffer: no copy of the scores.
+            causal_softmax_rows(g, scores.data_mut());
+            return Ok(scores);
         }
+        let mut p = scores.into_vec();
         let allowed = self.allowed(g)?;
         let added = float_mask.map(|m| broadcast_to(m, &g.scores)).transpose()?;
         let added = added.as_ref().map(|m| m.data());
@@ -281,14 +283,30 @@ impl ScaledDotProductAttention {
         p: &Tensor<S>,
         d: &Tensor<S>,
     ) -> Result<Tensor<S>> {
-        let mut out = Vec::with_capacity(p.numel());
-        if g.keys > 0 {
-            for (pr, dr) in p.data().chunks(g.keys).zip(d.data().chunks(g.keys)) {
-                let dot = pairwise_sum_by(pr.len(), |j| pr[j] * dr[j]);
-                out.extend(pr.iter().zip(dr).map(|(&a, &b)| a * (b - dot)));
-            }
+        if p.numel() != g.scores.numel() || d.numel() != g.scores.numel() {
+            return Err(Error::invalid(
+                "scaled_dot_product_attention",
+                format!(
+                    "the weights {} and their change {} do not match the scores {}",
+                    p.shape(),
+                    d.shape(),
+                    g.scores
+                ),
+            ));
         }
-        Tensor::from_shape(g.scores.clone(), out)
+        // Every row written, straight into a pooled buffer (no vector copied in).
+        Ok(Tensor::from_writer(g.scores.clone(), |out| {
+            if g.keys == 0 {
+                return;
+            }
+            let rows = p.data().chunks(g.keys).zip(d.data().chunks(g.keys));
+            for (o, (pr, dr)) in out.chunks_mut(g.keys).zip(rows) {
+                let dot = pairwise_sum_by(pr.len(), |j| pr[j] * dr[j]);
+                for ((o, &a), &b) in o.iter_mut().zip(pr).zip(dr) {
+                    *o = a * (b - dot);
+                }
+            }
+        }))
     }
 }
 
