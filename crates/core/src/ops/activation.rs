@@ -4,6 +4,7 @@
 
 use super::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
+use tapegrad_tensor::kernels::gelu;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// Which GELU formula: PyTorch's `approximate="none"` (erf) or `"tanh"`.
@@ -67,31 +68,17 @@ fn sigmoid<S: Scalar>(x: S) -> S {
 const GELU_BETA: f64 = std::f64::consts::SQRT_2 * std::f64::consts::FRAC_2_SQRT_PI * 0.5;
 /// PyTorch's `kKappa`.
 const GELU_KAPPA: f64 = 0.044715;
-/// 1/sqrt(2*pi), the standard normal density at 0.
-const INV_SQRT_2PI: f64 = std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2 * 0.5;
-
-/// Phi(x) = erfc(-x / sqrt 2) / 2, the standard normal distribution function, in f64. Written
-/// with erfc because `(1 + erf(x / sqrt 2)) / 2` cancels for negative x: it kept only a few digits
-/// by x = -6 and gave 0 (or noise) below about -8, where x * Phi(x) is still a normal f32 down to
-/// x = -13 (the f32 gelu was millions of ulps off there).
-fn normal_cdf(x: f64) -> f64 {
-    0.5 * Scalar::erfc(-x * std::f64::consts::FRAC_1_SQRT_2)
-}
-
-/// x * Phi(x), evaluated in f64 and rounded to `S`, so that the f32 result is within its own
-/// rounding.
+/// x * Phi(x) (Phi the standard normal distribution function), evaluated in f64 and rounded to
+/// `S`, so that the f32 result is within its own rounding: the tensor kernel's element rule (see
+/// `kernels::gelu`), which keeps the far negative tail where `(1 + erf(x / sqrt 2)) / 2` cancels.
 fn gelu_erf<S: Scalar>(x: S) -> S {
-    let x = x.to_f64();
-    S::from_f64(x * normal_cdf(x))
+    gelu::gelu_erf_value(x)
 }
 
 /// d/dx of x * Phi(x) = Phi(x) + x * phi(x), in f64 as the forward. Where the density underflows
 /// to 0 the second term is 0 (not `inf * 0` for an infinite x), so it tends to its limits 0 and 1.
 fn gelu_erf_grad<S: Scalar>(x: S) -> S {
-    let x = x.to_f64();
-    let cdf = normal_cdf(x);
-    let pdf = (-0.5 * x * x).exp() * INV_SQRT_2PI;
-    S::from_f64(if pdf == 0.0 { cdf } else { cdf + x * pdf })
+    gelu::gelu_erf_slope(x)
 }
 
 /// beta * (x + kappa * x^3), the argument of tanh in the tanh-approximated GELU.
@@ -181,7 +168,16 @@ impl ActivationOp {
             A::Tanh => d.zip_map(saved, name, |g, y| g * (S::ONE - y * y)),
             A::Gelu {
                 approximate: GeluApproximate::None,
-            } => d.zip_map(saved, name, |g, x| g * gelu_erf_grad(x)),
+            } => {
+                if d.numel() <= 1 || d.shape() != saved.shape() {
+                    return d.zip_map(saved, name, |g, x| g * gelu_erf_grad(x));
+                }
+                // The slice kernel: the same element rule, vectorised.
+                let (g, x) = (d.data(), saved.data());
+                Ok(Tensor::from_writer(d.shape().clone(), |out| {
+                    gelu::gelu_erf_backward(g, x, out)
+                }))
+            }
             A::Gelu {
                 approximate: GeluApproximate::Tanh,
             } => d.zip_map(saved, name, |g, x| g * gelu_tanh_grad(x)),
@@ -273,6 +269,11 @@ impl OpRules for ActivationOp {
             }
             A::Sigmoid => x.map(sigmoid),
             A::Tanh => x.map(|v| v.tanh()),
+            A::Gelu {
+                approximate: GeluApproximate::None,
+            } if x.numel() > 1 => {
+                Tensor::from_writer(x.shape().clone(), |out| gelu::gelu_erf(x.data(), out))
+            }
             A::Gelu {
                 approximate: GeluApproximate::None,
             } => x.map(gelu_erf),

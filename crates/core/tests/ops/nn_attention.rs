@@ -2,7 +2,7 @@
 //! causal or boolean masks, the documented result of fully masked rows (output 0, gradient 0), no
 //! NaN under masks even with huge scores, and shape errors.
 
-use crate::ops_nn_support::{fwd, laws, random, rng, t, uniform};
+use crate::ops_nn_support::{fwd, laws, random, rng, t, uniform, vjp_with_needs};
 use tapegrad_core::laws::op_vjp;
 use tapegrad_core::ops::nn::ScaledDotProductAttention;
 use tapegrad_core::ops::Mask;
@@ -217,4 +217,47 @@ fn session_attention_backpropagates_to_all_three() {
     assert!((dv - 2.0 * 3.0 * 4.0).abs() < 1e-12, "{dv}");
     // Under a causal mask the last key is seen only by the last query.
     assert!(g.get("k").unwrap().data().iter().all(|v| v.is_finite()));
+}
+
+/// The causal path (loop bounds, no mask) gives the bits of the general masked path under the
+/// same lower-triangular boolean mask, forward and VJP, with more queries than keys and fewer,
+/// in f64 and f32.
+#[test]
+fn causal_rows_equal_the_explicit_lower_triangular_mask_bit_for_bit() {
+    let mut r = rng(23);
+    for (l, s) in [(5, 5), (6, 4), (3, 7), (1, 1)] {
+        let tril: Vec<bool> = (0..l * s).map(|i| i % s <= i / s).collect();
+        let mask = Mask::new(&[l, s], tril).unwrap();
+        let q = random(&mut r, &[2, 3, l, 4]);
+        let k = random(&mut r, &[2, 3, s, 4]);
+        let v = random(&mut r, &[2, 3, s, 2]);
+        let seed = random(&mut r, &[2, 3, l, 2]);
+        let causal = sdpa(true, None, None);
+        let masked = sdpa(false, None, Some(mask));
+        let bits64 = |t: &Tensor<f64>| t.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits64(&fwd(&causal, &[&q, &k, &v])),
+            bits64(&fwd(&masked, &[&q, &k, &v])),
+            "f64 forward, L {l}, S {s}"
+        );
+        let needs = vec![true; 3];
+        let a = vjp_with_needs(&causal, &[&q, &k, &v], &seed, needs.clone());
+        let b = vjp_with_needs(&masked, &[&q, &k, &v], &seed, needs.clone());
+        for (a, b) in a.iter().zip(&b) {
+            assert_eq!(bits64(a.as_ref().unwrap()), bits64(b.as_ref().unwrap()));
+        }
+        let f32s = |t: &Tensor<f64>| -> Tensor<f32> {
+            Tensor::new(t.dims(), t.data().iter().map(|&v| v as f32).collect()).unwrap()
+        };
+        let (q, k, v, seed) = (f32s(&q), f32s(&k), f32s(&v), f32s(&seed));
+        let bits32 = |t: &Tensor<f32>| t.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let a = vjp_with_needs(&causal, &[&q, &k, &v], &seed, needs.clone());
+        let b = vjp_with_needs(&masked, &[&q, &k, &v], &seed, needs);
+        for (a, b) in a.iter().zip(&b) {
+            assert_eq!(bits32(a.as_ref().unwrap()), bits32(b.as_ref().unwrap()));
+        }
+        let ya = causal.forward(&[&q, &k, &v]).unwrap().value;
+        let yb = masked.forward(&[&q, &k, &v]).unwrap().value;
+        assert_eq!(bits32(&ya), bits32(&yb), "f32 forward, L {l}, S {s}");
+    }
 }

@@ -41,9 +41,37 @@ pub fn permute<S: Scalar>(t: &Tensor<S>, dims: &[usize]) -> Result<Tensor<S>> {
     let walk: Vec<usize> = dims.iter().map(|&d| in_strides[d]).collect();
     let src = t.data();
     let shape = Shape::for_op("permute", &out_dims)?;
+    let kept = kept_trailing_axes(dims);
+    if kept > 0 {
+        return Ok(Tensor::from_writer(shape, |dst| {
+            copy_runs(src, &out_dims, &walk, kept, dst)
+        }));
+    }
     Ok(Tensor::from_writer(shape, |dst| {
         strided_walk(&out_dims, [&walk], |lin, [i]| dst[lin] = src[i])
     }))
+}
+
+/// How many trailing axes `dims` leaves in place (`dims[k] == k` from the end): their elements
+/// stay contiguous, in runs the permutation moves whole.
+fn kept_trailing_axes(dims: &[usize]) -> usize {
+    let rank = dims.len();
+    (0..rank).rev().take_while(|&k| dims[k] == k).count()
+}
+
+/// The permutation that keeps its last `kept` axes (output dims `out_dims`, input strides per
+/// output axis `walk`) as one copy of a contiguous run per index of the leading axes, e.g. the
+/// head split [B, T, H, D] -> [B, H, T, D] as B H T copies of D elements, not an element-wise
+/// strided walk.
+fn copy_runs<S: Scalar>(src: &[S], out_dims: &[usize], walk: &[usize], kept: usize, dst: &mut [S]) {
+    let lead = out_dims.len() - kept;
+    let run: usize = out_dims[lead..].iter().product();
+    if run == 0 || dst.is_empty() {
+        return;
+    }
+    strided_walk(&out_dims[..lead], [&walk[..lead]], |lin, [i]| {
+        dst[lin * run..(lin + 1) * run].copy_from_slice(&src[i..i + run])
+    });
 }
 
 /// Whether `dims` keeps every axis but swaps the last two (a batch of matrix transposes).

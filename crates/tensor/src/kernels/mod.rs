@@ -5,6 +5,7 @@
 pub mod alloc;
 pub mod broadcast;
 pub mod conv;
+pub mod gelu;
 pub mod group_sum;
 mod isa;
 pub mod layout;

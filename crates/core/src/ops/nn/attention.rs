@@ -210,7 +210,13 @@ impl ScaledDotProductAttention {
         k: &Tensor<S>,
         float_mask: Option<&Tensor<S>>,
     ) -> Result<Tensor<S>> {
-        let mut p = batched_matmul(q, false, k, true)?.into_vec();
+        let mut scores = batched_matmul(q, false, k, true)?;
+        if self.is_causal && float_mask.is_none() && scores.shape() == &g.scores {
+            // In place on the product's own buffer: no copy of the scores.
+            causal_softmax_rows(g, scores.data_mut());
+            return Ok(scores);
+        }
+        let mut p = scores.into_vec();
         let allowed = self.allowed(g)?;
         let added = float_mask.map(|m| broadcast_to(m, &g.scores)).transpose()?;
         let added = added.as_ref().map(|m| m.data());
@@ -277,14 +283,67 @@ impl ScaledDotProductAttention {
         p: &Tensor<S>,
         d: &Tensor<S>,
     ) -> Result<Tensor<S>> {
-        let mut out = Vec::with_capacity(p.numel());
-        if g.keys > 0 {
-            for (pr, dr) in p.data().chunks(g.keys).zip(d.data().chunks(g.keys)) {
-                let dot = pairwise_sum_by(pr.len(), |j| pr[j] * dr[j]);
-                out.extend(pr.iter().zip(dr).map(|(&a, &b)| a * (b - dot)));
-            }
+        if p.numel() != g.scores.numel() || d.numel() != g.scores.numel() {
+            return Err(Error::invalid(
+                "scaled_dot_product_attention",
+                format!(
+                    "the weights {} and their change {} do not match the scores {}",
+                    p.shape(),
+                    d.shape(),
+                    g.scores
+                ),
+            ));
         }
-        Tensor::from_shape(g.scores.clone(), out)
+        // Every row written, straight into a pooled buffer (no vector copied in).
+        Ok(Tensor::from_writer(g.scores.clone(), |out| {
+            if g.keys == 0 {
+                return;
+            }
+            let rows = p.data().chunks(g.keys).zip(d.data().chunks(g.keys));
+            for (o, (pr, dr)) in out.chunks_mut(g.keys).zip(rows) {
+                let dot = pairwise_sum_by(pr.len(), |j| pr[j] * dr[j]);
+                for ((o, &a), &b) in o.iter_mut().zip(pr).zip(dr) {
+                    *o = a * (b - dot);
+                }
+            }
+        }))
+    }
+}
+
+/// The causal weights in place over the raw scores `p` (row-major over `g.scores`): query `i`
+/// of a row keeps keys `j <= i`, the row's valid prefix, known without a mask. The same values,
+/// in the same order, as the general masked path of `weights` (max over the prefix, `exp` of the
+/// scaled differences, the prefix summed pairwise, every element divided), so the bits are those
+/// of that path and of a key/value-cache step cut at the row's last key; the masked part is only
+/// zeroed, never compared or exponentiated.
+fn causal_softmax_rows<S: Scalar>(g: &Geometry, p: &mut [S]) {
+    let keys = g.keys;
+    let dims = g.scores.dims();
+    let queries = dims[dims.len() - 2];
+    if keys == 0 || queries == 0 {
+        return;
+    }
+    let scale = S::from_f64(g.scale);
+    for (r, row) in p.chunks_mut(keys).enumerate() {
+        let end = (r % queries + 1).min(keys);
+        let (kept, masked) = row.split_at_mut(end);
+        // `+ 0` as the general path adds its absent float mask (it turns -0 into +0).
+        let z = |s: S| s * scale + S::ZERO;
+        let m = kept
+            .iter()
+            .map(|&s| z(s))
+            .fold(None, |m: Option<S>, s| Some(m.map_or(s, |m| m.max_nan(s))));
+        // `end >= 1`, so the row has a maximum.
+        let m = m.unwrap_or(S::ZERO);
+        for s in kept.iter_mut() {
+            *s = (z(*s) - m).exp();
+        }
+        let total = pairwise_sum(kept);
+        for s in kept.iter_mut() {
+            *s /= total;
+        }
+        // 0 / total, as the general path divides its zeros too (NaN when the row is NaN).
+        masked.fill(S::ZERO / total);
     }
 }
 

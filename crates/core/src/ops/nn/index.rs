@@ -585,8 +585,31 @@ impl OpRules for Select {
     fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let x = &ctx.input_shapes[0];
         let (outer, len, inner, at, _) = self.geometry(x)?;
-        let data = put_along(cot.data(), outer, len, inner, &[at]);
-        Ok(smallvec![Some(Tensor::from_shape(x.clone(), data)?)])
+        if cot.numel() != outer * inner {
+            let data = put_along(cot.data(), outer, len, inner, &[at]);
+            return Ok(smallvec![Some(Tensor::from_shape(x.clone(), data)?)]);
+        }
+        // `put_along`'s values (the chosen block is the cotangent, the rest 0), each element
+        // written once into a pooled buffer rather than added onto freshly zeroed pages.
+        let g = cot.data();
+        Ok(smallvec![Some(Tensor::from_writer(x.clone(), |dx| {
+            if inner == 0 {
+                return;
+            }
+            for (o, blocks) in dx.chunks_exact_mut(len * inner).enumerate() {
+                for (j, block) in blocks.chunks_exact_mut(inner).enumerate() {
+                    if j == at {
+                        // `0 + v`, as put_along adds onto zeros (-0 becomes +0).
+                        let src = &g[o * inner..(o + 1) * inner];
+                        for (d, &v) in block.iter_mut().zip(src) {
+                            *d = S::ZERO + v;
+                        }
+                    } else {
+                        block.fill(S::ZERO);
+                    }
+                }
+            }
+        }))])
     }
     fn jvp<S: Scalar>(
         &self,
