@@ -2,7 +2,7 @@
 //! one axis. `axes: None` reduces every axis; an empty list reduces none. A rank-0 input accepts
 //! axis 0 and -1 as PyTorch does (reducing it is the identity; its softmax is 1).
 
-use super::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
+use super::{Arity, Forward, Grads, OpKind, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::softmax::split_at_axis;
 use tapegrad_tensor::kernels::{
@@ -36,6 +36,30 @@ pub enum ReduceOp {
 }
 
 use ReduceOp as R;
+
+impl ReduceOp {
+    /// The reduction over axes of this kind (sum, mean, amax), `None` for any other kind. The
+    /// reductions over axes share their attributes, so the graph file reads them alike.
+    pub fn over_axes(kind: OpKind, axes: Option<Vec<isize>>, keepdim: bool) -> Option<ReduceOp> {
+        Some(match kind {
+            OpKind::Sum => R::Sum { axes, keepdim },
+            OpKind::Mean => R::Mean { axes, keepdim },
+            OpKind::Amax => R::Amax { axes, keepdim },
+            _ => return None,
+        })
+    }
+
+    /// The axes (`None`: every axis) and `keepdim` of a reduction over axes; `None` for the
+    /// softmax family, which works along one axis.
+    pub fn axes_and_keepdim(&self) -> Option<(Option<&[isize]>, bool)> {
+        match self {
+            R::Sum { axes, keepdim } | R::Mean { axes, keepdim } | R::Amax { axes, keepdim } => {
+                Some((axes.as_deref(), *keepdim))
+            }
+            R::Softmax { .. } | R::LogSoftmax { .. } => None,
+        }
+    }
+}
 
 /// Normalises one signed axis. A rank-0 tensor is treated as having one axis, as PyTorch does.
 fn resolve_axis(op: &'static str, axis: isize, shape: &Shape) -> Result<usize> {
@@ -149,16 +173,6 @@ fn max_mask<S: Scalar>(x: &Tensor<S>, y: &Tensor<S>, axes: &[usize]) -> Result<T
 }
 
 impl OpRules for ReduceOp {
-    fn name(&self) -> &'static str {
-        match self {
-            R::Sum { .. } => "sum",
-            R::Mean { .. } => "mean",
-            R::Amax { .. } => "amax",
-            R::Softmax { .. } => "softmax",
-            R::LogSoftmax { .. } => "log_softmax",
-        }
-    }
-
     fn arity(&self) -> Arity {
         Arity::Exact(1)
     }

@@ -532,16 +532,6 @@ impl LossOp {
 }
 
 impl OpRules for LossOp {
-    fn name(&self) -> &'static str {
-        match self {
-            Lo::MseLoss { .. } => "mse_loss",
-            Lo::CrossEntropy { .. } => "cross_entropy",
-            Lo::BinaryCrossEntropyWithLogits { .. } => "binary_cross_entropy_with_logits",
-            Lo::NllLoss { .. } => "nll_loss",
-            Lo::CrossEntropyProbs { .. } => "cross_entropy_probs",
-        }
-    }
-
     fn arity(&self) -> Arity {
         match self {
             Lo::MseLoss { .. }

@@ -410,9 +410,6 @@ fn renamed<T>(name: &'static str, result: Result<T>) -> Result<T> {
 macro_rules! conv_rules {
     ($ty:ident) => {
         impl OpRules for $ty {
-            fn name(&self) -> &'static str {
-                self.spec().name
-            }
             fn arity(&self) -> Arity {
                 arity_with(2, &[self.bias])
             }
