@@ -165,6 +165,7 @@ op_list! {
             Amax => "amax",
             Softmax => "softmax",
             LogSoftmax => "log_softmax",
+            LogSumExp => "logsumexp",
         }
         Linalg(LinalgOp) {
             Matmul => "matmul",

@@ -100,7 +100,7 @@ pub fn variants(kind: OpKind) -> &'static [&'static str] {
         K::LeakyRelu => &["slope 0.01", "slope 0.2"],
         K::Gelu => &["erf", "tanh"],
         K::Softplus => &["beta 1 threshold 20", "beta 2 threshold 1"],
-        K::Sum | K::Mean | K::Amax => AXES,
+        K::Sum | K::Mean | K::Amax | K::LogSumExp => AXES,
         K::Softmax | K::LogSoftmax => &["last axis", "axis 0"],
         K::Matmul => &[
             "vector vector",
@@ -489,7 +489,7 @@ fn generate<R: Rng + ?Sized>(
             )
         }
         K::Silu => (act(A::Silu), vec![uniform(x, rng, -3.0, 3.0)]),
-        K::Sum | K::Mean | K::Amax => {
+        K::Sum | K::Mean | K::Amax | K::LogSumExp => {
             let (axes, keepdim) = match variant {
                 0 => (None, false),
                 1 => (None, true),
@@ -502,6 +502,7 @@ fn generate<R: Rng + ?Sized>(
             let (op, value) = match kind {
                 K::Sum => (Red::Sum { axes, keepdim }, uniform(x, rng, -2.0, 2.0)),
                 K::Mean => (Red::Mean { axes, keepdim }, uniform(x, rng, -2.0, 2.0)),
+                K::LogSumExp => (Red::LogSumExp { axes, keepdim }, uniform(x, rng, -3.0, 3.0)),
                 _ => (Red::Amax { axes, keepdim }, distinct(x, rng)),
             };
             (Op::Reduce(op), vec![value])
@@ -924,6 +925,7 @@ pub fn is_generic(op: &Op, inputs: &[&Tensor<f64>]) -> bool {
             | K::Mean
             | K::Softmax
             | K::LogSoftmax
+            | K::LogSumExp
             | K::Matmul
             | K::Linear
             | K::Transpose
