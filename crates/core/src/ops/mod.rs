@@ -227,7 +227,7 @@ impl Op {
     pub fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         self.check_cotangent(ctx, cot)?;
         // Checked where it lies and returned as is: unwrapping and re-wrapping the inline list
-        // copied it twice per call.
+        // would copy it twice per call.
         #[allow(unused_mut)]
         let mut grads = dispatch!(self, op => op.vjp(ctx, cot));
         #[cfg(feature = "fault-injection")]

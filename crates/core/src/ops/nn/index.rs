@@ -152,7 +152,7 @@ fn take_along<S: Scalar>(
     index: &[usize],
 ) -> Vec<S> {
     // An empty output has nothing to copy, but its outer blocks may number 2^40 (a zero after
-    // the axis): walking them was a hang.
+    // the axis): walking them would hang.
     if index.is_empty() || inner == 0 {
         return Vec::new();
     }
