@@ -14,8 +14,8 @@ use tapegrad_core::ops::nn::{
     ScaledDotProductAttention, ScatterAdd, Select,
 };
 use tapegrad_core::ops::{
-    ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, ReduceOp, Reduction,
-    StructureOp,
+    ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, OpKind, ReduceOp,
+    Reduction, StructureOp,
 };
 use tapegrad_core::{audit, Op, Scalar, Session, Shape, Tensor, Var};
 
@@ -340,13 +340,16 @@ impl<S: Scalar> Run<S> {
                 let axes = axes
                     .as_ref()
                     .map(|a| a.iter().take(6).map(|&i| isize::from(i % 7)).collect());
-                let keepdim = *keepdim;
-                let op = match which % 3 {
-                    0 => ReduceOp::Sum { axes, keepdim },
-                    1 => ReduceOp::Mean { axes, keepdim },
-                    _ => ReduceOp::Amax { axes, keepdim },
-                };
-                self.apply(Op::Reduce(op), &[*x]);
+                // Every reduction over axes in the list of ops (sum, mean, amax, ...).
+                let kinds: Vec<OpKind> = OpKind::ALL
+                    .iter()
+                    .copied()
+                    .filter(|&k| ReduceOp::over_axes(k, None, false).is_some())
+                    .collect();
+                let kind = kinds[usize::from(*which) % kinds.len()];
+                if let Some(op) = ReduceOp::over_axes(kind, axes, *keepdim) {
+                    self.apply(Op::Reduce(op), &[*x]);
+                }
             }
             K::Softmax(x, axis, log) => {
                 let axis = isize::from(*axis % 7);

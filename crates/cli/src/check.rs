@@ -224,7 +224,7 @@ fn to_json<T: Serialize>(value: &T) -> Result<String, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tapegrad_core::ops::ElementwiseOp;
+    use tapegrad_core::ops::{ElementwiseOp, OpKind};
     use tapegrad_core::Op;
 
     fn args(op: Option<&str>) -> CheckArgs {
@@ -267,23 +267,8 @@ mod tests {
     #[test]
     fn every_nn_op_is_listed_and_passes() {
         let rows = run_checks(&args(None));
-        for op in [
-            "conv1d",
-            "conv2d",
-            "max_pool2d",
-            "avg_pool2d",
-            "adaptive_avg_pool2d",
-            "layer_norm",
-            "batch_norm",
-            "group_norm",
-            "embedding",
-            "index_select",
-            "gather",
-            "scatter_add",
-            "select",
-            "dropout",
-            "scaled_dot_product_attention",
-        ] {
+        let nn_ops = OpKind::ALL.iter().filter(|k| matches!(k, OpKind::Nn(_)));
+        for op in nn_ops.map(|k| k.label()) {
             let of_op: Vec<&Row> = rows.iter().filter(|r| r.op == op).collect();
             assert!(!of_op.is_empty(), "{op} is not listed");
             assert!(of_op.iter().all(|r| r.passed), "{of_op:?}");

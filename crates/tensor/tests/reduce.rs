@@ -234,7 +234,7 @@ fn ulps_of_magnitudes(got: f32, values: &[f32]) -> f64 {
 
 #[test]
 fn long_f32_sums_stay_within_a_few_ulps_on_every_path() {
-    // 60000 positive values (so no cancellation hides the error): one running total was 34 to
+    // 60000 positive values (so no cancellation hides the error): one running total is 34 to
     // 106 ulps of the sum off on such runs (and PyTorch's under 1.5); the pairwise order keeps it
     // to a few on the trailing, leading and middle-axis paths alike.
     let n = 60_000;

@@ -140,8 +140,8 @@ fn permute_of_an_empty_tensor_with_huge_dims_does_not_panic() {
     let x = Tensor::<f32>::new(&[0, 1 << 30, 4], vec![]).unwrap();
     let y = permute(&x, &[2, 1, 0]).unwrap();
     assert_eq!(y.dims(), &[4, 1 << 30, 0]);
-    // Strides of this one overflow, so it must be refused up front (it used to be accepted, and
-    // permute then panicked computing `strides()`).
+    // Strides of this one overflow, so it must be refused up front (accepted, it would make
+    // permute panic computing `strides()`).
     assert!(matches!(
         Tensor::<f32>::new(&[0, usize::MAX, 2], vec![]),
         Err(Error::Overflow { .. })

@@ -231,7 +231,7 @@ fn softmax_axis_out_of_range_is_an_error_not_a_panic() {
 
 /// Rows of 2,000 to 5,000 logits in f32: every softmax entry within a few ulps of the f64 answer
 /// and every log_softmax entry within a few ulps of its terms' size (one running total over the
-/// row was 22 ulps off at 2,000).
+/// row is 22 ulps off at 2,000).
 #[test]
 fn wide_f32_rows_stay_within_a_few_ulps() {
     for (n, width) in [(2000, 2.0), (2048, 16.0), (5000, 4.0)] {

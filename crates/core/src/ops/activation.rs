@@ -201,18 +201,6 @@ impl ActivationOp {
 }
 
 impl OpRules for ActivationOp {
-    fn name(&self) -> &'static str {
-        match self {
-            A::Relu => "relu",
-            A::LeakyRelu { .. } => "leaky_relu",
-            A::Sigmoid => "sigmoid",
-            A::Tanh => "tanh",
-            A::Gelu { .. } => "gelu",
-            A::Softplus { .. } => "softplus",
-            A::Silu => "silu",
-        }
-    }
-
     fn arity(&self) -> Arity {
         Arity::Exact(1)
     }

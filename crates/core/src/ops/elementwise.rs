@@ -221,29 +221,6 @@ fn s<S: Scalar>(v: f64) -> S {
 }
 
 impl OpRules for ElementwiseOp {
-    fn name(&self) -> &'static str {
-        match self {
-            E::Add => "add",
-            E::Sub => "sub",
-            E::Mul => "mul",
-            E::Div => "div",
-            E::Neg => "neg",
-            E::Scale { .. } => "scale",
-            E::Abs => "abs",
-            E::Sqrt => "sqrt",
-            E::Exp => "exp",
-            E::Log => "log",
-            E::SafeLog { .. } => "safe_log",
-            E::Sin => "sin",
-            E::Cos => "cos",
-            E::Pow { .. } => "pow",
-            E::Clamp { .. } => "clamp",
-            E::Maximum => "maximum",
-            E::Minimum => "minimum",
-            E::Where { .. } => "where",
-        }
-    }
-
     fn arity(&self) -> Arity {
         Arity::Exact(if self.is_binary() { 2 } else { 1 })
     }

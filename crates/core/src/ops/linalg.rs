@@ -176,15 +176,6 @@ fn promote_cotangent<S: Scalar>(
 }
 
 impl OpRules for LinalgOp {
-    fn name(&self) -> &'static str {
-        match self {
-            L::Matmul => "matmul",
-            L::Linear { .. } => "linear",
-            L::Transpose { .. } => "transpose",
-            L::Permute { .. } => "permute",
-        }
-    }
-
     fn arity(&self) -> Arity {
         match self {
             L::Matmul => Arity::Exact(2),

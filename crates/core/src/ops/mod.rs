@@ -6,6 +6,7 @@ pub mod activation;
 mod context;
 pub mod elementwise;
 pub mod linalg;
+mod list;
 pub mod loss;
 pub mod nn;
 pub mod reduce;
@@ -19,6 +20,7 @@ pub use context::{
 pub use elementwise::ElementwiseOp;
 pub(crate) use elementwise::{LinearPart, LinearVjp};
 pub use linalg::LinalgOp;
+pub use list::{HasKind, NnKind, OpFamily, OpKind};
 pub use loss::{class_labels, ClassLabel, ClassLossOptions, LossOp, Reduction};
 pub use nn::NnOp;
 pub use reduce::ReduceOp;
@@ -29,9 +31,13 @@ use tapegrad_tensor::kernels::alloc::ensure_allocatable;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// The rules every op family implements. Each method sees arguments already checked for arity.
-pub trait OpRules {
-    /// PyTorch's name of the op (`add`, `log_softmax`, `cross_entropy`, ...).
-    fn name(&self) -> &'static str;
+/// The op's kind, hence its name, comes from the list of ops (`ops/list.rs`).
+pub trait OpRules: HasKind {
+    /// PyTorch's name of the op (`add`, `log_softmax`, `cross_entropy`, ...), from the list.
+    #[inline]
+    fn name(&self) -> &'static str {
+        self.kind().label()
+    }
     /// How many tensor arguments the op takes.
     fn arity(&self) -> Arity;
     /// The output shape, or an error naming the op and the offending shapes.
@@ -95,7 +101,13 @@ impl Op {
     /// PyTorch's name of the op.
     #[inline]
     pub fn name(&self) -> &'static str {
-        dispatch!(self, op => op.name())
+        self.kind().label()
+    }
+
+    /// The op's entry in the list of ops (`OpKind::ALL`).
+    #[inline]
+    pub fn kind(&self) -> OpKind {
+        dispatch!(self, op => op.kind())
     }
 
     /// How many tensor arguments the op takes.
@@ -215,7 +227,7 @@ impl Op {
     pub fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         self.check_cotangent(ctx, cot)?;
         // Checked where it lies and returned as is: unwrapping and re-wrapping the inline list
-        // copied it twice per call.
+        // would copy it twice per call.
         #[allow(unused_mut)]
         let mut grads = dispatch!(self, op => op.vjp(ctx, cot));
         #[cfg(feature = "fault-injection")]

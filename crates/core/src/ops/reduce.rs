@@ -1,8 +1,8 @@
-//! Reductions over chosen axes (sum, mean, amax with keepdim or not) and the softmax family along
-//! one axis. `axes: None` reduces every axis; an empty list reduces none. A rank-0 input accepts
-//! axis 0 and -1 as PyTorch does (reducing it is the identity; its softmax is 1).
+//! Reductions over chosen axes (sum, mean, amax, logsumexp with keepdim or not) and the softmax
+//! family along one axis. `axes: None` reduces every axis; an empty list reduces none. A rank-0
+//! input accepts axis 0 and -1 as PyTorch does (reducing it is the identity; its softmax is 1).
 
-use super::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
+use super::{Arity, Forward, Grads, OpKind, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::softmax::split_at_axis;
 use tapegrad_tensor::kernels::{
@@ -27,6 +27,12 @@ pub enum ReduceOp {
         axes: Option<Vec<isize>>,
         keepdim: bool,
     },
+    /// `log(sum(exp(x)))` over axes (torch.logsumexp), shifted by the maximum so that large
+    /// values neither overflow nor lose the small ones; over zero elements it is -inf.
+    LogSumExp {
+        axes: Option<Vec<isize>>,
+        keepdim: bool,
+    },
     Softmax {
         axis: isize,
     },
@@ -36,6 +42,32 @@ pub enum ReduceOp {
 }
 
 use ReduceOp as R;
+
+impl ReduceOp {
+    /// The reduction over axes of this kind (sum, mean, amax, logsumexp), `None` for any other
+    /// kind. The reductions over axes share their attributes, so the graph file reads them alike.
+    pub fn over_axes(kind: OpKind, axes: Option<Vec<isize>>, keepdim: bool) -> Option<ReduceOp> {
+        Some(match kind {
+            OpKind::Sum => R::Sum { axes, keepdim },
+            OpKind::Mean => R::Mean { axes, keepdim },
+            OpKind::Amax => R::Amax { axes, keepdim },
+            OpKind::LogSumExp => R::LogSumExp { axes, keepdim },
+            _ => return None,
+        })
+    }
+
+    /// The axes (`None`: every axis) and `keepdim` of a reduction over axes; `None` for the
+    /// softmax family, which works along one axis.
+    pub fn axes_and_keepdim(&self) -> Option<(Option<&[isize]>, bool)> {
+        match self {
+            R::Sum { axes, keepdim }
+            | R::Mean { axes, keepdim }
+            | R::Amax { axes, keepdim }
+            | R::LogSumExp { axes, keepdim } => Some((axes.as_deref(), *keepdim)),
+            R::Softmax { .. } | R::LogSoftmax { .. } => None,
+        }
+    }
+}
 
 /// Normalises one signed axis. A rank-0 tensor is treated as having one axis, as PyTorch does.
 fn resolve_axis(op: &'static str, axis: isize, shape: &Shape) -> Result<usize> {
@@ -148,17 +180,33 @@ fn max_mask<S: Scalar>(x: &Tensor<S>, y: &Tensor<S>, axes: &[usize]) -> Result<T
     )
 }
 
-impl OpRules for ReduceOp {
-    fn name(&self) -> &'static str {
-        match self {
-            R::Sum { .. } => "sum",
-            R::Mean { .. } => "mean",
-            R::Amax { .. } => "amax",
-            R::Softmax { .. } => "softmax",
-            R::LogSoftmax { .. } => "log_softmax",
-        }
+/// logsumexp over `ax` (normalised, not empty): `ln(sum(exp(x - s))) + m` with `m` the maximum
+/// (NaN propagates) and `s` the shift, `m` where finite and 0 otherwise, as PyTorch computes it:
+/// a slice of -inf gives -inf, one holding +inf gives +inf. The sum is pairwise, like softmax's
+/// denominator.
+fn logsumexp<S: Scalar>(x: &Tensor<S>, ax: &[usize], keepdim: bool) -> Result<Tensor<S>> {
+    let name = "logsumexp";
+    let out_shape = reduced_shape(x.shape(), ax, keepdim)?;
+    if ax.iter().any(|&a| x.dims()[a] == 0) {
+        // The log of an empty sum.
+        let n = out_shape.numel();
+        return Tensor::from_shape(out_shape, vec![S::NEG_INFINITY; n]);
     }
+    let m = max_axes(x, ax, true)?;
+    let shift = |m: S| if m.is_finite() { m } else { S::ZERO };
+    let terms = binary_map(name, x, &m, |x, m| (x - shift(m)).exp())?;
+    let total = sum_axes(&terms, ax, true)?;
+    binary_map(name, &total, &m, |t, m| t.ln() + m)?.reshape_to(&out_shape)
+}
 
+/// `exp(x - y)` with `y` (a logsumexp over `ax`) broadcast back: the softmax over the reduced
+/// axes, which is logsumexp's derivative (over no axis, 1 where `x` is finite).
+fn softmax_over<S: Scalar>(x: &Tensor<S>, y: &Tensor<S>, ax: &[usize]) -> Result<Tensor<S>> {
+    let kept = reduced_shape(x.shape(), ax, true)?;
+    binary_map("logsumexp", x, &y.reshape_to(&kept)?, |x, y| (x - y).exp())
+}
+
+impl OpRules for ReduceOp {
     fn arity(&self) -> Arity {
         Arity::Exact(1)
     }
@@ -166,7 +214,10 @@ impl OpRules for ReduceOp {
     fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
         let (name, shape) = (self.name(), inputs[0]);
         match self {
-            R::Sum { axes, keepdim } | R::Mean { axes, keepdim } | R::Amax { axes, keepdim } => {
+            R::Sum { axes, keepdim }
+            | R::Mean { axes, keepdim }
+            | R::Amax { axes, keepdim }
+            | R::LogSumExp { axes, keepdim } => {
                 let ax = resolve_axes(name, axes, shape)?;
                 if matches!(self, R::Amax { .. }) {
                     if let Some(&a) = ax.iter().find(|&&a| shape.dim(a) == 0) {
@@ -190,7 +241,8 @@ impl OpRules for ReduceOp {
     fn saves(&self) -> Saves {
         match self {
             R::Sum { .. } | R::Mean { .. } => Saves::NOTHING,
-            R::Amax { .. } => Saves::inputs(&[0]).with_output(),
+            // The VJP is `cot * exp(x - y)`: both the input and the output.
+            R::Amax { .. } | R::LogSumExp { .. } => Saves::inputs(&[0]).with_output(),
             R::Softmax { .. } | R::LogSoftmax { .. } => Saves::OUTPUT,
         }
     }
@@ -198,7 +250,10 @@ impl OpRules for ReduceOp {
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         let (name, x) = (self.name(), x[0]);
         let out = match self {
-            R::Sum { axes, keepdim } | R::Mean { axes, keepdim } | R::Amax { axes, keepdim } => {
+            R::Sum { axes, keepdim }
+            | R::Mean { axes, keepdim }
+            | R::Amax { axes, keepdim }
+            | R::LogSumExp { axes, keepdim } => {
                 let ax = resolve_axes(name, axes, x.shape())?;
                 if ax.is_empty() {
                     x.clone()
@@ -206,6 +261,7 @@ impl OpRules for ReduceOp {
                     match self {
                         R::Sum { .. } => sum_axes(x, &ax, *keepdim)?,
                         R::Mean { .. } => mean_axes(x, &ax, *keepdim)?,
+                        R::LogSumExp { .. } => logsumexp(x, &ax, *keepdim)?,
                         _ => max_axes(x, &ax, *keepdim)?,
                     }
                 }
@@ -236,8 +292,23 @@ impl OpRules for ReduceOp {
         let name = self.name();
         let in_shape = &ctx.input_shapes[0];
         let grad = match self {
-            R::Sum { axes, keepdim } | R::Mean { axes, keepdim } | R::Amax { axes, keepdim } => {
+            R::Sum { axes, keepdim }
+            | R::Mean { axes, keepdim }
+            | R::Amax { axes, keepdim }
+            | R::LogSumExp { axes, keepdim } => {
                 let ax = resolve_axes(name, axes, in_shape)?;
+                if let R::LogSumExp { .. } = self {
+                    // Over no axis (a rank-0 input, an empty list) too, where the derivative is
+                    // exp(x - y) = 1 but NaN at an infinite x, as PyTorch's.
+                    let (x, y) = (ctx.input(name, 0)?, ctx.output(name)?);
+                    let g = if ax.is_empty() {
+                        cot.clone()
+                    } else {
+                        expand_reduced(cot, in_shape, &ax, *keepdim)?
+                    };
+                    let grad = binary_map(name, &g, &softmax_over(x, y, &ax)?, |g, p| g * p)?;
+                    return Ok(smallvec![Some(grad)]);
+                }
                 if ax.is_empty() {
                     return Ok(smallvec![Some(cot.clone())]);
                 }
@@ -293,8 +364,19 @@ impl OpRules for ReduceOp {
     ) -> Result<Tensor<S>> {
         let (name, x, t, y) = (self.name(), x[0], t[0], &out.value);
         Ok(match self {
-            R::Sum { axes, keepdim } | R::Mean { axes, keepdim } | R::Amax { axes, keepdim } => {
+            R::Sum { axes, keepdim }
+            | R::Mean { axes, keepdim }
+            | R::Amax { axes, keepdim }
+            | R::LogSumExp { axes, keepdim } => {
                 let ax = resolve_axes(name, axes, x.shape())?;
+                if let R::LogSumExp { .. } = self {
+                    let terms = binary_map(name, t, &softmax_over(x, y, &ax)?, |t, p| t * p)?;
+                    return if ax.is_empty() {
+                        Ok(terms)
+                    } else {
+                        sum_axes(&terms, &ax, *keepdim)
+                    };
+                }
                 if ax.is_empty() {
                     return Ok(t.clone());
                 }
@@ -331,7 +413,10 @@ impl OpRules for ReduceOp {
 impl std::fmt::Display for ReduceOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            R::Sum { axes, keepdim } | R::Mean { axes, keepdim } | R::Amax { axes, keepdim } => {
+            R::Sum { axes, keepdim }
+            | R::Mean { axes, keepdim }
+            | R::Amax { axes, keepdim }
+            | R::LogSumExp { axes, keepdim } => {
                 let axes = match axes {
                     Some(a) => format!("{a:?}"),
                     None => "None".to_string(),

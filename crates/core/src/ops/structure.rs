@@ -200,16 +200,6 @@ impl Span {
 }
 
 impl OpRules for StructureOp {
-    fn name(&self) -> &'static str {
-        match self {
-            St::Reshape { .. } => "reshape",
-            St::Flatten { .. } => "flatten",
-            St::BroadcastTo { .. } => "broadcast_to",
-            St::Concat { .. } => "concat",
-            St::Slice { .. } => "slice",
-        }
-    }
-
     fn arity(&self) -> Arity {
         match self {
             St::Concat { .. } => Arity::AtLeast(1),

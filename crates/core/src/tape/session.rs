@@ -453,6 +453,17 @@ impl<S: Scalar> Session<S> {
         )
     }
 
+    /// `log(sum(exp(x)))` over `axes` (torch.logsumexp), shifted by the maximum for stability.
+    pub fn logsumexp(&mut self, x: Var, axes: &[isize], keepdim: bool) -> Result<Var> {
+        self.apply(
+            Op::Reduce(ReduceOp::LogSumExp {
+                axes: Some(axes.to_vec()),
+                keepdim,
+            }),
+            &[x],
+        )
+    }
+
     /// Softmax along `axis`.
     pub fn softmax(&mut self, x: Var, axis: isize) -> Result<Var> {
         self.apply(Op::Reduce(ReduceOp::Softmax { axis }), &[x])

@@ -85,7 +85,7 @@ impl<S: Scalar> Tape<S> {
 
     /// Node `id`, or an error naming the id and the tape length.
     pub fn node(&self, id: usize) -> Result<&Node<S>> {
-        // A `match`, not `ok_or(Error::..)`: the eager error was built and dropped on every call.
+        // A `match`, not `ok_or(Error::..)`, which would build and drop the error on every call.
         match self.nodes.get(id) {
             Some(node) => Ok(node),
             None => Err(Error::BadId {

@@ -9,7 +9,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use tapegrad_core::laws::registry::{kind_of, random_shape};
+use tapegrad_core::laws::registry::random_shape;
 use tapegrad_core::laws::{random_program, OpKind, Program, ProgramConfig};
 use tapegrad_core::{audit, Error, Op, Result, Tape, Tensor};
 
@@ -135,7 +135,7 @@ fn random_programs_mix_every_op_with_fan_out_broadcasting_and_frozen_inputs() {
         frozen += p.requires_grad.iter().filter(|&&r| !r).count();
         let mut readers = vec![BTreeSet::new(); p.slots()];
         for (k, node) in p.nodes.iter().enumerate() {
-            *seen.entry(kind_of(&node.op).unwrap()).or_default() += 1;
+            *seen.entry(node.op.kind()).or_default() += 1;
             let is_nn = |op: &Op| matches!(op, Op::Nn(_));
             let read_nodes: Vec<&Op> = node
                 .args

@@ -179,6 +179,10 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
         }),
         K::Softmax => Op::Reduce(ReduceOp::Softmax { axis: axis(rng) }),
         K::LogSoftmax => Op::Reduce(ReduceOp::LogSoftmax { axis: axis(rng) }),
+        K::LogSumExp => Op::Reduce(ReduceOp::LogSumExp {
+            axes: axes(rng),
+            keepdim: rng.random_bool(0.5),
+        }),
         K::Matmul => Op::Linalg(LinalgOp::Matmul),
         K::Linear => Op::Linalg(LinalgOp::Linear {
             bias: rng.random_bool(0.5),

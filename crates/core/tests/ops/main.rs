@@ -9,6 +9,7 @@ mod ops_nn_support;
 mod activation_and_loss;
 mod anomaly;
 mod errors;
+mod logsumexp;
 mod loss_forms;
 mod loss_options;
 mod nn;

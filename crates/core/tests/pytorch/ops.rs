@@ -9,7 +9,8 @@
 //! (`bce_pos_weight_broadcast`, PyTorch's [C, 1, 1] for a [C, H, W] target among them),
 //! cross_entropy and nll_loss with a negative ignore_index on padding labels (`negative_ignore`)
 //! and attention whose query, key and value leading dimensions broadcast
-//! (`attention_broadcast`, multi-query attention among them).
+//! (`attention_broadcast`, multi-query attention among them), then logsumexp (with -inf, +inf and
+//! NaN entries and values near ±800).
 
 use crate::ops_nn_support::{fwd, vjp_with_needs};
 use serde_json::Value;
@@ -216,6 +217,10 @@ fn op_of(case: &Value) -> Op {
             axes: Some(serde_json::from_value(case["axes"].clone()).unwrap()),
             keepdim: flag(case, "keepdim"),
         }),
+        "logsumexp" => Op::Reduce(ReduceOp::LogSumExp {
+            axes: Some(serde_json::from_value(case["axes"].clone()).unwrap()),
+            keepdim: flag(case, "keepdim"),
+        }),
         _ => Op::Elementwise(match case["kind"].as_str().unwrap() {
             "maximum" => ElementwiseOp::Maximum,
             _ => ElementwiseOp::Minimum,
@@ -412,7 +417,7 @@ fn ops_match_pytorch_on_random_cases() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    assert_eq!(cases.len(), 1260);
+    assert_eq!(cases.len(), 1340);
     // Every family is checked in earnest, and the rejections too (see pytorch_ops.py).
     for (family, t) in &tallies {
         assert!(t.computed >= 20, "{family}: only {} computed", t.computed);

@@ -173,10 +173,11 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
         7 => {
             let a = pick(rng, v, any)?;
             let (axes, keepdim) = (axes(rng, v[a].rank()), rng.random_bool(0.5));
-            let op = match rng.random_range(0..3) {
+            let op = match rng.random_range(0..4) {
                 0 => ReduceOp::Sum { axes, keepdim },
                 1 => ReduceOp::Mean { axes, keepdim },
-                _ => ReduceOp::Amax { axes, keepdim },
+                2 => ReduceOp::Amax { axes, keepdim },
+                _ => ReduceOp::LogSumExp { axes, keepdim },
             };
             (Op::Reduce(op), vec![a])
         }

@@ -556,9 +556,9 @@ mod tests {
 
     #[test]
     fn long_f32_group_sums_stay_near_an_ulp() {
-        // Two interleaved groups of 40000 positive values each: one running total per group was
-        // tens of ulps off (a layer_norm over 16384 values with mean 1000 was 17 ulps off where
-        // PyTorch's was 0.4); pairwise, a few at most.
+        // Two interleaved groups of 40000 positive values each: one running total per group is
+        // tens of ulps off (a layer_norm over 16384 values with mean 1000 is 17 ulps off where
+        // PyTorch's is 0.4); pairwise, a few at most.
         let n = 80_000;
         let values: Vec<f32> = (0..n).map(value).collect();
         let [sums] = group_sums(

@@ -249,7 +249,7 @@ pub fn concat<S: Scalar>(parts: &[&Tensor<S>], axis: isize) -> Result<Tensor<S>>
     // The parts' runs tile the output in order, so every element is written once.
     Ok(Tensor::from_writer(shape, |dst| {
         // An empty result has nothing to copy, but its outer blocks may number 2^40 (a zero
-        // after the axis): walking them was a hang, not a copy.
+        // after the axis): walking them would hang.
         if dst.is_empty() {
             return;
         }

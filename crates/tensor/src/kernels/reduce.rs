@@ -10,8 +10,9 @@ use crate::{Error, Result, Scalar, Shape, Tensor};
 /// add per element at memory speed: about 4 us for 16k f32 elements, a few hand-offs' worth).
 const MIN_REDUCE_PER_THREAD: usize = 1 << 14;
 
-/// Checks that `axes` are in range and distinct. Without it an out-of-range axis was silently
-/// ignored by `sum_axes` (or panicked in `mean_axes`), and a repeated one made the mean count wrong.
+/// Checks that `axes` are in range and distinct. Without it an out-of-range axis would be silently
+/// ignored by `sum_axes` (or panic in `mean_axes`), and a repeated one would make the mean count
+/// wrong.
 fn check_axes(op: &'static str, shape: &Shape, axes: &[usize]) -> Result<()> {
     for (i, &a) in axes.iter().enumerate() {
         if a >= shape.rank() {
@@ -58,7 +59,7 @@ fn fold_split(n: usize) -> usize {
 /// Folds one output's elements, in the order the reduced axes give them, pairwise: runs of up to
 /// `FOLD_BLOCK` left to right from `init`, the two halves (split by `fold_split`) folded
 /// separately and then combined. A sum of n values is then off by O(log n) rounding errors of
-/// the sum of their magnitudes, not O(n) (a float32 sum of 10^5 positive values was 34-106 ulps
+/// the sum of their magnitudes, not O(n) (a float32 sum of 10^5 positive values is 34-106 ulps
 /// off with one running total, against PyTorch's 1). The order depends on `n` alone, so every
 /// path below (and every thread count) gives the same bits.
 fn fold_run<S: Scalar>(run: &[S], init: S, f: &impl Fn(S, S) -> S) -> S {

@@ -81,7 +81,7 @@ pub fn softmax<S: Scalar>(t: &Tensor<S>, axis: usize) -> Result<Tensor<S>> {
         for j in 0..len {
             x[j * stride] = (x[j * stride] - m).exp();
         }
-        // Pairwise, as `pairwise_sum` of the row: one running total was 22 ulps off over 2,000
+        // Pairwise, as `pairwise_sum` of the row: one running total is 22 ulps off over 2,000
         // classes in f32.
         let total = pairwise_sum_by(taken, |j| x[j * stride]);
         for j in 0..len {
@@ -98,7 +98,7 @@ pub fn log_softmax<S: Scalar>(t: &Tensor<S>, axis: usize) -> Result<Tensor<S>> {
         // The same terms in the same pairwise order as `softmax`'s denominator.
         let total = pairwise_sum_by(taken(len, |j| x[j * stride]), |j| (x[j * stride] - m).exp());
         // `(x - m) - ln(total)`, not `x - (m + ln(total))`: at logits near 1000 the sum `m + ln`
-        // rounds to the ulp of 1000 (3e-5 in f32), which swamped small log-probabilities.
+        // rounds to the ulp of 1000 (3e-5 in f32), which would swamp small log-probabilities.
         let log_total = total.ln();
         for j in 0..len {
             x[j * stride] = (x[j * stride] - m) - log_total;
@@ -109,7 +109,7 @@ pub fn log_softmax<S: Scalar>(t: &Tensor<S>, axis: usize) -> Result<Tensor<S>> {
 /// Cross entropy's forward on `(rows, classes)` logits in one pass over each row: `probs` gets
 /// the row's softmax (the same bits as [`softmax`] along the last axis) and `losses[i]` gets
 /// `-log_softmax(x)[i, targets[i]]` (the same bits as [`log_softmax`] picked at the label), so
-/// each logit is exponentiated once, where a log-softmax followed by `exp` of it took two.
+/// each logit is exponentiated once, not twice (a log-softmax, then `exp` of it).
 /// Rows are independent, so long inputs are cut into bands of rows for the GEMM threads: the
 /// same bits on every thread count.
 ///

@@ -1,7 +1,10 @@
-//! The registry of every op for the law checks: `OpKind` mirrors the op enums one-to-one, and each
-//! kind has named attribute variants and a generator of f64 arguments at generic points (away from
-//! kinks, ties and domain edges). `is_generic` decides whether arbitrary arguments are such a point.
-//! The neural-network family (`OpKind::Nn`) has its variants, generators and conditions in `nn.rs`.
+//! The registry of every op for the law checks: each kind of the list of ops (`OpKind`, from
+//! `ops/list.rs`) has named attribute variants and a generator of f64 arguments at generic points
+//! (away from kinks, ties and domain edges). `is_generic` decides whether arbitrary arguments are
+//! such a point. The matches over `OpKind` are exhaustive, so a new op does not compile until it
+//! has its variants, generator and condition here (the nn family's are in `nn.rs`).
+
+pub use crate::ops::{NnKind, OpKind};
 
 use crate::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, Op, ReduceOp, Reduction,
@@ -35,73 +38,6 @@ pub struct OpCase {
     pub inputs: Vec<Tensor<f64>>,
 }
 
-macro_rules! op_kinds {
-    (
-        core { $($kind:ident => $label:literal,)* }
-        nn { $($nn:ident => $nn_label:literal,)* }
-    ) => {
-        /// Every op variant, without its attributes.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum OpKind {
-            $($kind,)*
-            /// The neural-network family (`Op::Nn`), registered in `registry/nn.rs`.
-            Nn(NnKind),
-        }
-
-        /// Every variant of the neural-network family (`NnOp`), without its attributes.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum NnKind { $($nn,)* }
-
-        impl OpKind {
-            /// Every kind, in declaration order (the nn family last).
-            pub const ALL: &'static [OpKind] = &[$(OpKind::$kind,)* $(OpKind::Nn(NnKind::$nn),)*];
-
-            /// The op's name (as `Op::name`).
-            pub fn label(self) -> &'static str {
-                match self {
-                    $(OpKind::$kind => $label,)*
-                    OpKind::Nn(nn) => nn.label(),
-                }
-            }
-        }
-
-        impl NnKind {
-            /// The op's name (as `Op::name`).
-            pub fn label(self) -> &'static str {
-                match self { $(NnKind::$nn => $nn_label,)* }
-            }
-        }
-    };
-}
-
-op_kinds! {
-    core {
-        Add => "add", Sub => "sub", Mul => "mul", Div => "div", Neg => "neg", Scale => "scale",
-        Abs => "abs", Sqrt => "sqrt", Exp => "exp", Log => "log", SafeLog => "safe_log",
-        Sin => "sin", Cos => "cos", Pow => "pow", Clamp => "clamp", Maximum => "maximum",
-        Minimum => "minimum", Where => "where",
-        Relu => "relu", LeakyRelu => "leaky_relu", Sigmoid => "sigmoid", Tanh => "tanh",
-        Gelu => "gelu", Softplus => "softplus", Silu => "silu",
-        Sum => "sum", Mean => "mean", Amax => "amax", Softmax => "softmax",
-        LogSoftmax => "log_softmax",
-        Matmul => "matmul", Linear => "linear", Transpose => "transpose", Permute => "permute",
-        Reshape => "reshape", Flatten => "flatten", BroadcastTo => "broadcast_to",
-        Concat => "concat", Slice => "slice",
-        MseLoss => "mse_loss", CrossEntropy => "cross_entropy",
-        BinaryCrossEntropyWithLogits => "binary_cross_entropy_with_logits", NllLoss => "nll_loss",
-        CrossEntropyProbs => "cross_entropy_probs",
-        WeightedBinaryCrossEntropyWithLogits => "binary_cross_entropy_with_logits",
-    }
-    nn {
-        Conv1d => "conv1d", Conv2d => "conv2d", MaxPool2d => "max_pool2d",
-        AvgPool2d => "avg_pool2d", AdaptiveAvgPool2d => "adaptive_avg_pool2d",
-        LayerNorm => "layer_norm", BatchNorm => "batch_norm", GroupNorm => "group_norm",
-        Embedding => "embedding", IndexSelect => "index_select", Gather => "gather",
-        ScatterAdd => "scatter_add", Select => "select", Dropout => "dropout",
-        ScaledDotProductAttention => "scaled_dot_product_attention",
-    }
-}
-
 use ActivationOp as A;
 use ElementwiseOp as E;
 use LinalgOp as L;
@@ -109,78 +45,6 @@ use LossOp as Lo;
 use OpKind as K;
 use ReduceOp as Red;
 use StructureOp as St;
-
-/// The kind of an op (always `Some`; the `Option` is kept for callers written when a family could
-/// be unregistered). The matches are exhaustive: a new op variant does not compile until it has a
-/// kind here (or in `nn::kind_of_nn`), and a new kind does not compile until `variants`, the
-/// generator and `is_generic` handle it.
-pub fn kind_of(op: &Op) -> Option<OpKind> {
-    Some(match op {
-        Op::Elementwise(e) => match e {
-            E::Add => K::Add,
-            E::Sub => K::Sub,
-            E::Mul => K::Mul,
-            E::Div => K::Div,
-            E::Neg => K::Neg,
-            E::Scale { .. } => K::Scale,
-            E::Abs => K::Abs,
-            E::Sqrt => K::Sqrt,
-            E::Exp => K::Exp,
-            E::Log => K::Log,
-            E::SafeLog { .. } => K::SafeLog,
-            E::Sin => K::Sin,
-            E::Cos => K::Cos,
-            E::Pow { .. } => K::Pow,
-            E::Clamp { .. } => K::Clamp,
-            E::Maximum => K::Maximum,
-            E::Minimum => K::Minimum,
-            E::Where { .. } => K::Where,
-        },
-        Op::Activation(a) => match a {
-            A::Relu => K::Relu,
-            A::LeakyRelu { .. } => K::LeakyRelu,
-            A::Sigmoid => K::Sigmoid,
-            A::Tanh => K::Tanh,
-            A::Gelu { .. } => K::Gelu,
-            A::Softplus { .. } => K::Softplus,
-            A::Silu => K::Silu,
-        },
-        Op::Reduce(r) => match r {
-            Red::Sum { .. } => K::Sum,
-            Red::Mean { .. } => K::Mean,
-            Red::Amax { .. } => K::Amax,
-            Red::Softmax { .. } => K::Softmax,
-            Red::LogSoftmax { .. } => K::LogSoftmax,
-        },
-        Op::Linalg(l) => match l {
-            L::Matmul => K::Matmul,
-            L::Linear { .. } => K::Linear,
-            L::Transpose { .. } => K::Transpose,
-            L::Permute { .. } => K::Permute,
-        },
-        Op::Structure(s) => match s {
-            St::Reshape { .. } => K::Reshape,
-            St::Flatten { .. } => K::Flatten,
-            St::BroadcastTo { .. } => K::BroadcastTo,
-            St::Concat { .. } => K::Concat,
-            St::Slice { .. } => K::Slice,
-        },
-        Op::Loss(l) => match l {
-            Lo::MseLoss { .. } => K::MseLoss,
-            Lo::CrossEntropy { .. } => K::CrossEntropy,
-            // The weighted form has variants of its own.
-            Lo::BinaryCrossEntropyWithLogits { weight: None, .. } => {
-                K::BinaryCrossEntropyWithLogits
-            }
-            Lo::BinaryCrossEntropyWithLogits {
-                weight: Some(_), ..
-            } => K::WeightedBinaryCrossEntropyWithLogits,
-            Lo::NllLoss { .. } => K::NllLoss,
-            Lo::CrossEntropyProbs { .. } => K::CrossEntropyProbs,
-        },
-        Op::Nn(n) => K::Nn(nn::kind_of_nn(n)),
-    })
-}
 
 const BINARY: &[&str] = &["same shape", "broadcast both"];
 const REDUCTION: &[&str] = &["mean", "sum", "none"];
@@ -236,7 +100,7 @@ pub fn variants(kind: OpKind) -> &'static [&'static str] {
         K::LeakyRelu => &["slope 0.01", "slope 0.2"],
         K::Gelu => &["erf", "tanh"],
         K::Softplus => &["beta 1 threshold 20", "beta 2 threshold 1"],
-        K::Sum | K::Mean | K::Amax => AXES,
+        K::Sum | K::Mean | K::Amax | K::LogSumExp => AXES,
         K::Softmax | K::LogSoftmax => &["last axis", "axis 0"],
         K::Matmul => &[
             "vector vector",
@@ -625,7 +489,7 @@ fn generate<R: Rng + ?Sized>(
             )
         }
         K::Silu => (act(A::Silu), vec![uniform(x, rng, -3.0, 3.0)]),
-        K::Sum | K::Mean | K::Amax => {
+        K::Sum | K::Mean | K::Amax | K::LogSumExp => {
             let (axes, keepdim) = match variant {
                 0 => (None, false),
                 1 => (None, true),
@@ -638,6 +502,7 @@ fn generate<R: Rng + ?Sized>(
             let (op, value) = match kind {
                 K::Sum => (Red::Sum { axes, keepdim }, uniform(x, rng, -2.0, 2.0)),
                 K::Mean => (Red::Mean { axes, keepdim }, uniform(x, rng, -2.0, 2.0)),
+                K::LogSumExp => (Red::LogSumExp { axes, keepdim }, uniform(x, rng, -3.0, 3.0)),
                 _ => (Red::Amax { axes, keepdim }, distinct(x, rng)),
             };
             (Op::Reduce(op), vec![value])
@@ -1005,9 +870,7 @@ pub fn is_generic(op: &Op, inputs: &[&Tensor<f64>]) -> bool {
     if out.value.numel() > MAX_NUMEL {
         return false;
     }
-    let Some(kind) = kind_of(op) else {
-        return false;
-    };
+    let kind = op.kind();
     let all = |t: &Tensor<f64>, ok: &dyn Fn(f64) -> bool| t.data().iter().all(|&v| ok(v));
     let away = |t: &Tensor<f64>, k: f64| all(t, &|v| (v - k).abs() > KINK_MARGIN);
     let positive = |t: &Tensor<f64>| all(t, &|v| v > DOMAIN_MARGIN);
@@ -1062,6 +925,7 @@ pub fn is_generic(op: &Op, inputs: &[&Tensor<f64>]) -> bool {
             | K::Mean
             | K::Softmax
             | K::LogSoftmax
+            | K::LogSumExp
             | K::Matmul
             | K::Linear
             | K::Transpose
@@ -1079,7 +943,7 @@ pub fn is_generic(op: &Op, inputs: &[&Tensor<f64>]) -> bool {
             | K::WeightedBinaryCrossEntropyWithLogits,
             _,
         ) => true,
-        // A kind paired with an op of another kind cannot come from `kind_of`.
+        // A kind paired with an op of another kind cannot come from `Op::kind`.
         (K::SafeLog | K::Pow | K::Clamp | K::Softplus | K::Amax | K::Nn(_), _) => false,
     }
 }
@@ -1125,7 +989,7 @@ mod tests {
                 let label = case_label(kind, v);
                 let case = cases.iter().find(|c| c.label == label);
                 let case = case.unwrap_or_else(|| panic!("no case for {label}"));
-                assert_eq!(kind_of(&case.op), Some(kind), "{label}");
+                assert_eq!(case.op.kind(), kind, "{label}");
                 assert_eq!(case.op.name(), kind.label(), "{label}");
             }
         }

@@ -23,27 +23,6 @@ pub const MIN_GROUP_VARIANCE: f64 = 1e-2;
 
 use NnKind as N;
 
-/// The kind of an nn op; exhaustive, so a new `NnOp` variant does not compile until registered.
-pub(super) fn kind_of_nn(op: &NnOp) -> NnKind {
-    match op {
-        NnOp::Conv1d(_) => N::Conv1d,
-        NnOp::Conv2d(_) => N::Conv2d,
-        NnOp::MaxPool2d(_) => N::MaxPool2d,
-        NnOp::AvgPool2d(_) => N::AvgPool2d,
-        NnOp::AdaptiveAvgPool2d(_) => N::AdaptiveAvgPool2d,
-        NnOp::LayerNorm(_) => N::LayerNorm,
-        NnOp::BatchNorm(_) => N::BatchNorm,
-        NnOp::GroupNorm(_) => N::GroupNorm,
-        NnOp::Embedding(_) => N::Embedding,
-        NnOp::IndexSelect(_) => N::IndexSelect,
-        NnOp::Gather(_) => N::Gather,
-        NnOp::ScatterAdd(_) => N::ScatterAdd,
-        NnOp::Select(_) => N::Select,
-        NnOp::Dropout(_) => N::Dropout,
-        NnOp::ScaledDotProductAttention(_) => N::ScaledDotProductAttention,
-    }
-}
-
 const CONV2D: &[&str] = &[
     "plain",
     "bias",

@@ -47,7 +47,7 @@ impl Reduction {
 
     /// Reduces per-element losses. The mean of no elements is NaN (0/0), as in PyTorch. `sum`
     /// and `mean` add the terms in `sum`'s blocked pairwise order (a float32 mean of 20k squared
-    /// errors is then within an ulp or two, where one running total was 8-33 ulps off).
+    /// errors is then within an ulp or two, where one running total is 8-33 ulps off).
     fn forward<S: Scalar>(self, per: Vec<S>, unreduced: &Shape) -> Result<Tensor<S>> {
         let count = S::from_usize(per.len());
         self.forward_by(per, unreduced, count)
@@ -532,16 +532,6 @@ impl LossOp {
 }
 
 impl OpRules for LossOp {
-    fn name(&self) -> &'static str {
-        match self {
-            Lo::MseLoss { .. } => "mse_loss",
-            Lo::CrossEntropy { .. } => "cross_entropy",
-            Lo::BinaryCrossEntropyWithLogits { .. } => "binary_cross_entropy_with_logits",
-            Lo::NllLoss { .. } => "nll_loss",
-            Lo::CrossEntropyProbs { .. } => "cross_entropy_probs",
-        }
-    }
-
     fn arity(&self) -> Arity {
         match self {
             Lo::MseLoss { .. }

@@ -367,9 +367,6 @@ fn scaled<S: Scalar>(t: &Tensor<S>, by: f64) -> Tensor<S> {
 }
 
 impl OpRules for ScaledDotProductAttention {
-    fn name(&self) -> &'static str {
-        "scaled_dot_product_attention"
-    }
     fn arity(&self) -> Arity {
         Arity::Exact(if self.float_mask { 4 } else { 3 })
     }

@@ -410,9 +410,6 @@ fn renamed<T>(name: &'static str, result: Result<T>) -> Result<T> {
 macro_rules! conv_rules {
     ($ty:ident) => {
         impl OpRules for $ty {
-            fn name(&self) -> &'static str {
-                self.spec().name
-            }
             fn arity(&self) -> Arity {
                 arity_with(2, &[self.bias])
             }
@@ -496,8 +493,8 @@ mod tests {
 
     /// `padding="same"` with an odd total (an even kernel, an odd dilation) pads one element more
     /// on the right. Only that element is padded explicitly, as PyTorch does; the whole padding
-    /// was, 2^40 elements per row for dilation 2^40 + 1 (an allocation error, or terabytes). Every
-    /// tap then reads padding, so the output is the bias and only the bias has a gradient.
+    /// would be 2^40 elements per row for dilation 2^40 + 1 (an allocation error, or terabytes).
+    /// Every tap then reads padding, so the output is the bias and only the bias has a gradient.
     #[test]
     fn same_padding_with_a_huge_odd_total_pads_one_element_explicitly() {
         let op = Conv1d {

@@ -62,9 +62,6 @@ impl Dropout {
 }
 
 impl OpRules for Dropout {
-    fn name(&self) -> &'static str {
-        "dropout"
-    }
     fn arity(&self) -> Arity {
         Arity::Exact(1)
     }

@@ -152,7 +152,7 @@ fn take_along<S: Scalar>(
     index: &[usize],
 ) -> Vec<S> {
     // An empty output has nothing to copy, but its outer blocks may number 2^40 (a zero after
-    // the axis): walking them was a hang.
+    // the axis): walking them would hang.
     if index.is_empty() || inner == 0 {
         return Vec::new();
     }
@@ -247,9 +247,6 @@ impl Embedding {
 }
 
 impl OpRules for Embedding {
-    fn name(&self) -> &'static str {
-        "embedding"
-    }
     fn arity(&self) -> Arity {
         Arity::Exact(1)
     }
@@ -320,9 +317,6 @@ impl IndexSelect {
 }
 
 impl OpRules for IndexSelect {
-    fn name(&self) -> &'static str {
-        "index_select"
-    }
     fn arity(&self) -> Arity {
         Arity::Exact(1)
     }
@@ -440,9 +434,6 @@ impl Gather {
 }
 
 impl OpRules for Gather {
-    fn name(&self) -> &'static str {
-        "gather"
-    }
     fn arity(&self) -> Arity {
         Arity::Exact(1)
     }
@@ -493,9 +484,6 @@ impl ScatterAdd {
 }
 
 impl OpRules for ScatterAdd {
-    fn name(&self) -> &'static str {
-        "scatter_add"
-    }
     fn arity(&self) -> Arity {
         Arity::Exact(2)
     }
@@ -567,9 +555,6 @@ impl Select {
 }
 
 impl OpRules for Select {
-    fn name(&self) -> &'static str {
-        "select"
-    }
     fn arity(&self) -> Arity {
         Arity::Exact(1)
     }

@@ -64,9 +64,6 @@ macro_rules! each {
 }
 
 impl OpRules for NnOp {
-    fn name(&self) -> &'static str {
-        each!(self, op => op.name())
-    }
     fn arity(&self) -> Arity {
         each!(self, op => op.arity())
     }
@@ -104,44 +101,11 @@ impl std::fmt::Display for NnOp {
     }
 }
 
-macro_rules! into_nn_op {
-    ($($variant:ident),*) => {
-        $(impl From<$variant> for NnOp {
-            fn from(op: $variant) -> NnOp {
-                NnOp::$variant(op)
-            }
-        }
-        impl From<$variant> for super::Op {
-            fn from(op: $variant) -> super::Op {
-                super::Op::Nn(Box::new(NnOp::$variant(op)))
-            }
-        })*
-    };
-}
-
 impl From<NnOp> for super::Op {
     fn from(op: NnOp) -> super::Op {
         super::Op::Nn(Box::new(op))
     }
 }
-
-into_nn_op!(
-    Conv1d,
-    Conv2d,
-    MaxPool2d,
-    AvgPool2d,
-    AdaptiveAvgPool2d,
-    LayerNorm,
-    BatchNorm,
-    GroupNorm,
-    Embedding,
-    IndexSelect,
-    Gather,
-    ScatterAdd,
-    Select,
-    Dropout,
-    ScaledDotProductAttention
-);
 
 /// `1 + [weight] + [bias]`-style arity of ops with optional trailing arguments.
 fn arity_with(base: usize, optional: &[bool]) -> Arity {

@@ -512,9 +512,6 @@ impl LayerNorm {
 }
 
 impl OpRules for LayerNorm {
-    fn name(&self) -> &'static str {
-        "layer_norm"
-    }
     fn arity(&self) -> Arity {
         arity_with(1, &[self.weight, self.bias])
     }
@@ -589,9 +586,6 @@ impl GroupNorm {
 }
 
 impl OpRules for GroupNorm {
-    fn name(&self) -> &'static str {
-        "group_norm"
-    }
     fn arity(&self) -> Arity {
         arity_with(1, &[self.weight, self.bias])
     }
@@ -758,9 +752,6 @@ impl BatchNorm {
 }
 
 impl OpRules for BatchNorm {
-    fn name(&self) -> &'static str {
-        "batch_norm"
-    }
     fn arity(&self) -> Arity {
         arity_with(self.affine_at(), &[self.weight, self.bias])
     }

@@ -195,9 +195,6 @@ impl MaxPool2d {
 }
 
 impl OpRules for MaxPool2d {
-    fn name(&self) -> &'static str {
-        "max_pool2d"
-    }
     fn arity(&self) -> Arity {
         Arity::Exact(1)
     }
@@ -483,9 +480,6 @@ impl AvgPool2d {
 }
 
 impl OpRules for AvgPool2d {
-    fn name(&self) -> &'static str {
-        "avg_pool2d"
-    }
     fn arity(&self) -> Arity {
         Arity::Exact(1)
     }
@@ -563,9 +557,6 @@ impl AdaptiveAvgPool2d {
 }
 
 impl OpRules for AdaptiveAvgPool2d {
-    fn name(&self) -> &'static str {
-        "adaptive_avg_pool2d"
-    }
     fn arity(&self) -> Arity {
         Arity::Exact(1)
     }

@@ -2,39 +2,29 @@
 //! (default 0.01), `approximate` ("none" or "tanh") and softplus's `beta`/`threshold` (1, 20).
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
-use crate::ops::{ActivationOp as A, GeluApproximate, Op};
+use crate::ops::{ActivationOp as A, GeluApproximate, Op, OpKind as K};
 use tapegrad_tensor::Result;
 
-pub(super) const OPS: &[&str] = &[
-    "relu",
-    "leaky_relu",
-    "sigmoid",
-    "tanh",
-    "gelu",
-    "softplus",
-    "silu",
-];
-
-pub(super) fn parse(name: &'static str, _args: usize, a: &mut Attrs) -> Result<Op> {
-    let op = match name {
-        "relu" => A::Relu,
-        "leaky_relu" => A::LeakyRelu {
+pub(super) fn parse(kind: K, _args: usize, a: &mut Attrs) -> Result<Op> {
+    let op = match kind {
+        K::Relu => A::Relu,
+        K::LeakyRelu => A::LeakyRelu {
             negative_slope: a.f64_or("negative_slope", 0.01)?,
         },
-        "sigmoid" => A::Sigmoid,
-        "tanh" => A::Tanh,
-        "gelu" => A::Gelu {
+        K::Sigmoid => A::Sigmoid,
+        K::Tanh => A::Tanh,
+        K::Gelu => A::Gelu {
             approximate: match a.choice("approximate", &["none", "tanh"], "none")? {
                 "tanh" => GeluApproximate::Tanh,
                 _ => GeluApproximate::None,
             },
         },
-        "softplus" => A::Softplus {
+        K::Softplus => A::Softplus {
             beta: a.f64_or("beta", 1.0)?,
             threshold: a.f64_or("threshold", 20.0)?,
         },
-        "silu" => A::Silu,
-        other => return Err(not_writable(other)),
+        K::Silu => A::Silu,
+        other => return Err(not_writable(other.label())),
     };
     Ok(Op::Activation(op))
 }

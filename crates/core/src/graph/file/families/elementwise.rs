@@ -2,46 +2,41 @@
 //! for pow, `min`/`max` for clamp, `eps` for safe_log and `condition` (a boolean mask) for where.
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
-use crate::ops::{ElementwiseOp as E, Op};
+use crate::ops::{ElementwiseOp as E, Op, OpKind as K};
 use tapegrad_tensor::Result;
 
-pub(super) const OPS: &[&str] = &[
-    "add", "sub", "mul", "div", "neg", "scale", "abs", "sqrt", "exp", "log", "safe_log", "sin",
-    "cos", "pow", "clamp", "maximum", "minimum", "where",
-];
-
-pub(super) fn parse(name: &'static str, _args: usize, a: &mut Attrs) -> Result<Op> {
-    let op = match name {
-        "add" => E::Add,
-        "sub" => E::Sub,
-        "mul" => E::Mul,
-        "div" => E::Div,
-        "neg" => E::Neg,
-        "scale" => E::Scale {
+pub(super) fn parse(kind: K, _args: usize, a: &mut Attrs) -> Result<Op> {
+    let op = match kind {
+        K::Add => E::Add,
+        K::Sub => E::Sub,
+        K::Mul => E::Mul,
+        K::Div => E::Div,
+        K::Neg => E::Neg,
+        K::Scale => E::Scale {
             factor: a.f64_req("factor")?,
         },
-        "abs" => E::Abs,
-        "sqrt" => E::Sqrt,
-        "exp" => E::Exp,
-        "log" => E::Log,
-        "safe_log" => E::SafeLog {
+        K::Abs => E::Abs,
+        K::Sqrt => E::Sqrt,
+        K::Exp => E::Exp,
+        K::Log => E::Log,
+        K::SafeLog => E::SafeLog {
             eps: a.f64_req("eps")?,
         },
-        "sin" => E::Sin,
-        "cos" => E::Cos,
-        "pow" => E::Pow {
+        K::Sin => E::Sin,
+        K::Cos => E::Cos,
+        K::Pow => E::Pow {
             exponent: a.f64_req("exponent")?,
         },
-        "clamp" => E::Clamp {
+        K::Clamp => E::Clamp {
             min: a.f64("min")?,
             max: a.f64("max")?,
         },
-        "maximum" => E::Maximum,
-        "minimum" => E::Minimum,
-        "where" => E::Where {
+        K::Maximum => E::Maximum,
+        K::Minimum => E::Minimum,
+        K::Where => E::Where {
             mask: a.mask_req("condition")?,
         },
-        other => return Err(not_writable(other)),
+        other => return Err(not_writable(other.label())),
     };
     Ok(Op::Elementwise(op))
 }

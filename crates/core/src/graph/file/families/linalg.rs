@@ -2,23 +2,21 @@
 //! arguments), transpose (`dim0`, `dim1`) and permute (`dims`).
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
-use crate::ops::{LinalgOp as L, Op};
+use crate::ops::{LinalgOp as L, Op, OpKind as K};
 use tapegrad_tensor::Result;
 
-pub(super) const OPS: &[&str] = &["matmul", "linear", "transpose", "permute"];
-
-pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op> {
-    let op = match name {
-        "matmul" => L::Matmul,
-        "linear" => L::Linear { bias: args == 3 },
-        "transpose" => L::Transpose {
+pub(super) fn parse(kind: K, args: usize, a: &mut Attrs) -> Result<Op> {
+    let op = match kind {
+        K::Matmul => L::Matmul,
+        K::Linear => L::Linear { bias: args == 3 },
+        K::Transpose => L::Transpose {
             dim0: a.isize_req("dim0")?,
             dim1: a.isize_req("dim1")?,
         },
-        "permute" => L::Permute {
+        K::Permute => L::Permute {
             dims: a.isizes_req("dims")?,
         },
-        other => return Err(not_writable(other)),
+        other => return Err(not_writable(other.label())),
     };
     Ok(Op::Linalg(op))
 }

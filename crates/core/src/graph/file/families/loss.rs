@@ -9,17 +9,9 @@
 //! and `label_smoothing`.
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
-use crate::ops::{LossOp as Lo, Op, Reduction};
+use crate::ops::{LossOp as Lo, Op, OpKind as K, Reduction};
 use std::sync::Arc;
 use tapegrad_tensor::{Error, Result, Tensor};
-
-pub(super) const OPS: &[&str] = &[
-    "mse_loss",
-    "cross_entropy",
-    "binary_cross_entropy_with_logits",
-    "nll_loss",
-    "cross_entropy_probs",
-];
 
 fn reduction(a: &mut Attrs) -> Result<Reduction> {
     Ok(
@@ -90,38 +82,40 @@ fn i64_of(v: isize) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op> {
-    let op = match name {
+pub(super) fn parse(kind: K, args: usize, a: &mut Attrs) -> Result<Op> {
+    let op = match kind {
         // PyTorch's cross_entropy with a probability target: two arguments, no `targets`.
-        "cross_entropy_probs" | "cross_entropy" if args == 2 || name == "cross_entropy_probs" => {
+        K::CrossEntropyProbs | K::CrossEntropy if args == 2 || kind == K::CrossEntropyProbs => {
             Lo::CrossEntropyProbs {
                 reduction: reduction(a)?,
                 weight: a.f64s("weight")?.map(Arc::new),
                 label_smoothing: a.f64_or("label_smoothing", 0.0)?,
             }
         }
-        "mse_loss" => Lo::MseLoss {
+        K::MseLoss => Lo::MseLoss {
             reduction: reduction(a)?,
         },
-        "cross_entropy" => Lo::CrossEntropy {
+        K::CrossEntropy => Lo::CrossEntropy {
             targets: labels(a)?,
             reduction: reduction(a)?,
             weight: a.f64s("weight")?.map(Arc::new),
             ignore_index: ignore_index(a)?,
             label_smoothing: a.f64_or("label_smoothing", 0.0)?,
         },
-        "binary_cross_entropy_with_logits" => Lo::BinaryCrossEntropyWithLogits {
-            reduction: reduction(a)?,
-            pos_weight: factors(name, a, FACTORS[0])?,
-            weight: factors(name, a, FACTORS[1])?,
-        },
-        "nll_loss" => Lo::NllLoss {
+        K::BinaryCrossEntropyWithLogits | K::WeightedBinaryCrossEntropyWithLogits => {
+            Lo::BinaryCrossEntropyWithLogits {
+                reduction: reduction(a)?,
+                pos_weight: factors(kind.label(), a, FACTORS[0])?,
+                weight: factors(kind.label(), a, FACTORS[1])?,
+            }
+        }
+        K::NllLoss => Lo::NllLoss {
             targets: labels(a)?,
             reduction: reduction(a)?,
             weight: a.f64s("weight")?.map(Arc::new),
             ignore_index: ignore_index(a)?,
         },
-        other => return Err(not_writable(other)),
+        other => return Err(not_writable(other.label())),
     };
     Ok(Op::Loss(op))
 }

@@ -1,6 +1,7 @@
-//! The op families of the graph-file format: each file lists its PyTorch op names, builds an `Op`
-//! from a name and its attributes, and writes an op's attributes back. Adding a family is one file
-//! here, one entry in `FAMILIES` and one arm in `write_attrs`.
+//! The op families of the graph-file format: each file builds an `Op` of its family from a kind
+//! of the list of ops (`ops/list.rs`, whose labels are the file's op names) and its attributes, and
+//! writes an op's attributes back. Adding a family is one file here and one arm in `parse_op` and
+//! in `write_attrs`.
 
 mod activation;
 mod elementwise;
@@ -11,52 +12,16 @@ mod reduce;
 mod structure;
 
 use super::attrs::{AttrWriter, Attrs};
-use crate::ops::Op;
+use crate::ops::{Op, OpFamily, OpKind};
 use tapegrad_tensor::{Error, Result};
 
-/// Builds an op from its file name, its argument count and its attributes.
-type Parse = fn(name: &'static str, args: usize, attrs: &mut Attrs) -> Result<Op>;
-
-/// One family: the op names it owns and how to build them.
-struct Family {
-    ops: &'static [&'static str],
-    parse: Parse,
-}
-
-const FAMILIES: &[Family] = &[
-    Family {
-        ops: elementwise::OPS,
-        parse: elementwise::parse,
-    },
-    Family {
-        ops: activation::OPS,
-        parse: activation::parse,
-    },
-    Family {
-        ops: reduce::OPS,
-        parse: reduce::parse,
-    },
-    Family {
-        ops: linalg::OPS,
-        parse: linalg::parse,
-    },
-    Family {
-        ops: structure::OPS,
-        parse: structure::parse,
-    },
-    Family {
-        ops: loss::OPS,
-        parse: loss::parse,
-    },
-    Family {
-        ops: nn::OPS,
-        parse: nn::parse,
-    },
-];
-
-/// Every op name the file format knows.
+/// Every op name the file format knows: the labels of the list of ops, each once.
 pub fn op_names() -> impl Iterator<Item = &'static str> {
-    FAMILIES.iter().flat_map(|f| f.ops.iter().copied())
+    OpKind::ALL
+        .iter()
+        .enumerate()
+        .filter(|&(i, k)| OpKind::ALL[..i].iter().all(|e| e.label() != k.label()))
+        .map(|(_, k)| k.label())
 }
 
 /// The op called `name` with these attributes; unknown ops and attributes are errors.
@@ -65,18 +30,24 @@ pub fn parse_op(
     args: usize,
     attrs: serde_json::Map<String, serde_json::Value>,
 ) -> Result<Op> {
-    for family in FAMILIES {
-        if let Some(&op) = family.ops.iter().find(|&&o| o == name) {
-            let mut reader = Attrs::new(op, attrs);
-            let built = (family.parse)(op, args, &mut reader)?;
-            reader.finish()?;
-            return Ok(built);
-        }
-    }
-    Err(Error::invalid(
-        "graph file",
-        format!("unknown op '{name}' (ops use PyTorch's names, e.g. add, matmul, log_softmax)"),
-    ))
+    let Some(&kind) = OpKind::ALL.iter().find(|k| k.label() == name) else {
+        return Err(Error::invalid(
+            "graph file",
+            format!("unknown op '{name}' (ops use PyTorch's names, e.g. add, matmul, log_softmax)"),
+        ));
+    };
+    let mut reader = Attrs::new(kind.label(), attrs);
+    let built = match kind.family() {
+        OpFamily::Elementwise => elementwise::parse(kind, args, &mut reader)?,
+        OpFamily::Activation => activation::parse(kind, args, &mut reader)?,
+        OpFamily::Reduce => reduce::parse(kind, args, &mut reader)?,
+        OpFamily::Linalg => linalg::parse(kind, args, &mut reader)?,
+        OpFamily::Structure => structure::parse(kind, args, &mut reader)?,
+        OpFamily::Loss => loss::parse(kind, args, &mut reader)?,
+        OpFamily::Nn => nn::parse(kind, args, &mut reader)?,
+    };
+    reader.finish()?;
+    Ok(built)
 }
 
 /// The attributes of `op` as `(name, JSON text)` pairs.

@@ -13,27 +13,9 @@ use crate::ops::nn::{
     IndexSelect, LayerNorm, MaxPool2d, NamedPadding, PaddingMode, ScaledDotProductAttention,
     ScatterAdd, Select,
 };
-use crate::ops::{NnOp as N, Op, OpRules};
+use crate::ops::{NnKind as NK, NnOp as N, Op, OpKind as K, OpRules};
 use serde_json::{Map, Value};
 use tapegrad_tensor::Result;
-
-pub(super) const OPS: &[&str] = &[
-    "conv1d",
-    "conv2d",
-    "max_pool2d",
-    "avg_pool2d",
-    "adaptive_avg_pool2d",
-    "layer_norm",
-    "batch_norm",
-    "group_norm",
-    "embedding",
-    "index_select",
-    "gather",
-    "scatter_add",
-    "select",
-    "dropout",
-    "scaled_dot_product_attention",
-];
 
 /// PyTorch's default `eps` of the norms.
 const EPS: f64 = 1e-5;
@@ -79,9 +61,9 @@ fn padding_mode(a: &mut Attrs) -> Result<PaddingMode> {
     Ok(PaddingMode::parse(name).unwrap_or_default())
 }
 
-pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op> {
-    let op = match name {
-        "conv1d" => {
+pub(super) fn parse(kind: K, args: usize, a: &mut Attrs) -> Result<Op> {
+    let op = match kind {
+        K::Nn(NK::Conv1d) => {
             let (padding, named_padding) = conv_padding(a, 0, |p| p.usize_req("padding"))?;
             N::Conv1d(Conv1d {
                 stride: a.usize_or("stride", 1)?,
@@ -93,7 +75,7 @@ pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op
                 padding_mode: padding_mode(a)?,
             })
         }
-        "conv2d" => {
+        K::Nn(NK::Conv2d) => {
             let (padding, named_padding) =
                 conv_padding(a, [0, 0], |p| p.usize_pair_req("padding"))?;
             N::Conv2d(Conv2d {
@@ -106,7 +88,7 @@ pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op
                 padding_mode: padding_mode(a)?,
             })
         }
-        "max_pool2d" => {
+        K::Nn(NK::MaxPool2d) => {
             let kernel_size = a.usize_pair_req("kernel_size")?;
             N::MaxPool2d(MaxPool2d {
                 kernel_size,
@@ -116,7 +98,7 @@ pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op
                 ceil_mode: a.bool_or("ceil_mode", false)?,
             })
         }
-        "avg_pool2d" => {
+        K::Nn(NK::AvgPool2d) => {
             let kernel_size = a.usize_pair_req("kernel_size")?;
             N::AvgPool2d(AvgPool2d {
                 kernel_size,
@@ -127,10 +109,10 @@ pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op
                 divisor_override: a.isize("divisor_override")?.map(|d| d as i64),
             })
         }
-        "adaptive_avg_pool2d" => N::AdaptiveAvgPool2d(AdaptiveAvgPool2d {
+        K::Nn(NK::AdaptiveAvgPool2d) => N::AdaptiveAvgPool2d(AdaptiveAvgPool2d {
             output_size: a.usize_pair_req("output_size")?,
         }),
-        "layer_norm" => {
+        K::Nn(NK::LayerNorm) => {
             let (weight, bias) = affine(args, 1);
             N::LayerNorm(LayerNorm {
                 normalized_shape: a.usizes_req("normalized_shape")?,
@@ -139,7 +121,7 @@ pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op
                 bias,
             })
         }
-        "batch_norm" => {
+        K::Nn(NK::BatchNorm) => {
             // PyTorch's F.batch_norm defaults to evaluation mode, whose arguments start with
             // (input, running_mean, running_var).
             let training = a.bool_or("training", false)?;
@@ -152,7 +134,7 @@ pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op
                 bias,
             })
         }
-        "group_norm" => {
+        K::Nn(NK::GroupNorm) => {
             let (weight, bias) = affine(args, 1);
             N::GroupNorm(GroupNorm {
                 num_groups: a.usize_req("num_groups")?,
@@ -161,40 +143,42 @@ pub(super) fn parse(name: &'static str, args: usize, a: &mut Attrs) -> Result<Op
                 bias,
             })
         }
-        "embedding" => N::Embedding(Embedding {
+        K::Nn(NK::Embedding) => N::Embedding(Embedding {
             indices: a.indices_req("indices")?,
             padding_idx: a.isize("padding_idx")?,
         }),
-        "index_select" => N::IndexSelect(IndexSelect {
+        K::Nn(NK::IndexSelect) => N::IndexSelect(IndexSelect {
             dim: a.isize_req("dim")?,
             index: a.indices_req("index")?,
         }),
-        "gather" => N::Gather(Gather {
+        K::Nn(NK::Gather) => N::Gather(Gather {
             dim: a.isize_req("dim")?,
             index: a.indices_req("index")?,
         }),
-        "scatter_add" => N::ScatterAdd(ScatterAdd {
+        K::Nn(NK::ScatterAdd) => N::ScatterAdd(ScatterAdd {
             dim: a.isize_req("dim")?,
             index: a.indices_req("index")?,
         }),
-        "select" => N::Select(Select {
+        K::Nn(NK::Select) => N::Select(Select {
             dim: a.isize_req("dim")?,
             index: a.isize_req("index")?,
         }),
-        "dropout" => N::Dropout(Dropout {
+        K::Nn(NK::Dropout) => N::Dropout(Dropout {
             p: a.f64_or("p", 0.5)?,
             training: a.bool_or("training", true)?,
             seed: a.u64_or("seed", 0)?,
         }),
-        "scaled_dot_product_attention" => N::ScaledDotProductAttention(ScaledDotProductAttention {
-            is_causal: a.bool_or("is_causal", false)?,
-            scale: a.f64("scale")?,
-            attn_mask: a.mask("attn_mask")?,
-            float_mask: args == 4,
-            dropout_p: a.f64_or("dropout_p", 0.0)?,
-            seed: a.u64_or("seed", 0)?,
-        }),
-        other => return Err(not_writable(other)),
+        K::Nn(NK::ScaledDotProductAttention) => {
+            N::ScaledDotProductAttention(ScaledDotProductAttention {
+                is_causal: a.bool_or("is_causal", false)?,
+                scale: a.f64("scale")?,
+                attn_mask: a.mask("attn_mask")?,
+                float_mask: args == 4,
+                dropout_p: a.f64_or("dropout_p", 0.0)?,
+                seed: a.u64_or("seed", 0)?,
+            })
+        }
+        other => return Err(not_writable(other.label())),
     };
     Ok(Op::Nn(Box::new(op)))
 }

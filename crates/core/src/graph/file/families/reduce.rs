@@ -1,46 +1,36 @@
 //! Graph-file form of the reductions: `axes` (a list; absent reduces every axis) and `keepdim`
-//! for sum, mean and amax; `axis` (one integer) for softmax and log_softmax.
+//! for every reduction over axes (sum, mean, amax, ...: `ReduceOp::over_axes`); `axis` (one
+//! integer) for softmax and log_softmax.
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
-use crate::ops::{Op, ReduceOp as R};
+use crate::ops::{Op, OpKind as K, ReduceOp as R};
 use tapegrad_tensor::Result;
 
-pub(super) const OPS: &[&str] = &["sum", "mean", "amax", "softmax", "log_softmax"];
-
-pub(super) fn parse(name: &'static str, _args: usize, a: &mut Attrs) -> Result<Op> {
-    let op = match name {
-        "sum" => R::Sum {
-            axes: a.isizes("axes")?,
-            keepdim: a.bool_or("keepdim", false)?,
-        },
-        "mean" => R::Mean {
-            axes: a.isizes("axes")?,
-            keepdim: a.bool_or("keepdim", false)?,
-        },
-        "amax" => R::Amax {
-            axes: a.isizes("axes")?,
-            keepdim: a.bool_or("keepdim", false)?,
-        },
-        "softmax" => R::Softmax {
+pub(super) fn parse(kind: K, _args: usize, a: &mut Attrs) -> Result<Op> {
+    let op = match kind {
+        K::Softmax => R::Softmax {
             axis: a.isize_req("axis")?,
         },
-        "log_softmax" => R::LogSoftmax {
+        K::LogSoftmax => R::LogSoftmax {
             axis: a.isize_req("axis")?,
         },
-        other => return Err(not_writable(other)),
+        other => {
+            let (axes, keepdim) = (a.isizes("axes")?, a.bool_or("keepdim", false)?);
+            R::over_axes(other, axes, keepdim).ok_or_else(|| not_writable(other.label()))?
+        }
     };
     Ok(Op::Reduce(op))
 }
 
 pub(super) fn write(op: &R, w: &mut AttrWriter) -> Result<()> {
-    #[allow(unreachable_patterns)]
-    match op {
-        R::Sum { axes, keepdim } | R::Mean { axes, keepdim } | R::Amax { axes, keepdim } => {
-            if let Some(axes) = axes {
-                w.ints("axes", axes);
-            }
-            w.bool("keepdim", *keepdim);
+    if let Some((axes, keepdim)) = op.axes_and_keepdim() {
+        if let Some(axes) = axes {
+            w.ints("axes", axes);
         }
+        w.bool("keepdim", keepdim);
+        return Ok(());
+    }
+    match op {
         R::Softmax { axis } | R::LogSoftmax { axis } => w.int("axis", axis),
         other => return Err(not_writable(crate::ops::OpRules::name(other))),
     }

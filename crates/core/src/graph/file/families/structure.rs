@@ -2,33 +2,31 @@
 //! `end_dim` for flatten, `axis` for concat, `axis`/`start`/`end`/`step` for slice.
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
-use crate::ops::{Op, StructureOp as St};
+use crate::ops::{Op, OpKind as K, StructureOp as St};
 use tapegrad_tensor::Result;
 
-pub(super) const OPS: &[&str] = &["reshape", "flatten", "broadcast_to", "concat", "slice"];
-
-pub(super) fn parse(name: &'static str, _args: usize, a: &mut Attrs) -> Result<Op> {
-    let op = match name {
-        "reshape" => St::Reshape {
+pub(super) fn parse(kind: K, _args: usize, a: &mut Attrs) -> Result<Op> {
+    let op = match kind {
+        K::Reshape => St::Reshape {
             shape: a.isizes_req("shape")?,
         },
-        "flatten" => St::Flatten {
+        K::Flatten => St::Flatten {
             start_dim: a.isize_or("start_dim", 0)?,
             end_dim: a.isize_or("end_dim", -1)?,
         },
-        "broadcast_to" => St::BroadcastTo {
+        K::BroadcastTo => St::BroadcastTo {
             shape: a.usizes_req("shape")?,
         },
-        "concat" => St::Concat {
+        K::Concat => St::Concat {
             axis: a.isize_or("axis", 0)?,
         },
-        "slice" => St::Slice {
+        K::Slice => St::Slice {
             axis: a.isize_req("axis")?,
             start: a.isize_req("start")?,
             end: a.isize_req("end")?,
             step: a.usize("step")?.unwrap_or(1),
         },
-        other => return Err(not_writable(other)),
+        other => return Err(not_writable(other.label())),
     };
     Ok(Op::Structure(op))
 }
