@@ -327,9 +327,9 @@ impl<S: Scalar> Tape<S> {
                 }
             }
         }
-        let leaves = ids.iter().enumerate().filter_map(|(i, &id)| {
-            matches!(self.nodes[id].rule, Rule::Leaf).then(|| (id, reader[id], i))
-        });
+        let leaves = (ids.iter().enumerate())
+            .filter(|&(_, &id)| matches!(self.nodes[id].rule, Rule::Leaf))
+            .map(|(i, &id)| (id, reader[id], i));
         let mut watch = Finals::new(leaves, on_final);
         self.backward_at_watched(out, seed, ids, &mut watch)
     }
