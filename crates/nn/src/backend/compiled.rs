@@ -507,7 +507,7 @@ impl<S: Scalar> Compiled<S> {
         model: &Model<S>,
         batch: &Batch<S>,
         mut rng: ChaCha8Rng,
-        on_final: Option<&mut dyn FnMut(usize, &Tensor<S>)>,
+        on_final: Option<super::OnGrad<'_, S>>,
     ) -> NnResult<StepOutput<S>> {
         let replay_rng = self.detect_anomaly.then(|| rng.clone());
         let i = self.plan(model, &batch.x, Mode::Train)?;
@@ -527,7 +527,7 @@ impl<S: Scalar> Compiled<S> {
         };
         let loss_value = loss.value.item()?.to_f64();
         let keep: Vec<usize> = plan.outer.iter().map(|&(_, slot)| slot).collect();
-        let (input_grads, mut kept, mut on_final) = match on_final {
+        let (input_grads, mut kept, on_final) = match on_final {
             // Dense gradients: each is told as its input slot becomes final.
             Some(tell) if plan.outer.is_empty() => {
                 let trainable: Vec<usize> = (model.params.iter().enumerate())
@@ -630,7 +630,7 @@ impl<S: Scalar> Compiled<S> {
                 }));
             }
         }
-        if let Some(tell) = on_final.as_deref_mut() {
+        if let Some(tell) = on_final {
             super::tell_after(&grads, tell)?;
         }
         Ok(StepOutput {

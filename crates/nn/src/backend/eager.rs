@@ -180,7 +180,7 @@ impl<S: Scalar> Eager<S> {
         model: &Model<S>,
         batch: &Batch<S>,
         rng: ChaCha8Rng,
-        on_final: Option<&mut dyn FnMut(usize, &Tensor<S>)>,
+        on_final: Option<super::OnGrad<'_, S>>,
     ) -> NnResult<StepOutput<S>> {
         self.session.reset();
         let mut ctx = Ctx::new(&mut self.session, &model.params, Mode::Train, rng)?;

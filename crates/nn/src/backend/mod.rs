@@ -127,6 +127,9 @@ pub trait Backend<S: Scalar> {
     }
 }
 
+/// What `Backend::train_step_observed` tells: `(trainable index, final dense gradient)`.
+pub type OnGrad<'a, S> = &'a mut dyn FnMut(usize, &Tensor<S>);
+
 /// `Backend::train_step_observed`'s fallback: every gradient of a finished step, last first.
 fn tell_after<S: Scalar>(
     grads: &[Grad<S>],

@@ -491,7 +491,7 @@ impl<S: Scalar> Trainer<S> {
         index: usize,
         rows: &[usize],
         layout: &Layout,
-        on_final: Option<&mut dyn FnMut(usize, &Tensor<S>)>,
+        on_final: Option<crate::backend::OnGrad<'_, S>>,
     ) -> NnResult<Micro<S>> {
         if rows.is_empty() {
             return Ok(Micro {
