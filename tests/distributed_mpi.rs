@@ -2,7 +2,8 @@
 //! checkpoint bytes of a run without the flag. With the `mpi` feature (`cargo test --features
 //! mpi --test distributed_mpi`, MPICH's `mpiexec` on the PATH): law 10 of `docs/design.md`, N
 //! ranks give the checkpoint bytes of `--accumulate N` in one process, for N = 2 and 3, the MLP
-//! and the CNN, eager and compiled; resuming on N ranks; ranks that disagree on the data stop
+//! and the CNN, eager and compiled, with gradient buckets exchanged during the backward or after
+//! it (`TAPEGRAD_DDP_OVERLAP=0`); resuming on N ranks; ranks that disagree on the data stop
 //! with an error on every rank; a killed rank ends the job in bounded time.
 
 mod cli_support;
@@ -40,7 +41,13 @@ mod mpi {
 
     /// `mpiexec -n ranks tapegrad args` in `dir`.
     fn mpiexec(ranks: usize, args: &[&str], dir: &Path) -> Output {
+        mpiexec_env(ranks, args, dir, &[])
+    }
+
+    /// `mpiexec -n ranks tapegrad args` in `dir`, with `env` set for every rank.
+    fn mpiexec_env(ranks: usize, args: &[&str], dir: &Path, env: &[(&str, &str)]) -> Output {
         Command::new("mpiexec")
+            .envs(env.iter().copied())
             .arg("-n")
             .arg(ranks.to_string())
             .arg(env!("CARGO_BIN_EXE_tapegrad"))
@@ -51,7 +58,11 @@ mod mpi {
     }
 
     fn mpi_ok(ranks: usize, args: &[&str], dir: &Path) -> String {
-        let out = mpiexec(ranks, args, dir);
+        mpi_ok_env(ranks, args, dir, &[])
+    }
+
+    fn mpi_ok_env(ranks: usize, args: &[&str], dir: &Path, env: &[(&str, &str)]) -> String {
+        let out = mpiexec_env(ranks, args, dir, env);
         assert!(
             out.status.success(),
             "mpiexec -n {ranks} tapegrad {args:?} failed: {}{}",
@@ -109,10 +120,43 @@ mod mpi {
             &[common, &["--accumulate", "2", "--save", "one.st"]].concat(),
             &dir,
         );
-        // 0.01 MiB buckets: the MLP's 9,610 f64 gradients go in 8 all-gathers.
+        // 0.01 MiB buckets: the MLP's f64 gradients go in 2 all-gathers (the last layer's
+        // tensors and the first bias, then the first weight), started during the backward.
         let dist = ["--distributed", "--bucket-mb", "0.01", "--save", "dist.st"];
         mpi_ok(2, &[common, &dist[..]].concat(), &dir);
         same_bytes(&dir, "one.st", "dist.st", "f64, small buckets");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn buckets_exchanged_during_or_after_the_backward_change_nothing() {
+        let dir = tempdir("dist-overlap");
+        for backend in ["eager", "compiled"] {
+            let common = [
+                "train",
+                "--model",
+                "cnn",
+                "--steps",
+                "3",
+                "--quiet",
+                "--backend",
+                backend,
+            ];
+            let one = format!("{backend}-one.st");
+            ok(
+                &[&common[..], &["--accumulate", "3", "--save", &one]].concat(),
+                &dir,
+            );
+            // 1 KiB buckets: three of gradients, then the batch norms' running statistics.
+            for overlap in ["1", "0"] {
+                let dist = format!("{backend}-{overlap}.st");
+                let flags = ["--distributed", "--bucket-mb", "0.001", "--save", &dist];
+                let env = [("TAPEGRAD_DDP_OVERLAP", overlap)];
+                mpi_ok_env(3, &[&common[..], &flags[..]].concat(), &dir, &env);
+                let what = format!("{backend}, small buckets, overlap {overlap}");
+                same_bytes(&dir, &one, &dist, &what);
+            }
+        }
         std::fs::remove_dir_all(dir).unwrap();
     }
 

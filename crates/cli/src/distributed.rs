@@ -79,12 +79,23 @@ fn join<S: Scalar>(args: &TrainOptions, trainer: &mut Trainer<S>) -> Result<bool
 #[cfg(feature = "mpi")]
 mod mpi_exchange {
     use crate::error::CliError;
+    use mpi::collective::SystemOperation;
     use mpi::environment::Universe;
     use mpi::topology::SimpleCommunicator;
     use mpi::traits::{Communicator, CommunicatorCollectives, Equivalence};
     use mpi::Threading;
-    use tapegrad_nn::trainer::Exchange;
+    use std::ops::{Add, Mul};
+    use std::time::{Duration, Instant};
+    use tapegrad_nn::trainer::{gather_after, Exchange, Work};
     use tapegrad_nn::{NnError, NnResult};
+
+    /// `TAPEGRAD_DDP_OVERLAP=0` exchanges every bucket after the backward instead of during it
+    /// (for measuring what the overlap gains; the bits are the same).
+    const OVERLAP_ENV: &str = "TAPEGRAD_DDP_OVERLAP";
+    /// `TAPEGRAD_DDP_PROFILE=1` times each step's exchange and, on the same buckets, a blocking
+    /// all-gather with the rank-order sum against a plain `MPI_Allreduce` (whose result is
+    /// dropped), and rank 0 prints the means at the end. For measurements only: it adds both.
+    const PROFILE_ENV: &str = "TAPEGRAD_DDP_PROFILE";
 
     /// MPI's world communicator, with the bucket size of the gradient exchange.
     pub(super) struct MpiExchange {
@@ -92,11 +103,28 @@ mod mpi_exchange {
         pub(super) rank: usize,
         pub(super) size: usize,
         bucket_bytes: usize,
+        overlap: bool,
+        profile: Option<Profile>,
         /// Set by `finish` on every rank at the end of a good run: only then is MPI finalised
         /// (a collective). A rank that stops on an error exits without it, and `mpiexec` then
         /// ends the other ranks instead of leaving them waiting.
         done: bool,
         universe: Option<Universe>,
+    }
+
+    /// Time summed over the steps of a profiled run (`TAPEGRAD_DDP_PROFILE`).
+    #[derive(Default)]
+    struct Profile {
+        steps: u32,
+        buckets: usize,
+        /// Running the step (forward and backward, starting the buckets on the way).
+        work: Duration,
+        /// Waiting for the exchange after the step: the communication the step did not hide.
+        wait: Duration,
+        /// The same buckets again, blocking: all-gather and the sum in rank order...
+        gather_sum: Duration,
+        /// ... and a plain all-reduce.
+        all_reduce: Duration,
     }
 
     impl Drop for MpiExchange {
@@ -107,6 +135,29 @@ mod mpi_exchange {
         }
     }
 
+    /// Ends every rank of the job after naming `what` on this one.
+    fn end_job(world: &SimpleCommunicator, rank: usize, size: usize, what: &str) -> ! {
+        eprintln!("error: rank {rank} of {size}: {what}");
+        eprintln!("error: ending every rank of the job");
+        world.abort(2)
+    }
+
+    /// `local` (every rank's, concatenated in rank order) summed in rank order, as the trainer
+    /// folds it: the work the fixed order adds to an all-gather.
+    fn rank_order_sum<T: Copy + Add<Output = T> + Mul<Output = T>>(
+        all: &[T],
+        size: usize,
+    ) -> Vec<T> {
+        let len = all.len() / size.max(1);
+        let mut acc = all[..len].to_vec();
+        for r in 1..size {
+            for (a, &v) in acc.iter_mut().zip(&all[r * len..(r + 1) * len]) {
+                *a = *a + v;
+            }
+        }
+        acc
+    }
+
     impl MpiExchange {
         pub(super) fn start(bucket_mb: f64) -> Result<Self, CliError> {
             // Funneled: the kernels' threads never call MPI, only the main thread does.
@@ -115,11 +166,16 @@ mod mpi_exchange {
             let world = universe.world();
             let rank = usize::try_from(world.rank()).unwrap_or(0);
             let size = usize::try_from(world.size()).unwrap_or(1);
+            let env = |name: &str| std::env::var(name).ok();
             Ok(MpiExchange {
                 world,
                 rank,
                 size,
                 bucket_bytes: ((bucket_mb * 1024.0 * 1024.0) as usize).max(8),
+                overlap: env(OVERLAP_ENV).is_none_or(|v| v != "0"),
+                profile: env(PROFILE_ENV)
+                    .is_some_and(|v| v == "1")
+                    .then(Profile::default),
                 done: false,
                 universe: Some(universe),
             })
@@ -143,6 +199,140 @@ mod mpi_exchange {
             }
             out
         }
+
+        /// `Exchange::overlap_f32`: each bucket's all-gather starts (non-blocking) as soon as
+        /// `work` hands it over, and all are waited for once `work` is done. Buckets start in
+        /// bucket order on every rank, as MPI's collectives must. A failed `work`, or buckets
+        /// handed over out of order, end the job: requests in flight cannot be dropped.
+        fn overlap<T>(&mut self, lens: &[usize], work: Work<'_, T>) -> NnResult<Vec<Vec<T>>>
+        where
+            T: Equivalence + Copy + Default + Add<Output = T> + Mul<Output = T>,
+        {
+            let started = Instant::now();
+            let (size, rank) = (self.size, self.rank);
+            let mut gathered: Vec<Vec<T>> =
+                lens.iter().map(|&l| vec![T::default(); size * l]).collect();
+            let worked;
+            if self.overlap {
+                let mut send: Vec<Vec<T>> = lens.iter().map(|&l| vec![T::default(); l]).collect();
+                let world = &self.world;
+                worked = mpi::request::scope(|scope| {
+                    let mut sends = send.iter_mut();
+                    let mut recvs = gathered.iter_mut();
+                    let mut pending = Vec::with_capacity(lens.len());
+                    let mut next = 0;
+                    let mut fault = None;
+                    let result = work(&mut |b, values| {
+                        let (Some(s), Some(r)) = (sends.next(), recvs.next()) else {
+                            fault.get_or_insert(format!("bucket {b} handed over after the last"));
+                            return;
+                        };
+                        if b != next || values.len() != s.len() {
+                            fault.get_or_insert(format!(
+                                "bucket {b} of {} values handed over as bucket {next} of {}",
+                                values.len(),
+                                s.len()
+                            ));
+                            return;
+                        }
+                        s.copy_from_slice(values);
+                        let s: &[T] = s;
+                        pending.push(world.immediate_all_gather_into(scope, s, &mut r[..]));
+                        next += 1;
+                        // MPICH moves non-blocking collectives on only inside MPI calls: test
+                        // the ones in flight, so earlier buckets progress during the backward.
+                        pending = std::mem::take(&mut pending)
+                            .into_iter()
+                            .filter_map(|q| q.test().err())
+                            .collect();
+                    });
+                    let problem = match (&result, fault) {
+                        (Err(e), _) => Some(e.to_string()),
+                        (Ok(()), Some(f)) => Some(format!("exchange: {f}")),
+                        (Ok(()), None) if next != lens.len() => Some(format!(
+                            "exchange: {next} of {} buckets were handed over",
+                            lens.len()
+                        )),
+                        _ => None,
+                    };
+                    if let Some(problem) = problem {
+                        end_job(world, rank, size, &problem);
+                    }
+                    let worked = started.elapsed();
+                    for q in pending {
+                        q.wait();
+                    }
+                    worked
+                });
+            } else {
+                let mut done = Duration::ZERO;
+                let all = gather_after(
+                    lens,
+                    &mut |sink| {
+                        let r = work(sink);
+                        done = started.elapsed();
+                        r
+                    },
+                    &mut |v| Ok(self.gather(v)),
+                )?;
+                worked = done;
+                gathered = all;
+            }
+            if let Some(mut p) = self.profile.take() {
+                p.steps += 1;
+                p.buckets = lens.len();
+                p.work += worked;
+                p.wait += started.elapsed().saturating_sub(worked);
+                // The same buckets, blocking, each way after a barrier (so that neither
+                // measures the other ranks arriving late).
+                let mine: Vec<Vec<T>> = gathered
+                    .iter()
+                    .zip(lens)
+                    .map(|(all, &l)| all[rank * l..(rank + 1) * l].to_vec())
+                    .collect();
+                self.world.barrier();
+                let t = Instant::now();
+                for (local, &l) in mine.iter().zip(lens) {
+                    let mut all = vec![T::default(); size * l];
+                    self.world.all_gather_into(&local[..], &mut all[..]);
+                    std::hint::black_box(rank_order_sum(&all, size));
+                }
+                p.gather_sum += t.elapsed();
+                self.world.barrier();
+                let t = Instant::now();
+                for local in &mine {
+                    let mut sum = vec![T::default(); local.len()];
+                    self.world
+                        .all_reduce_into(&local[..], &mut sum[..], SystemOperation::sum());
+                    std::hint::black_box(sum);
+                }
+                p.all_reduce += t.elapsed();
+                self.profile = Some(p);
+            }
+            Ok(gathered)
+        }
+
+        /// Prints the profile's means (rank 0, at the end of a profiled run).
+        fn report(&self) {
+            let Some(p) = &self.profile else { return };
+            if self.rank != 0 || p.steps == 0 {
+                return;
+            }
+            let ms = |d: Duration| d.as_secs_f64() * 1e3 / f64::from(p.steps);
+            println!(
+                "distributed profile (rank 0 of {}, {} steps, {} buckets, overlap {}): per step \
+                 {:.3} ms step, {:.3} ms waiting for the exchange after it; the same buckets \
+                 blocking: all-gather + rank-order sum {:.3} ms, MPI_Allreduce {:.3} ms",
+                self.size,
+                p.steps,
+                p.buckets,
+                if self.overlap { "on" } else { "off" },
+                ms(p.work),
+                ms(p.wait),
+                ms(p.gather_sum),
+                ms(p.all_reduce),
+            );
+        }
     }
 
     impl Exchange for MpiExchange {
@@ -158,12 +348,20 @@ mod mpi_exchange {
         fn all_gather_f32(&mut self, local: &[f32]) -> NnResult<Vec<f32>> {
             Ok(self.gather(local))
         }
+        fn bucket_bytes(&self) -> usize {
+            self.bucket_bytes
+        }
+        fn overlap_f32(&mut self, lens: &[usize], work: Work<'_, f32>) -> NnResult<Vec<Vec<f32>>> {
+            self.overlap(lens, work)
+        }
+        fn overlap_f64(&mut self, lens: &[usize], work: Work<'_, f64>) -> NnResult<Vec<Vec<f64>>> {
+            self.overlap(lens, work)
+        }
         fn abort(&mut self, error: &NnError) {
-            eprintln!("error: rank {} of {}: {error}", self.rank, self.size);
-            eprintln!("error: ending every rank of the job");
-            self.world.abort(2);
+            end_job(&self.world, self.rank, self.size, &error.to_string());
         }
         fn finish(&mut self) {
+            self.report();
             self.done = true;
         }
     }

@@ -2,7 +2,8 @@
 //! and in its checkpoint bytes; K > 1 equals a hand-rolled sum of the micro-batches' gradients
 //! (scaled once) for an MLP with dropout and a CNN with batch norm, on both backends; and a run
 //! whose micro-batches are computed by separate "ranks" (threads behind an in-memory `Exchange`)
-//! gives the bits of the one-process run, which is law 10 without MPI.
+//! gives the bits of the one-process run, which is law 10 without MPI, whatever the buckets the
+//! gradients are exchanged in (handed over as the backward makes them final).
 
 use std::sync::{Arc, Barrier, Mutex};
 use tapegrad_nn::checkpoint;
@@ -252,6 +253,7 @@ struct Threads {
     size: usize,
     slots: Arc<Mutex<Vec<Vec<f64>>>>,
     barrier: Arc<Barrier>,
+    bucket_bytes: usize,
 }
 
 impl Threads {
@@ -278,10 +280,20 @@ impl Exchange for Threads {
         let all = self.gather(local.iter().map(|&v| f64::from(v)).collect());
         Ok(all.into_iter().map(|v| v as f32).collect())
     }
+    fn bucket_bytes(&self) -> usize {
+        self.bucket_bytes
+    }
 }
 
-/// Runs `steps` steps of `cfg` on `size` thread-ranks; returns each rank's parameter bits.
-fn run_ranks(cfg: &TrainConfig, size: usize, steps: usize) -> Vec<Vec<(String, Vec<u64>)>> {
+/// Runs `steps` steps of `cfg` on `size` thread-ranks of `kind`, exchanging gradients in buckets
+/// of `bucket_bytes`; returns each rank's parameter bits.
+fn run_ranks(
+    cfg: &TrainConfig,
+    size: usize,
+    steps: usize,
+    kind: BackendKind,
+    bucket_bytes: usize,
+) -> Vec<Vec<(String, Vec<u64>)>> {
     let slots = Arc::new(Mutex::new(vec![Vec::new(); size]));
     let barrier = Arc::new(Barrier::new(size));
     let handles: Vec<_> = (0..size)
@@ -292,9 +304,10 @@ fn run_ranks(cfg: &TrainConfig, size: usize, steps: usize) -> Vec<Vec<(String, V
                 size,
                 slots: slots.clone(),
                 barrier: barrier.clone(),
+                bucket_bytes,
             };
             std::thread::spawn(move || {
-                let mut t = trainer::<f32>(&cfg, BackendKind::Eager);
+                let mut t = trainer::<f32>(&cfg, kind);
                 t.set_exchange(Box::new(ex)).unwrap();
                 for _ in 0..steps {
                     t.train_step().unwrap();
@@ -308,13 +321,25 @@ fn run_ranks(cfg: &TrainConfig, size: usize, steps: usize) -> Vec<Vec<(String, V
 
 #[test]
 fn ranks_behind_an_exchange_equal_one_process() {
-    for (cfg, size) in [(cnn(3, 16), 3), (mlp(2, 32), 2)] {
-        let mut one = trainer::<f32>(&cfg, BackendKind::Eager);
-        for _ in 0..3 {
-            one.train_step().unwrap();
-        }
-        for (rank, b) in run_ranks(&cfg, size, 3).iter().enumerate() {
-            assert_eq!(b, &bits(&one), "rank {rank} of {size}");
+    for kind in [BackendKind::Eager, BackendKind::Compiled] {
+        for (cfg, size) in [(cnn(3, 16), 3), (mlp(2, 32), 2)] {
+            let mut one = trainer::<f32>(&cfg, kind);
+            for _ in 0..3 {
+                one.train_step().unwrap();
+            }
+            // One bucket; buckets of one tensor each (the smallest hold 4 values).
+            for bucket_bytes in [usize::MAX, 16] {
+                for (rank, b) in run_ranks(&cfg, size, 3, kind, bucket_bytes)
+                    .iter()
+                    .enumerate()
+                {
+                    assert_eq!(
+                        b,
+                        &bits(&one),
+                        "{kind:?}, rank {rank} of {size}, buckets of {bucket_bytes} bytes"
+                    );
+                }
+            }
         }
     }
 }
@@ -330,6 +355,7 @@ fn ranks_that_disagree_are_told_which_part_differs() {
                 size: 2,
                 slots: slots.clone(),
                 barrier: barrier.clone(),
+                bucket_bytes: usize::MAX,
             };
             std::thread::spawn(move || {
                 // Rank 1 holds other data: a different split of the same table.

@@ -10,6 +10,7 @@ use super::record::{give_back_records, spare_records, Record};
 use super::Graph;
 use crate::ops::activation::{relu_grad, relu_value};
 use crate::ops::{ActivationOp, Aux, Forward, Op, Saved, VjpContext};
+use crate::tape::finals::{Finals, NoWatch, OnFinal, Watch};
 use crate::tape::{Rule, Tape};
 use smallvec::SmallVec;
 use std::sync::Arc;
@@ -31,6 +32,8 @@ struct Plan {
     arg_shapes: Vec<Vec<Shape>>,
     /// Per slot: the last node that reads it, if any.
     last_use: Vec<Option<usize>>,
+    /// Per slot: the first node that reads it, if any (the backward's last).
+    first_use: Vec<Option<usize>>,
 }
 
 impl Plan {
@@ -88,9 +91,11 @@ impl CompiledGraph {
             .map(|n| n.args.iter().map(|&a| requires_grad[a]).collect())
             .collect();
         let mut last_use = vec![None; graph.slots()];
+        let mut first_use = vec![None; graph.slots()];
         for (k, n) in graph.nodes().iter().enumerate() {
             for &a in &n.args {
                 last_use[a] = Some(k);
+                first_use[a].get_or_insert(k);
             }
         }
         let all_needed = graph.nodes().iter().map(|n| vec![true; n.args.len()]);
@@ -109,6 +114,7 @@ impl CompiledGraph {
                 all_needed: all_needed.collect(),
                 arg_shapes: arg_shapes.collect(),
                 last_use,
+                first_use,
                 graph,
             }),
         }
@@ -359,6 +365,33 @@ impl<S: Scalar> SavedGraph<S> {
     /// in `keep`'s order. A slot that does not require grad, or is an input, has no such
     /// cotangent: an error.
     pub fn backward_keeping(self, seed: &Tensor<S>, keep: &[usize]) -> Result<GradsAndKept<S>> {
+        self.keeping(seed, keep, &mut NoWatch)
+    }
+
+    /// As [`SavedGraph::backward_keeping`], also calling `on_final(slot, g)` once for every
+    /// input slot that requires grad as soon as its gradient is final, while the backward goes
+    /// on: once the first node reading it has run. `g` is the gradient then (`None` for zeros),
+    /// which the backward no longer changes, so the result holds the same bits.
+    pub fn backward_keeping_observed(
+        self,
+        seed: &Tensor<S>,
+        keep: &[usize],
+        on_final: OnFinal<'_, S>,
+    ) -> Result<GradsAndKept<S>> {
+        let plan = self.plan.clone();
+        let leaves = (0..plan.graph.inputs().len())
+            .filter(|&s| plan.requires_grad[s])
+            .map(|s| (s, plan.first_use[s], s));
+        self.keeping(seed, keep, &mut Finals::new(leaves, on_final))
+    }
+
+    /// `backward_keeping`, telling `watch`.
+    fn keeping(
+        self,
+        seed: &Tensor<S>,
+        keep: &[usize],
+        watch: &mut impl Watch<S>,
+    ) -> Result<GradsAndKept<S>> {
         let seeds = self.seeds_at_output(seed)?;
         let g = &self.plan.graph;
         let n_in = g.inputs().len();
@@ -371,7 +404,7 @@ impl<S: Scalar> SavedGraph<S> {
             }
         }
         let mut kept = vec![None; keep.len()];
-        let grads = self.run_backward(seeds, keep, &mut kept)?;
+        let grads = self.run_backward(seeds, keep, &mut kept, watch)?;
         let kept = kept
             .into_iter()
             .map(|t| t.ok_or_else(|| Error::invalid(CONTEXT, "a kept cotangent was never reached")))
@@ -383,15 +416,17 @@ impl<S: Scalar> SavedGraph<S> {
     /// that requires grad runs its VJP, on a zero cotangent if nothing reached it, as the
     /// reference does.
     pub fn backward_seeded(self, seeds: Vec<Option<Tensor<S>>>) -> Result<Vec<Option<Tensor<S>>>> {
-        self.run_backward(seeds, &[], &mut [])
+        self.run_backward(seeds, &[], &mut [], &mut NoWatch)
     }
 
     /// The inputs-only backward; node `keep[i]`'s final cotangent is also stored in `kept[i]`.
+    /// `watch` is told before each node (by node index) and at the end; it only reads the slots.
     fn run_backward(
         self,
         seeds: Vec<Option<Tensor<S>>>,
         keep: &[usize],
         kept: &mut [Option<Tensor<S>>],
+        watch: &mut impl Watch<S>,
     ) -> Result<Vec<Option<Tensor<S>>>> {
         let SavedGraph {
             plan, mut records, ..
@@ -432,6 +467,7 @@ impl<S: Scalar> SavedGraph<S> {
             ));
         }
         for k in (0..g.nodes().len()).rev() {
+            watch.before(k, &acc);
             let slot = n_in + k;
             let cot = acc[slot].take();
             // Node k's record is the last one left (nodes run last to first). It is read where
@@ -476,6 +512,7 @@ impl<S: Scalar> SavedGraph<S> {
                 }
             }
         }
+        watch.end(&acc);
         give_back_records(records);
         acc.truncate(n_in);
         Ok(acc

@@ -3,6 +3,7 @@
 
 mod anomaly;
 mod audit;
+pub(crate) mod finals;
 mod node;
 mod parents;
 mod session;
@@ -12,6 +13,7 @@ mod sweeps;
 mod tape;
 
 pub use audit::{audit, AuditFinding, AuditReport, FindingKind};
+pub use finals::OnFinal;
 pub use node::{Contributions, CustomVjp, Node, NodeSaved, Rule};
 pub use parents::Parents;
 pub use session::{Gradients, Session, Var};

@@ -2,6 +2,7 @@
 //! `backward` (executed: skips empty slots), `backward_all` (executed, then zero-filled) and
 //! `backward_from` (reference: every node's VJP runs, zero cotangent or not), plus `one_hot`.
 
+use super::finals::{Finals, NoWatch, OnFinal, Watch};
 use super::{Node, NodeSaved, Rule, Tape};
 #[cfg(debug_assertions)]
 use crate::ops::Grads;
@@ -140,21 +141,24 @@ impl<S: Scalar> Tape<S> {
         self.check_seed(out, seed)?;
         let mut slots: Vec<Option<Tensor<S>>> = vec![None; self.nodes.len()];
         slots[out] = Some(seed.clone());
-        self.sweep(&mut slots, out, |_| true)?;
+        self.sweep(&mut slots, out, |_| true, &mut NoWatch)?;
         Ok(slots)
     }
 
     /// The executed sweep over `slots` from id `out` down (the slots above it are empty, so
     /// starting there skips only nodes the sweep would skip). An op node's cotangent goes back
     /// into its slot after its VJP when `keep(id)` says so, and is dropped otherwise: nothing
-    /// later reads it, since an op node only feeds ids below its own.
+    /// later reads it, since an op node only feeds ids below its own. `watch` is told before
+    /// each node and at the end (it only reads the slots).
     fn sweep(
         &self,
         slots: &mut [Option<Tensor<S>>],
         out: usize,
         keep: impl Fn(usize) -> bool,
+        watch: &mut impl Watch<S>,
     ) -> Result<()> {
         for id in (0..=out).rev() {
+            watch.before(id, slots);
             let node = &self.nodes[id];
             if !node.requires_grad || slots[id].is_none() {
                 continue;
@@ -216,6 +220,7 @@ impl<S: Scalar> Tape<S> {
                 self.accumulate(slots, pid, g)?;
             }
         }
+        watch.end(slots);
         Ok(())
     }
 
@@ -291,6 +296,52 @@ impl<S: Scalar> Tape<S> {
         ids: &[usize],
     ) -> Result<Vec<Tensor<S>>> {
         self.check_seed(out, seed)?;
+        self.backward_at_watched(out, seed, ids, &mut NoWatch)
+    }
+
+    /// As [`Tape::backward_at`], also calling `on_final(i, g)` once for every leaf `ids[i]` as
+    /// soon as its gradient is final, while the sweep goes on: `g` is the slot's value then
+    /// (`None` for zeros), which the sweep no longer changes, so the result holds the same bits.
+    /// A leaf is final once the lowest-id node reading it has run; with a custom rule on the
+    /// tape (which may feed any id) every leaf is told at the end. Op nodes in `ids` are not told.
+    pub fn backward_at_observed(
+        &self,
+        out: usize,
+        seed: &Tensor<S>,
+        ids: &[usize],
+        on_final: OnFinal<'_, S>,
+    ) -> Result<Vec<Tensor<S>>> {
+        self.check_seed(out, seed)?;
+        for &id in ids {
+            self.node(id)?;
+        }
+        let swept = &self.nodes[..=out];
+        let custom = swept.iter().any(|n| matches!(n.rule, Rule::Custom { .. }));
+        // The lowest reader of every id, found by one walk down (the last write wins); node 0
+        // (told at the end) for all when a custom rule may feed any id.
+        let mut reader = vec![custom.then_some(0); self.nodes.len()];
+        for (c, node) in swept.iter().enumerate().rev().filter(|_| !custom) {
+            for &p in node.parents.iter() {
+                if let Some(r) = reader.get_mut(p) {
+                    *r = Some(c);
+                }
+            }
+        }
+        let leaves = (ids.iter().enumerate())
+            .filter(|&(_, &id)| matches!(self.nodes[id].rule, Rule::Leaf))
+            .map(|(i, &id)| (id, reader[id], i));
+        let mut watch = Finals::new(leaves, on_final);
+        self.backward_at_watched(out, seed, ids, &mut watch)
+    }
+
+    /// `backward_at` after its checks, telling `watch`.
+    fn backward_at_watched(
+        &self,
+        out: usize,
+        seed: &Tensor<S>,
+        ids: &[usize],
+        watch: &mut impl Watch<S>,
+    ) -> Result<Vec<Tensor<S>>> {
         // Leaves (parameters, typically) keep their slots anyway: only op nodes drop theirs. A
         // mask, not a search of `ids`, since the sweep asks once per visited node.
         let mut keep = vec![false; self.nodes.len()];
@@ -302,7 +353,7 @@ impl<S: Scalar> Tape<S> {
         // bytes of each).
         let mut slots: Vec<Option<Tensor<S>>> = (0..self.nodes.len()).map(|_| None).collect();
         slots[out] = Some(seed.clone());
-        self.sweep(&mut slots, out, |id| keep[id])?;
+        self.sweep(&mut slots, out, |id| keep[id], watch)?;
         Ok(ids
             .iter()
             .map(|&id| match &slots[id] {

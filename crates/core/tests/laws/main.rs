@@ -15,5 +15,6 @@ mod law6_finite_differences;
 mod law7_audit;
 mod law8_skipping;
 mod nn_op_laws;
+mod observed_sweeps;
 mod tape_backward_at;
 mod tape_linear_steps;

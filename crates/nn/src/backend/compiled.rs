@@ -354,93 +354,19 @@ impl<S: Scalar> Backend<S> for Compiled<S> {
         &mut self,
         model: &Model<S>,
         batch: &Batch<S>,
-        mut rng: ChaCha8Rng,
+        rng: ChaCha8Rng,
     ) -> NnResult<StepOutput<S>> {
-        let replay_rng = self.detect_anomaly.then(|| rng.clone());
-        let i = self.plan(model, &batch.x, Mode::Train)?;
-        let inputs = Self::inputs(&mut self.plans[i], model, &batch.x, &mut rng)?;
-        let plan = &self.plans[i];
-        let saved = plan.graph.forward_for_input_grads(&inputs)?;
-        let updates = running_updates(plan, model, &saved)?;
-        let outputs = saved.output().clone();
-        let (loss, dout) = loss_and_cotangent(&outputs, &batch.y, self.label_smoothing)?;
-        self.kept_bytes = match plan.kept_bytes.get() {
-            Some(n) => n,
-            None => {
-                let n = saved.kept_bytes_with(Some(&loss.record));
-                plan.kept_bytes.set(Some(n));
-                n
-            }
-        };
-        let loss_value = loss.value.item()?.to_f64();
-        let keep: Vec<usize> = plan.outer.iter().map(|&(_, slot)| slot).collect();
-        let (input_grads, mut kept) = saved.backward_keeping(&dout, &keep)?;
-        // An all-zero cotangent makes the eager backend take the dense step (its sweep may have
-        // skipped the linear), so here too every factored gradient is multiplied out then, with
-        // linear's own kernel: the dense gradients' bits, and the same step as eager's.
-        let dense_step = kept.iter().any(|c| c.data().iter().all(|&v| v == S::ZERO));
-        // Sized up front: a grown list of a few gradients would already reach the pool's sizes.
-        let trainable = model.params.trainable().count();
-        let mut grads = Vec::with_capacity(trainable);
-        for (k, p) in model.params.iter().enumerate() {
-            if p.kind != ParamKind::Trainable {
-                continue;
-            }
-            if let Some(j) = plan.outer.iter().position(|&(i, _)| i == k) {
-                // The linear's weight VJP would multiply exactly these two out.
-                let rows = std::mem::replace(&mut kept[j], Tensor::scalar(S::ZERO));
-                let outer = Grad::Outer {
-                    rows,
-                    cols: batch.x.clone(),
-                };
-                grads.push(match dense_step {
-                    true => Grad::Dense(outer.into_dense()?),
-                    false => outer,
-                });
-                continue;
-            }
-            let slot = plan
-                .sources
-                .iter()
-                .position(|s| matches!(s, Source::Param(i) if *i == k));
-            let g = slot.and_then(|s| input_grads[s].clone());
-            grads.push(Grad::Dense(
-                g.unwrap_or_else(|| Tensor::zeros(p.value.shape())),
-            ));
-        }
-        if let Some(rng) = replay_rng {
-            let loss_tensor = Tensor::scalar(S::from_f64(loss_value));
-            // Factored gradients are multiplied out (linear's kernel: the dense gradients' bits)
-            // to be checked, and handed on factored, so the step is the one without the flag.
-            let dense = Grad::all_dense(grads.clone())?;
-            let checked = [("the outputs", &outputs), ("the loss", &loss_tensor)];
-            let named_grads = model
-                .params
-                .iter()
-                .filter(|p| p.kind == ParamKind::Trainable)
-                .zip(&dense)
-                .map(|(p, g)| (p.name.as_str(), g));
-            let found = checked
-                .into_iter()
-                .chain(named_grads)
-                .find_map(|(what, t)| {
-                    t.first_non_finite()
-                        .map(|(i, v)| format!("{} at element {i} of {what}", v.to_f64()))
-                });
-            if let Some(found) = found {
-                let smoothing = self.label_smoothing;
-                return Err(replay(found, |eager| {
-                    eager.set_label_smoothing(smoothing);
-                    eager.train_step(model, batch, rng).map(|_| ())
-                }));
-            }
-        }
-        Ok(StepOutput {
-            loss: loss_value,
-            outputs,
-            grads,
-            updates,
-        })
+        self.step(model, batch, rng, None)
+    }
+
+    fn train_step_observed(
+        &mut self,
+        model: &Model<S>,
+        batch: &Batch<S>,
+        rng: ChaCha8Rng,
+        on_final: &mut dyn FnMut(usize, &Tensor<S>),
+    ) -> NnResult<StepOutput<S>> {
+        self.step(model, batch, rng, Some(on_final))
     }
 
     fn kept_bytes(&self) -> usize {
@@ -569,5 +495,149 @@ fn replay<S: Scalar>(found: String, step: impl FnOnce(&mut Eager<S>) -> NnResult
             "the compiled backend's step made {found}, but its eager replay in anomaly mode stayed finite (the saved graph and the tape disagree: please report this)"
         ))
         .into(),
+    }
+}
+
+impl<S: Scalar> Compiled<S> {
+    /// `train_step`, telling `on_final` each gradient as soon as it is final where it can
+    /// (`Backend::train_step_observed`): during the backward for dense gradients, after the
+    /// step when some are factored.
+    fn step(
+        &mut self,
+        model: &Model<S>,
+        batch: &Batch<S>,
+        mut rng: ChaCha8Rng,
+        on_final: Option<super::OnGrad<'_, S>>,
+    ) -> NnResult<StepOutput<S>> {
+        let replay_rng = self.detect_anomaly.then(|| rng.clone());
+        let i = self.plan(model, &batch.x, Mode::Train)?;
+        let inputs = Self::inputs(&mut self.plans[i], model, &batch.x, &mut rng)?;
+        let plan = &self.plans[i];
+        let saved = plan.graph.forward_for_input_grads(&inputs)?;
+        let updates = running_updates(plan, model, &saved)?;
+        let outputs = saved.output().clone();
+        let (loss, dout) = loss_and_cotangent(&outputs, &batch.y, self.label_smoothing)?;
+        self.kept_bytes = match plan.kept_bytes.get() {
+            Some(n) => n,
+            None => {
+                let n = saved.kept_bytes_with(Some(&loss.record));
+                plan.kept_bytes.set(Some(n));
+                n
+            }
+        };
+        let loss_value = loss.value.item()?.to_f64();
+        let keep: Vec<usize> = plan.outer.iter().map(|&(_, slot)| slot).collect();
+        let (input_grads, mut kept, on_final) = match on_final {
+            // Dense gradients: each is told as its input slot becomes final.
+            Some(tell) if plan.outer.is_empty() => {
+                let trainable: Vec<usize> = (model.params.iter().enumerate())
+                    .filter(|(_, p)| p.kind == ParamKind::Trainable)
+                    .map(|(k, _)| k)
+                    .collect();
+                let shape = |j: usize| {
+                    model
+                        .params
+                        .iter()
+                        .nth(trainable[j])
+                        .map(|p| p.value.shape())
+                };
+                let mut told = vec![false; trainable.len()];
+                let (grads, kept) =
+                    saved.backward_keeping_observed(&dout, &keep, &mut |s, g| {
+                        let j = match plan.sources.get(s) {
+                            Some(Source::Param(k)) => trainable.iter().position(|t| t == k),
+                            _ => None,
+                        };
+                        if let Some(j) = j {
+                            told[j] = true;
+                            match (g, shape(j)) {
+                                (Some(g), _) => tell(j, g),
+                                (None, Some(shape)) => tell(j, &Tensor::zeros(shape)),
+                                (None, None) => {}
+                            }
+                        }
+                    })?;
+                // A tensor the graph does not read has a zero gradient, told last.
+                for j in (0..trainable.len()).rev().filter(|&j| !told[j]) {
+                    if let Some(shape) = shape(j) {
+                        tell(j, &Tensor::zeros(shape));
+                    }
+                }
+                (grads, kept, None)
+            }
+            later => {
+                let (grads, kept) = saved.backward_keeping(&dout, &keep)?;
+                (grads, kept, later)
+            }
+        };
+        // An all-zero cotangent makes the eager backend take the dense step (its sweep may have
+        // skipped the linear), so here too every factored gradient is multiplied out then, with
+        // linear's own kernel: the dense gradients' bits, and the same step as eager's.
+        let dense_step = kept.iter().any(|c| c.data().iter().all(|&v| v == S::ZERO));
+        // Sized up front: a grown list of a few gradients would already reach the pool's sizes.
+        let trainable = model.params.trainable().count();
+        let mut grads = Vec::with_capacity(trainable);
+        for (k, p) in model.params.iter().enumerate() {
+            if p.kind != ParamKind::Trainable {
+                continue;
+            }
+            if let Some(j) = plan.outer.iter().position(|&(i, _)| i == k) {
+                // The linear's weight VJP would multiply exactly these two out.
+                let rows = std::mem::replace(&mut kept[j], Tensor::scalar(S::ZERO));
+                let outer = Grad::Outer {
+                    rows,
+                    cols: batch.x.clone(),
+                };
+                grads.push(match dense_step {
+                    true => Grad::Dense(outer.into_dense()?),
+                    false => outer,
+                });
+                continue;
+            }
+            let slot = plan
+                .sources
+                .iter()
+                .position(|s| matches!(s, Source::Param(i) if *i == k));
+            let g = slot.and_then(|s| input_grads[s].clone());
+            grads.push(Grad::Dense(
+                g.unwrap_or_else(|| Tensor::zeros(p.value.shape())),
+            ));
+        }
+        if let Some(rng) = replay_rng {
+            let loss_tensor = Tensor::scalar(S::from_f64(loss_value));
+            // Factored gradients are multiplied out (linear's kernel: the dense gradients' bits)
+            // to be checked, and handed on factored, so the step is the one without the flag.
+            let dense = Grad::all_dense(grads.clone())?;
+            let checked = [("the outputs", &outputs), ("the loss", &loss_tensor)];
+            let named_grads = model
+                .params
+                .iter()
+                .filter(|p| p.kind == ParamKind::Trainable)
+                .zip(&dense)
+                .map(|(p, g)| (p.name.as_str(), g));
+            let found = checked
+                .into_iter()
+                .chain(named_grads)
+                .find_map(|(what, t)| {
+                    t.first_non_finite()
+                        .map(|(i, v)| format!("{} at element {i} of {what}", v.to_f64()))
+                });
+            if let Some(found) = found {
+                let smoothing = self.label_smoothing;
+                return Err(replay(found, |eager| {
+                    eager.set_label_smoothing(smoothing);
+                    eager.train_step(model, batch, rng).map(|_| ())
+                }));
+            }
+        }
+        if let Some(tell) = on_final {
+            super::tell_after(&grads, tell)?;
+        }
+        Ok(StepOutput {
+            loss: loss_value,
+            outputs,
+            grads,
+            updates,
+        })
     }
 }

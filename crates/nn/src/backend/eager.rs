@@ -73,7 +73,7 @@ impl<S: Scalar> Backend<S> for Eager<S> {
     ) -> NnResult<StepOutput<S>> {
         let x = &batch.x;
         if !self.factored {
-            return self.dense_step(model, batch, rng);
+            return self.dense_step(model, batch, rng, None);
         }
         let mut constants = match &self.outer {
             Some((shape, list)) if shape == x.shape() => list.clone(),
@@ -93,19 +93,34 @@ impl<S: Scalar> Backend<S> for Eager<S> {
         loop {
             self.outer = Some((x.shape().clone(), constants.clone()));
             if constants.is_empty() {
-                return self.dense_step(model, batch, rng);
+                return self.dense_step(model, batch, rng, None);
             }
             match self.outer_step(model, batch, rng.clone(), &constants)? {
                 Attempt::Done(out) if self.detect_anomaly && !products_finite(&out.grads)? => {
                     // The one gradient the tape did not check went non-finite: the dense step
                     // makes the same product on the tape, which names the node.
-                    return self.dense_step(model, batch, rng);
+                    return self.dense_step(model, batch, rng, None);
                 }
                 Attempt::Done(out) => return Ok(out),
                 Attempt::Retry(fewer) => constants = fewer,
-                Attempt::Dense => return self.dense_step(model, batch, rng),
+                Attempt::Dense => return self.dense_step(model, batch, rng, None),
             }
         }
+    }
+
+    fn train_step_observed(
+        &mut self,
+        model: &Model<S>,
+        batch: &Batch<S>,
+        rng: ChaCha8Rng,
+        on_final: &mut dyn FnMut(usize, &Tensor<S>),
+    ) -> NnResult<StepOutput<S>> {
+        if self.factored {
+            let out = self.train_step(model, batch, rng)?;
+            super::tell_after(&out.grads, on_final)?;
+            return Ok(out);
+        }
+        self.dense_step(model, batch, rng, Some(on_final))
     }
 
     fn kept_bytes(&self) -> usize {
@@ -158,12 +173,14 @@ fn products_finite<S: Scalar>(grads: &[Grad<S>]) -> NnResult<bool> {
 }
 
 impl<S: Scalar> Eager<S> {
-    /// The step with every gradient dense: the executed sweep at the parameters.
+    /// The step with every gradient dense: the executed sweep at the parameters, telling
+    /// `on_final` each gradient as soon as it is final (`Backend::train_step_observed`).
     fn dense_step(
         &mut self,
         model: &Model<S>,
         batch: &Batch<S>,
         rng: ChaCha8Rng,
+        on_final: Option<super::OnGrad<'_, S>>,
     ) -> NnResult<StepOutput<S>> {
         self.session.reset();
         let mut ctx = Ctx::new(&mut self.session, &model.params, Mode::Train, rng)?;
@@ -173,7 +190,32 @@ impl<S: Scalar> Eager<S> {
         let outputs = ctx.session().value(out)?.clone();
         let loss_value = ctx.session().value(loss)?.item()?.to_f64();
         let kept_bytes = tape_kept_bytes(ctx.session().tape());
-        let grads = ctx.session().backward(loss)?;
+        let grads: Vec<Tensor<S>> = match on_final {
+            None => ctx
+                .session()
+                .backward(loss)?
+                .into_vec()
+                .into_iter()
+                .map(|(_, g)| g)
+                .collect(),
+            Some(tell) => {
+                // `Session::backward`'s sweep (the seed 1, the trainable tensors' ids in order),
+                // observed.
+                let (ids, shapes): (Vec<usize>, Vec<&Shape>) = ctx
+                    .param_vars()
+                    .iter()
+                    .zip(model.params.iter())
+                    .filter(|(_, p)| p.kind == ParamKind::Trainable)
+                    .map(|(v, p)| (v.id(), p.value.shape()))
+                    .unzip();
+                let seed = Tensor::ones(ctx.session().value(loss)?.shape());
+                let tape = ctx.session().tape();
+                tape.backward_at_observed(loss.id(), &seed, &ids, &mut |j, g| match g {
+                    Some(g) => tell(j, g),
+                    None => tell(j, &Tensor::zeros(shapes[j])),
+                })?
+            }
+        };
         let updates = ctx.into_updates();
         self.kept_bytes = kept_bytes;
         // Drop the tape's references to the parameters, so the optimizer updates them in place.
@@ -181,11 +223,7 @@ impl<S: Scalar> Eager<S> {
         Ok(StepOutput {
             loss: loss_value,
             outputs,
-            grads: grads
-                .into_vec()
-                .into_iter()
-                .map(|(_, g)| Grad::Dense(g))
-                .collect(),
+            grads: grads.into_iter().map(Grad::Dense).collect(),
             updates,
         })
     }

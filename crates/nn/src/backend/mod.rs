@@ -76,6 +76,22 @@ pub trait Backend<S: Scalar> {
         batch: &Batch<S>,
         rng: ChaCha8Rng,
     ) -> NnResult<StepOutput<S>>;
+    /// As `train_step`, also calling `on_final(j, g)` once for every trainable tensor `j` (its
+    /// index among the trainable tensors) with its dense gradient `g`, the bits `grads[j]` then
+    /// holds: as soon as the backward has made it final, while it goes on, where the backend can
+    /// tell (a data-parallel step starts exchanging gradients then). The default tells them all,
+    /// last first, after the step.
+    fn train_step_observed(
+        &mut self,
+        model: &Model<S>,
+        batch: &Batch<S>,
+        rng: ChaCha8Rng,
+        on_final: &mut dyn FnMut(usize, &Tensor<S>),
+    ) -> NnResult<StepOutput<S>> {
+        let out = self.train_step(model, batch, rng)?;
+        tell_after(&out.grads, on_final)?;
+        Ok(out)
+    }
     /// Bytes the last `train_step` kept for its backward pass (values and saved tensors, each
     /// buffer once); 0 before the first step.
     fn kept_bytes(&self) -> usize;
@@ -109,6 +125,23 @@ pub trait Backend<S: Scalar> {
     ) -> NnResult<Option<StepGraph<'_, S>>> {
         Ok(None)
     }
+}
+
+/// What `Backend::train_step_observed` tells: `(trainable index, final dense gradient)`.
+pub type OnGrad<'a, S> = &'a mut dyn FnMut(usize, &Tensor<S>);
+
+/// `Backend::train_step_observed`'s fallback: every gradient of a finished step, last first.
+fn tell_after<S: Scalar>(
+    grads: &[Grad<S>],
+    on_final: &mut dyn FnMut(usize, &Tensor<S>),
+) -> NnResult<()> {
+    for (j, g) in grads.iter().enumerate().rev() {
+        match g {
+            Grad::Dense(t) => on_final(j, t),
+            factored => on_final(j, &factored.clone().into_dense()?),
+        }
+    }
+    Ok(())
 }
 
 /// A backend's saved graph and its inputs for one step. Its slots are named `in{id}` and

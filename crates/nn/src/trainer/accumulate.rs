@@ -30,6 +30,10 @@ use crate::rng::dropout_micro_rng;
 use std::ops::Range;
 use tapegrad_tensor::{DType, Scalar, Tensor};
 
+/// A rank's part of an overlapped exchange (`Exchange::overlap_f32`): it runs the step and hands
+/// each bucket of its values to the sink, `(bucket, values)`, once and in bucket order.
+pub type Work<'a, T> = &'a mut dyn FnMut(&mut dyn FnMut(usize, &[T])) -> NnResult<()>;
+
 /// The collective a data-parallel run needs: every rank's buffer, in rank order. Implemented over
 /// MPI by the CLI's `distributed` module; a fake one in tests.
 pub trait Exchange {
@@ -41,11 +45,63 @@ pub trait Exchange {
     fn all_gather_f64(&mut self, local: &[f64]) -> NnResult<Vec<f64>>;
     /// As `all_gather_f64`, for f32 buffers (half the bytes).
     fn all_gather_f32(&mut self, local: &[f32]) -> NnResult<Vec<f32>>;
+    /// The size of the buckets gradients are exchanged in, in bytes: a bucket takes whole
+    /// gradients, last tensor first, until it holds at least this many. The default,
+    /// `usize::MAX`, makes one bucket.
+    fn bucket_bytes(&self) -> usize {
+        usize::MAX
+    }
+    /// Runs `work`, which hands each bucket `b` in `0..lens.len()` (of `lens[b]` values) to its
+    /// sink once, in bucket order, and returns every rank's values of each bucket, in rank
+    /// order. An exchange may start sending a bucket as soon as it gets it, so communication
+    /// overlaps the rest of `work` (the backward pass); when `work` fails it may end the job
+    /// (`abort`). The default gathers each bucket with `all_gather_f32` after `work`.
+    fn overlap_f32(&mut self, lens: &[usize], work: Work<'_, f32>) -> NnResult<Vec<Vec<f32>>> {
+        gather_after(lens, work, &mut |v| self.all_gather_f32(v))
+    }
+    /// As `overlap_f32`, for f64 values.
+    fn overlap_f64(&mut self, lens: &[usize], work: Work<'_, f64>) -> NnResult<Vec<Vec<f64>>> {
+        gather_after(lens, work, &mut |v| self.all_gather_f64(v))
+    }
     /// This rank failed on its own (its micro-batch's step) while the others may be waiting in
     /// a collective: end the whole job now, naming the error, rather than leave them hanging.
     fn abort(&mut self, _error: &NnError) {}
     /// The run ended normally on every rank: shut the exchange down cleanly.
     fn finish(&mut self) {}
+}
+
+/// `Exchange::overlap_f32`'s default: runs `work`, keeping the buckets it hands over, then
+/// gathers each with `gather`.
+pub fn gather_after<T: Copy>(
+    lens: &[usize],
+    work: Work<'_, T>,
+    gather: &mut dyn FnMut(&[T]) -> NnResult<Vec<T>>,
+) -> NnResult<Vec<Vec<T>>> {
+    let mut kept: Vec<Vec<T>> = Vec::with_capacity(lens.len());
+    let mut fault = None;
+    work(&mut |b, values| {
+        if b == kept.len() && lens.get(b) == Some(&values.len()) {
+            kept.push(values.to_vec());
+        } else {
+            fault.get_or_insert(format!(
+                "bucket {b} of {} values handed over as bucket {} of {:?}",
+                values.len(),
+                kept.len(),
+                lens.get(kept.len())
+            ));
+        }
+    })?;
+    if let Some(fault) = fault {
+        return Err(NnError::Config(format!("exchange: {fault}")));
+    }
+    if kept.len() != lens.len() {
+        return Err(NnError::Config(format!(
+            "exchange: {} of {} buckets were handed over",
+            kept.len(),
+            lens.len()
+        )));
+    }
+    kept.iter().map(|b| gather(b)).collect()
 }
 
 /// The rows of each of `k` micro-batches of a batch of `n` rows (see the module's rule).
@@ -94,6 +150,104 @@ impl Layout {
     /// Where the buffers start: the number of gradient values.
     fn grad_len(&self) -> usize {
         self.buffers.first().map_or(self.len, |b| b.2)
+    }
+}
+
+/// How a flat buffer is cut into the buckets of an overlapped exchange: the gradients in the
+/// backward's order (the last tensor first, as PyTorch's DDP), whole tensors per bucket, then one
+/// bucket for the buffers' values, which exist only once the step is done.
+struct Buckets {
+    /// Per bucket: its `(offset in the flat buffer, length)` pieces, in bucket order.
+    pieces: Vec<Vec<(usize, usize)>>,
+    /// Per trainable tensor: its bucket, its offset there and its length.
+    place: Vec<(usize, usize, usize)>,
+    lens: Vec<usize>,
+    /// How many buckets hold gradients (the buffers' one, if any, comes after them).
+    grad_buckets: usize,
+}
+
+impl Buckets {
+    /// Buckets of at least `cap` values (the last one may hold fewer).
+    fn of(layout: &Layout, cap: usize) -> Buckets {
+        let mut b = Buckets {
+            pieces: Vec::new(),
+            place: vec![(0, 0, 0); layout.trainable.len()],
+            lens: Vec::new(),
+            grad_buckets: 0,
+        };
+        let mut open = false;
+        for (j, (dims, off)) in layout.trainable.iter().enumerate().rev() {
+            let len: usize = dims.iter().product();
+            if !open {
+                b.pieces.push(Vec::new());
+                b.lens.push(0);
+            }
+            let last = b.lens.len() - 1;
+            b.place[j] = (last, b.lens[last], len);
+            b.pieces[last].push((*off, len));
+            b.lens[last] += len;
+            open = b.lens[last] < cap;
+        }
+        b.grad_buckets = b.lens.len();
+        let grad_len = layout.grad_len();
+        if layout.len > grad_len {
+            b.pieces.push(vec![(grad_len, layout.len - grad_len)]);
+            b.lens.push(layout.len - grad_len);
+        }
+        b
+    }
+
+    /// Bucket `b`'s values, cut from flat buffer `flat`.
+    fn cut<S: Copy>(&self, b: usize, flat: &[S]) -> Vec<S> {
+        let mut out = Vec::with_capacity(self.lens[b]);
+        for &(off, len) in &self.pieces[b] {
+            out.extend_from_slice(&flat[off..off + len]);
+        }
+        out
+    }
+}
+
+/// The element type a flat buffer travels in: the run's own (f32 values pass through f64 and
+/// back exactly, so the conversions are only copies).
+trait Wire: Copy + Default + 'static {
+    fn from_scalar<S: Scalar>(v: S) -> Self;
+    fn to_scalar<S: Scalar>(self) -> S;
+    fn overlap(
+        ex: &mut dyn Exchange,
+        lens: &[usize],
+        work: Work<'_, Self>,
+    ) -> NnResult<Vec<Vec<Self>>>;
+}
+
+impl Wire for f32 {
+    fn from_scalar<S: Scalar>(v: S) -> Self {
+        v.to_f64() as f32
+    }
+    fn to_scalar<S: Scalar>(self) -> S {
+        S::from_f64(f64::from(self))
+    }
+    fn overlap(
+        ex: &mut dyn Exchange,
+        lens: &[usize],
+        work: Work<'_, f32>,
+    ) -> NnResult<Vec<Vec<f32>>> {
+        ex.overlap_f32(lens, work)
+    }
+}
+
+impl Wire for f64 {
+    fn from_scalar<S: Scalar>(v: S) -> Self {
+        v.to_f64()
+    }
+    fn to_scalar<S: Scalar>(self) -> S {
+        S::from_f64(self)
+    }
+    fn overlap(
+        ex: &mut dyn Exchange,
+        lens: &[usize],
+        work: Work<'_, f64>,
+    ) -> NnResult<Vec<Vec<f64>>> {
+        ex.overlap_f64(lens, work)
     }
 }
 
@@ -180,24 +334,25 @@ impl<S: Scalar> Trainer<S> {
         let mut exchange = self.exchange.take();
         let result = match exchange.as_deref_mut() {
             None => parts.iter().enumerate().try_for_each(|(i, r)| {
-                let m = self.micro(i, &rows[r.clone()], &layout)?;
+                let m = self.micro(i, &rows[r.clone()], &layout, None)?;
                 fold.add(&m.meta, &m.flat);
                 Ok(())
             }),
             Some(ex) => {
                 let i = ex.rank();
-                let local = self.micro(i, &rows[parts[i].clone()], &layout);
-                if let Err(e) = &local {
+                let mine = &rows[parts[i].clone()];
+                let exchanged = match S::DTYPE {
+                    DType::F32 => self.exchanged::<f32>(ex, i, mine, &layout),
+                    DType::F64 => self.exchanged::<f64>(ex, i, mine, &layout),
+                };
+                if let Err(e) = &exchanged {
                     ex.abort(e);
                 }
-                local.and_then(|m| {
-                    let metas = ex.all_gather_f64(&m.meta)?;
-                    let flats = gather_flat(ex, &m.flat)?;
+                exchanged.map(|(metas, flats)| {
                     for r in 0..k {
                         let flat = &flats[r * layout.len..(r + 1) * layout.len];
                         fold.add(&metas[r * 3..r * 3 + 3], flat);
                     }
-                    Ok(())
                 })
             }
         };
@@ -247,8 +402,97 @@ impl<S: Scalar> Trainer<S> {
         })
     }
 
-    /// Runs micro-batch `index` (rows `rows`) and flattens what it gives.
-    fn micro(&mut self, index: usize, rows: &[usize], layout: &Layout) -> NnResult<Micro<S>> {
+    /// This rank's micro-batch `index` (rows `rows`) run while its gradients are exchanged: each
+    /// bucket is handed to `ex` as soon as the backward has made all its gradients final and
+    /// every bucket before it was handed over. Returns every rank's `Micro::meta` and flat
+    /// buffer, concatenated in rank order.
+    fn exchanged<W: Wire>(
+        &mut self,
+        ex: &mut dyn Exchange,
+        index: usize,
+        rows: &[usize],
+        layout: &Layout,
+    ) -> NnResult<(Vec<f64>, Vec<S>)> {
+        let cap = (ex.bucket_bytes() / std::mem::size_of::<W>()).max(1);
+        let buckets = Buckets::of(layout, cap);
+        let mut meta = None;
+        let gathered = W::overlap(ex, &buckets.lens, &mut |sink| {
+            let mut stage: Vec<Vec<S>> = buckets.lens.iter().map(|&l| vec![S::ZERO; l]).collect();
+            let mut left: Vec<usize> = buckets.pieces.iter().map(Vec::len).collect();
+            let mut told = vec![false; buckets.place.len()];
+            let mut next = 0;
+            let send = |b: usize, values: &[S], sink: &mut dyn FnMut(usize, &[W])| {
+                let wire: Vec<W> = values.iter().map(|&v| W::from_scalar(v)).collect();
+                sink(b, &wire);
+            };
+            let m = self.micro(
+                index,
+                rows,
+                layout,
+                Some(&mut |j: usize, g: &Tensor<S>| {
+                    let Some(&(b, off, len)) = buckets.place.get(j) else {
+                        return;
+                    };
+                    // Told twice, or of another size: left to the check of the step's result.
+                    if told[j] || g.numel() != len {
+                        return;
+                    }
+                    told[j] = true;
+                    stage[b][off..off + len].copy_from_slice(g.data());
+                    left[b] -= 1;
+                    while next < buckets.grad_buckets && left[next] == 0 {
+                        send(next, &stage[next], sink);
+                        next += 1;
+                    }
+                }),
+            )?;
+            // Buckets the backward did not complete (a micro-batch without rows runs none), and
+            // the buffers' bucket, from the step's result; the ones already sent held its bits.
+            debug_assert!((0..next).all(|b| {
+                let bits = |v: &[S]| v.iter().map(|x| x.to_f64().to_bits()).collect::<Vec<_>>();
+                bits(&stage[b]) == bits(&buckets.cut(b, &m.flat))
+            }));
+            for b in next..buckets.lens.len() {
+                send(b, &buckets.cut(b, &m.flat), sink);
+            }
+            meta = Some(m.meta);
+            Ok(())
+        })?;
+        let meta = meta.ok_or_else(|| NnError::Config("exchange: the step did not run".into()))?;
+        let metas = ex.all_gather_f64(&meta)?;
+        let size = ex.size();
+        let mut flats = vec![S::ZERO; size * layout.len];
+        for (b, all) in gathered.iter().enumerate() {
+            let len = buckets.lens[b];
+            if all.len() != size * len {
+                return Err(NnError::Config(format!(
+                    "exchange: bucket {b} came back with {} values for {size} ranks of {len}",
+                    all.len()
+                )));
+            }
+            for (r, part) in all.chunks_exact(len.max(1)).enumerate().take(size) {
+                let flat = &mut flats[r * layout.len..(r + 1) * layout.len];
+                let mut at = 0;
+                for &(off, n) in &buckets.pieces[b] {
+                    for (d, &v) in flat[off..off + n].iter_mut().zip(&part[at..at + n]) {
+                        *d = v.to_scalar();
+                    }
+                    at += n;
+                }
+            }
+        }
+        Ok((metas, flats))
+    }
+
+    /// Runs micro-batch `index` (rows `rows`) and flattens what it gives, telling `on_final`
+    /// each gradient as soon as the backward has made it final (`Backend::train_step_observed`).
+    fn micro(
+        &mut self,
+        index: usize,
+        rows: &[usize],
+        layout: &Layout,
+        on_final: Option<crate::backend::OnGrad<'_, S>>,
+    ) -> NnResult<Micro<S>> {
         if rows.is_empty() {
             return Ok(Micro {
                 meta: [0.0; 3],
@@ -257,12 +501,15 @@ impl<S: Scalar> Trainer<S> {
         }
         let batch = self.data.train.batch(rows)?;
         let rng = dropout_micro_rng(self.config.seed, self.step, index as u64);
-        let out = self
-            .backend
-            .train_step(&self.model, &batch, rng)
-            .map_err(|e| {
-                super::anomaly_at(e, &format!("step {} (micro-batch {index})", self.step + 1))
-            })?;
+        let out = match on_final {
+            Some(tell) => self
+                .backend
+                .train_step_observed(&self.model, &batch, rng, tell),
+            None => self.backend.train_step(&self.model, &batch, rng),
+        };
+        let out = out.map_err(|e| {
+            super::anomaly_at(e, &format!("step {} (micro-batch {index})", self.step + 1))
+        })?;
         let correct = match &batch.y {
             BatchTargets::Values(_) => 0.0,
             BatchTargets::Classes(labels) => {
@@ -315,27 +562,6 @@ impl<S: Scalar> Trainer<S> {
             flat,
         })
     }
-}
-
-/// Every rank's flat buffer in rank order, sent as the run's own element type (f32 values pass
-/// through f64 and back exactly, so the conversion is only a copy).
-fn gather_flat<S: Scalar>(ex: &mut dyn Exchange, local: &[S]) -> NnResult<Vec<S>> {
-    Ok(match S::DTYPE {
-        DType::F32 => {
-            let mine: Vec<f32> = local.iter().map(|v| v.to_f64() as f32).collect();
-            ex.all_gather_f32(&mine)?
-                .into_iter()
-                .map(|v| S::from_f64(f64::from(v)))
-                .collect()
-        }
-        DType::F64 => {
-            let mine: Vec<f64> = local.iter().map(|v| v.to_f64()).collect();
-            ex.all_gather_f64(&mine)?
-                .into_iter()
-                .map(S::from_f64)
-                .collect()
-        }
-    })
 }
 
 /// 64-bit FNV-1a, for the start-of-run agreement check (not a security hash).
