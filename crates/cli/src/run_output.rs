@@ -1,11 +1,62 @@
-//! What every `tapegrad train` run shows and writes besides its summary: the progress bar (only
-//! on a terminal), the loss curves it collects, and the SVG plot drawn from them.
+//! What every `tapegrad train` run shows and writes beside its own figures: the checks it
+//! announces, the progress bar (only on a terminal), the verifier's summary, the loss curves it
+//! collects and the SVG plot drawn from them.
 
 use crate::error::CliError;
+use crate::train::TrainOptions;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::Path;
 use tapegrad_nn::plot::{self, Series};
+use tapegrad_nn::summary::Table;
+use tapegrad_nn::verify::Verifier;
+use tapegrad_nn::BackendKind;
+
+/// The lines that say which checks run beside the training: anomaly mode and `--verify-every`.
+pub(crate) fn announce_checks(args: &TrainOptions) {
+    if args.detect_anomaly {
+        println!("anomaly mode: the first NaN or infinity stops the run and names its node");
+    }
+    if let Some(every) = args.verify_every {
+        let laws = match args.engine.backend() {
+            BackendKind::Compiled => "1, 4, 5, 6 and 7",
+            BackendKind::Eager => "1, 5, 6 and 7",
+        };
+        println!("verify: laws {laws} are checked on every {every}th step");
+    }
+}
+
+/// The verifier's rows of the summary table: checks passed and the worst relative error.
+pub(crate) fn verify_rows(table: &mut Table, verifier: Option<&Verifier>) {
+    if let Some(v) = verifier {
+        let s = v.stats();
+        table.row(vec![
+            "verify: checks passed".into(),
+            "-".into(),
+            format!("{}/{}", s.passed, s.checks),
+        ]);
+        table.row(vec![
+            "verify: worst rel. error".into(),
+            "-".into(),
+            format!("{:.1e}", s.worst_rel_err),
+        ]);
+    }
+}
+
+/// What the verification cost, against the `seconds` the whole run took.
+pub(crate) fn print_verify_cost(verifier: Option<&Verifier>, seconds: f64) {
+    if let Some(v) = verifier {
+        let s = v.stats();
+        println!(
+            "verified {} steps ({} checks, {} passed) in {:.2} s: {:.1}% on top of the training",
+            s.steps,
+            s.checks,
+            s.passed,
+            s.seconds,
+            100.0 * s.seconds / (seconds - s.seconds).max(1e-9)
+        );
+    }
+}
 
 /// A progress bar of `steps` steps when stderr is a terminal and the run is not quiet; `{msg}`
 /// in `template` is the run's own line (loss, metric), `{steps_per_s}` the rate in steps.

@@ -605,16 +605,7 @@ fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> Cl
 /// The run's header, and which checks it runs besides training.
 fn announce<S: Scalar>(args: &TrainArgs, trainer: &Trainer<S>, steps: u64) {
     print_header(trainer, steps, args.engine.backend());
-    if args.detect_anomaly {
-        println!("anomaly mode: the first NaN or infinity stops the run and names its node");
-    }
-    if let Some(every) = args.verify_every {
-        let laws = match args.engine.backend() {
-            BackendKind::Compiled => "1, 4, 5, 6 and 7",
-            BackendKind::Eager => "1, 5, 6 and 7",
-        };
-        println!("verify: laws {laws} are checked on every {every}th step");
-    }
+    run_output::announce_checks(args);
 }
 
 /// The state of a run between steps: what it shows, logs and plots.
@@ -841,19 +832,7 @@ fn print_summary<S: Scalar>(
         format_metric(metric, before_val.metric),
         format_metric(metric, after_val.metric),
     ]);
-    if let Some(v) = trainer.verifier() {
-        let s = v.stats();
-        table.row(vec![
-            "verify: checks passed".into(),
-            "-".into(),
-            format!("{}/{}", s.passed, s.checks),
-        ]);
-        table.row(vec![
-            "verify: worst rel. error".into(),
-            "-".into(),
-            format!("{:.1e}", s.worst_rel_err),
-        ]);
-    }
+    run_output::verify_rows(&mut table, trainer.verifier());
     print!("{}", table.render());
     let steps = progress.steps;
     println!(
@@ -866,17 +845,7 @@ fn print_summary<S: Scalar>(
         steps as f64 / seconds.max(1e-9),
         progress.rows_seen as f64 / seconds.max(1e-9)
     );
-    if let Some(v) = trainer.verifier() {
-        let s = v.stats();
-        println!(
-            "verified {} steps ({} checks, {} passed) in {:.2} s: {:.1}% on top of the training",
-            s.steps,
-            s.checks,
-            s.passed,
-            s.seconds,
-            100.0 * s.seconds / (seconds - s.seconds).max(1e-9)
-        );
-    }
+    run_output::print_verify_cost(trainer.verifier(), seconds);
 }
 
 /// The final checkpoint (`--save`) and the loss plot (`--plot`).

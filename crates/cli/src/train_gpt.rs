@@ -17,7 +17,7 @@ use tapegrad_nn::gpt::{GptConfig, GptRun};
 use tapegrad_nn::runlog::RunLog;
 use tapegrad_nn::summary::Table;
 use tapegrad_nn::verify::Verifier;
-use tapegrad_nn::{make_backend, BackendKind, ModelSpec, OptimizerConfig};
+use tapegrad_nn::{make_backend, ModelSpec, OptimizerConfig};
 use tapegrad_tensor::Scalar;
 
 /// The preset's sizes: 4 layers, 4 heads, width 128, context 64, batch 32, 1500 steps.
@@ -276,16 +276,7 @@ fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64) -> CliResu
     }
     if !quiet {
         print_header(&run, steps, args);
-        if args.detect_anomaly {
-            println!("anomaly mode: the first NaN or infinity stops the run and names its node");
-        }
-        if let Some(every) = args.verify_every {
-            let laws = match args.engine.backend() {
-                BackendKind::Compiled => "1, 4, 5, 6 and 7",
-                BackendKind::Eager => "1, 5, 6 and 7",
-            };
-            println!("verify: laws {laws} are checked on every {every}th step");
-        }
+        run_output::announce_checks(args);
     }
     let before = run.evaluate()?;
     if !quiet {
@@ -404,19 +395,7 @@ fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64) -> CliResu
         format!("{:.2}", before.exp()),
         format!("{:.2}", last_val.exp()),
     ]);
-    if let Some(v) = run.verifier() {
-        let s = v.stats();
-        table.row(vec![
-            "verify: checks passed".into(),
-            "-".into(),
-            format!("{}/{}", s.passed, s.checks),
-        ]);
-        table.row(vec![
-            "verify: worst rel. error".into(),
-            "-".into(),
-            format!("{:.1e}", s.worst_rel_err),
-        ]);
-    }
+    run_output::verify_rows(&mut table, run.verifier());
     if !quiet {
         println!();
     }
@@ -430,17 +409,7 @@ fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64) -> CliResu
         steps as f64 / seconds.max(1e-9),
         tokens as f64 / seconds.max(1e-9)
     );
-    if let Some(v) = run.verifier() {
-        let s = v.stats();
-        println!(
-            "verified {} steps ({} checks, {} passed) in {:.2} s: {:.1}% on top of the training",
-            s.steps,
-            s.checks,
-            s.passed,
-            s.seconds,
-            100.0 * s.seconds / (seconds - s.seconds).max(1e-9)
-        );
-    }
+    run_output::print_verify_cost(run.verifier(), seconds);
     if let Some(path) = &args.save {
         checkpoint::save(path, &run)?;
         if !quiet {
