@@ -72,6 +72,30 @@ pub(crate) fn set_threads(threads: usize) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The error for a `--resume` that also gives settings the checkpoint fixes: `flags` pairs
+/// whether each flag was given with its name, and `--dtype` must agree with the checkpoint's.
+pub(crate) fn reject_settings_on_resume(
+    path: &std::path::Path,
+    flags: &[(bool, &str)],
+    dtype: Option<DTypeArg>,
+    saved: DType,
+) -> Result<(), CliError> {
+    let given: Vec<&str> = flags.iter().filter(|(g, _)| *g).map(|(_, n)| *n).collect();
+    if !given.is_empty() {
+        return Err(CliError::Usage(format!(
+            "--resume continues the run saved in {} with its own settings; remove {}",
+            path.display(),
+            given.join(", ")
+        )));
+    }
+    match dtype.map(DTypeArg::dtype) {
+        Some(want) if want != saved => Err(CliError::Usage(format!(
+            "--dtype {want} differs from the checkpoint's {saved}; resume keeps the checkpoint's dtype"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Calls `function::<f32>(args)` or `function::<f64>(args)` as `dtype` (a [`DType`]) says.
 macro_rules! by_dtype {
     ($dtype:expr, $function:ident($($arg:expr),* $(,)?)) => {

@@ -3,7 +3,7 @@
 //! (plain lines otherwise), a summary table, and optional checkpoint, JSON-lines log and SVG plot.
 //! Also holds what `eval` and `predict` share: error conversion and the dtype dispatch.
 
-use crate::engine_flags::{by_dtype, DTypeArg, EngineFlags};
+use crate::engine_flags::{by_dtype, reject_settings_on_resume, DTypeArg, EngineFlags};
 use crate::error::{CliError, CliResult};
 use crate::run_output::{self, LossCurves};
 use clap::ValueEnum;
@@ -432,7 +432,7 @@ fn apply_optimizer_flags(opt: &mut OptimizerConfig, a: &TrainOptions) -> Result<
 
 /// Flags that define the run cannot change when resuming: the continuation must be the same run.
 fn reject_changes_on_resume(a: &TrainArgs, ckpt: &Checkpoint) -> Result<(), CliError> {
-    let given: Vec<&str> = [
+    let flags = [
         (a.preset.is_some(), "a preset"),
         (a.model.is_some(), "--model"),
         (a.batch_size.is_some(), "--batch-size"),
@@ -457,27 +457,8 @@ fn reject_changes_on_resume(a: &TrainArgs, ckpt: &Checkpoint) -> Result<(), CliE
         (a.task.is_some(), "--task"),
         (a.val_fraction.is_some(), "--val-fraction"),
         (a.accumulate.is_some(), "--accumulate"),
-    ]
-    .into_iter()
-    .filter_map(|(g, n)| g.then_some(n))
-    .collect();
-    if !given.is_empty() {
-        return Err(CliError::Usage(format!(
-            "--resume continues the run saved in {} with its own settings; remove {}",
-            ckpt.path.display(),
-            given.join(", ")
-        )));
-    }
-    if let Some(d) = a.dtype {
-        let want = d.dtype();
-        if want != ckpt.header.dtype {
-            return Err(CliError::Usage(format!(
-                "--dtype {want} differs from the checkpoint's {}; resume keeps the checkpoint's dtype",
-                ckpt.header.dtype
-            )));
-        }
-    }
-    Ok(())
+    ];
+    reject_settings_on_resume(&ckpt.path, &flags, a.dtype, ckpt.header.dtype)
 }
 
 fn fresh_typed<S: Scalar>(args: &TrainArgs, plan: Plan) -> CliResult {

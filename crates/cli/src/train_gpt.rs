@@ -4,7 +4,7 @@
 //! options as the other presets (log, plot, checkpoints and resume, backend, threads, dtype,
 //! anomaly mode), and `--init-from` to start from weights saved by PyTorch.
 
-use crate::engine_flags::{by_dtype, DTypeArg};
+use crate::engine_flags::{by_dtype, reject_settings_on_resume, DTypeArg};
 use crate::error::{CliError, CliResult};
 use crate::run_output::{self, LossCurves};
 use crate::train::TrainArgs;
@@ -157,7 +157,7 @@ fn config_from_args(a: &TrainArgs) -> Result<(GptConfig, TextData), CliError> {
 
 /// The run's defining flags cannot change on resume.
 fn reject_changes_on_resume(a: &TrainArgs, ckpt: &GptCheckpoint) -> Result<(), CliError> {
-    let given: Vec<&str> = [
+    let flags = [
         (a.batch_size.is_some(), "--batch-size"),
         (a.lr.is_some(), "--lr"),
         (a.weight_decay.is_some(), "--weight-decay"),
@@ -174,27 +174,8 @@ fn reject_changes_on_resume(a: &TrainArgs, ckpt: &GptCheckpoint) -> Result<(), C
         (a.tie_weights, "--tie-weights"),
         (a.init_from.is_some(), "--init-from"),
         (a.accumulate.is_some(), "--accumulate"),
-    ]
-    .into_iter()
-    .filter_map(|(g, n)| g.then_some(n))
-    .collect();
-    if !given.is_empty() {
-        return Err(CliError::Usage(format!(
-            "--resume continues the run saved in {} with its own settings; remove {}",
-            ckpt.path.display(),
-            given.join(", ")
-        )));
-    }
-    if let Some(d) = a.dtype {
-        let want = d.dtype();
-        if want != ckpt.dtype {
-            return Err(CliError::Usage(format!(
-                "--dtype {want} differs from the checkpoint's {}; resume keeps the checkpoint's dtype",
-                ckpt.dtype
-            )));
-        }
-    }
-    Ok(())
+    ];
+    reject_settings_on_resume(&ckpt.path, &flags, a.dtype, ckpt.dtype)
 }
 
 fn fresh_typed<S: Scalar>(
