@@ -283,7 +283,7 @@ fn args(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
-/// The PyTorch fixture of `crates/nn/tests/gpt_pytorch.rs`: 2 layers, 2 heads, width 16,
+/// The PyTorch fixture of `crates/nn/tests/gpt/pytorch.rs`: 2 layers, 2 heads, width 16,
 /// context 8, 11 tokens.
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

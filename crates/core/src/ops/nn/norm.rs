@@ -482,6 +482,48 @@ fn saves_input_and_weight(weight: bool) -> Saves {
     }
 }
 
+/// The op contract of a norm whose statistics are those of a `Grouping` (layer and group norm):
+/// the op supplies `grouping` and `param_shape`; the forward leaves `[mean, rstd]` per group in
+/// `Aux`, as PyTorch's `native_layer_norm` and `native_group_norm` do.
+macro_rules! group_stats_rules {
+    ($op:ty) => {
+        impl OpRules for $op {
+            fn arity(&self) -> Arity {
+                arity_with(1, &[self.weight, self.bias])
+            }
+            fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
+                let param = self.param_shape(inputs[0])?;
+                check_affine_shapes(self.name(), &inputs[1..], self.weight, &param)?;
+                Ok(inputs[0].clone())
+            }
+            fn saves(&self) -> Saves {
+                saves_input_and_weight(self.weight)
+            }
+            fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
+                let grouping = self.grouping(x[0].shape())?;
+                group_stats_forward(&grouping, self.eps, x, self.weight, self.bias)
+            }
+            fn vjp<S: Scalar>(
+                &self,
+                ctx: &VjpContext<'_, S>,
+                cot: &Tensor<S>,
+            ) -> Result<Grads<S>> {
+                let grouping = self.grouping(&ctx.input_shapes[0])?;
+                group_stats_vjp(self.name(), &grouping, ctx, cot, self.weight, self.bias)
+            }
+            fn jvp<S: Scalar>(
+                &self,
+                x: &[&Tensor<S>],
+                out: &Forward<S>,
+                t: &[&Tensor<S>],
+            ) -> Result<Tensor<S>> {
+                let grouping = self.grouping(x[0].shape())?;
+                group_stats_jvp(self.name(), &grouping, x, out, t, self.weight, self.bias)
+            }
+        }
+    };
+}
+
 impl LayerNorm {
     fn grouping(&self, x: &Shape) -> Result<Grouping> {
         let op = "layer_norm";
@@ -511,38 +553,15 @@ impl LayerNorm {
     }
 }
 
-impl OpRules for LayerNorm {
-    fn arity(&self) -> Arity {
-        arity_with(1, &[self.weight, self.bias])
-    }
-    fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
-        self.grouping(inputs[0])?;
-        let param = Shape::for_op("layer_norm", &self.normalized_shape)?;
-        check_affine_shapes(self.name(), &inputs[1..], self.weight, &param)?;
-        Ok(inputs[0].clone())
-    }
-    fn saves(&self) -> Saves {
-        saves_input_and_weight(self.weight)
-    }
-    /// Leaves `[mean, rstd]` per row in `Aux`, as PyTorch's `native_layer_norm`.
-    fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
-        let grouping = self.grouping(x[0].shape())?;
-        group_stats_forward(&grouping, self.eps, x, self.weight, self.bias)
-    }
-    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
-        let grouping = self.grouping(&ctx.input_shapes[0])?;
-        group_stats_vjp(self.name(), &grouping, ctx, cot, self.weight, self.bias)
-    }
-    fn jvp<S: Scalar>(
-        &self,
-        x: &[&Tensor<S>],
-        out: &Forward<S>,
-        t: &[&Tensor<S>],
-    ) -> Result<Tensor<S>> {
-        let grouping = self.grouping(x[0].shape())?;
-        group_stats_jvp(self.name(), &grouping, x, out, t, self.weight, self.bias)
+impl LayerNorm {
+    /// The shape of `weight` and `bias`: `normalized_shape`.
+    fn param_shape(&self, x: &Shape) -> Result<Shape> {
+        self.grouping(x)?;
+        Shape::for_op("layer_norm", &self.normalized_shape)
     }
 }
+
+group_stats_rules!(LayerNorm);
 
 impl GroupNorm {
     fn grouping(&self, x: &Shape) -> Result<Grouping> {
@@ -585,38 +604,14 @@ impl GroupNorm {
     }
 }
 
-impl OpRules for GroupNorm {
-    fn arity(&self) -> Arity {
-        arity_with(1, &[self.weight, self.bias])
-    }
-    fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
-        let grouping = self.grouping(inputs[0])?;
-        let param = Shape::new([grouping.params])?;
-        check_affine_shapes(self.name(), &inputs[1..], self.weight, &param)?;
-        Ok(inputs[0].clone())
-    }
-    fn saves(&self) -> Saves {
-        saves_input_and_weight(self.weight)
-    }
-    /// Leaves `[mean, rstd]` per (sample, group) in `Aux`.
-    fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
-        let grouping = self.grouping(x[0].shape())?;
-        group_stats_forward(&grouping, self.eps, x, self.weight, self.bias)
-    }
-    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
-        let grouping = self.grouping(&ctx.input_shapes[0])?;
-        group_stats_vjp(self.name(), &grouping, ctx, cot, self.weight, self.bias)
-    }
-    fn jvp<S: Scalar>(
-        &self,
-        x: &[&Tensor<S>],
-        out: &Forward<S>,
-        t: &[&Tensor<S>],
-    ) -> Result<Tensor<S>> {
-        let grouping = self.grouping(x[0].shape())?;
-        group_stats_jvp(self.name(), &grouping, x, out, t, self.weight, self.bias)
+impl GroupNorm {
+    /// The shape of `weight` and `bias`: one per channel.
+    fn param_shape(&self, x: &Shape) -> Result<Shape> {
+        Shape::new([self.grouping(x)?.params])
     }
 }
+
+group_stats_rules!(GroupNorm);
 
 /// Per-channel batch statistics of a batch-norm input: the mean, the biased variance used for
 /// normalising, and how many values each channel had.

@@ -363,6 +363,55 @@ struct Span {
     padded_extent: usize,
 }
 
+/// The op contract of an average pool given by its windows (`geometry` and `rects`): the op is
+/// linear, so its forward map is also its JVP, and its VJP spreads each output's cotangent back
+/// over its window with the same divisor. Nothing is saved.
+macro_rules! window_average_rules {
+    ($op:ty) => {
+        impl $op {
+            fn pool<S: Scalar>(&self, x: &Tensor<S>) -> Result<Tensor<S>> {
+                let (p, axes, shape) = self.geometry(x.shape())?;
+                average_rects(self.name(), p, x, shape, || self.rects(axes))
+            }
+        }
+
+        impl OpRules for $op {
+            fn arity(&self) -> Arity {
+                Arity::Exact(1)
+            }
+            fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
+                Ok(self.geometry(inputs[0])?.2)
+            }
+            fn saves(&self) -> Saves {
+                Saves::NOTHING
+            }
+            fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
+                Ok(Forward::new(self.pool(x[0])?))
+            }
+            fn vjp<S: Scalar>(
+                &self,
+                ctx: &VjpContext<'_, S>,
+                cot: &Tensor<S>,
+            ) -> Result<Grads<S>> {
+                let in_shape = &ctx.input_shapes[0];
+                let (p, axes, out_shape) = self.geometry(in_shape)?;
+                let dx = spread_rects(self.name(), p, cot, in_shape, &out_shape, || {
+                    self.rects(axes)
+                })?;
+                Ok(smallvec![Some(dx)])
+            }
+            fn jvp<S: Scalar>(
+                &self,
+                _x: &[&Tensor<S>],
+                _out: &Forward<S>,
+                t: &[&Tensor<S>],
+            ) -> Result<Tensor<S>> {
+                self.pool(t[0])
+            }
+        }
+    };
+}
+
 /// One axis of an average pool: `out` windows over `len` inputs.
 #[derive(Debug, Clone, Copy)]
 struct AvgAxis {
@@ -471,44 +520,9 @@ impl AvgPool2d {
             })
         })
     }
-
-    /// The forward map, also the JVP (the op is linear).
-    fn pool<S: Scalar>(&self, x: &Tensor<S>) -> Result<Tensor<S>> {
-        let (p, axes, shape) = self.geometry(x.shape())?;
-        average_rects(self.name(), p, x, shape, || self.rects(axes))
-    }
 }
 
-impl OpRules for AvgPool2d {
-    fn arity(&self) -> Arity {
-        Arity::Exact(1)
-    }
-    fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
-        Ok(self.geometry(inputs[0])?.2)
-    }
-    fn saves(&self) -> Saves {
-        Saves::NOTHING
-    }
-    fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
-        Ok(Forward::new(self.pool(x[0])?))
-    }
-    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
-        let in_shape = &ctx.input_shapes[0];
-        let (p, axes, out_shape) = self.geometry(in_shape)?;
-        let dx = spread_rects(self.name(), p, cot, in_shape, &out_shape, || {
-            self.rects(axes)
-        })?;
-        Ok(smallvec![Some(dx)])
-    }
-    fn jvp<S: Scalar>(
-        &self,
-        _x: &[&Tensor<S>],
-        _out: &Forward<S>,
-        t: &[&Tensor<S>],
-    ) -> Result<Tensor<S>> {
-        self.pool(t[0])
-    }
-}
+window_average_rules!(AvgPool2d);
 
 /// One axis of an adaptive pool: `out` windows over `len` inputs.
 #[derive(Debug, Clone, Copy)]
@@ -539,7 +553,7 @@ impl AdaptiveAvgPool2d {
     }
 
     /// Every window of one plane, row-major, divided by its size.
-    fn rects<S: Scalar>([hs, ws]: [AdaptiveAxis; 2]) -> impl Iterator<Item = Rect<S>> {
+    fn rects<S: Scalar>(&self, [hs, ws]: [AdaptiveAxis; 2]) -> impl Iterator<Item = Rect<S>> {
         hs.spans().flat_map(move |(h0, h1)| {
             ws.spans().map(move |(w0, w1)| Rect {
                 rows: h0..h1,
@@ -548,44 +562,9 @@ impl AdaptiveAvgPool2d {
             })
         })
     }
-
-    /// The forward map, also the JVP (the op is linear).
-    fn pool<S: Scalar>(&self, x: &Tensor<S>) -> Result<Tensor<S>> {
-        let (p, axes, shape) = self.geometry(x.shape())?;
-        average_rects(self.name(), p, x, shape, || Self::rects(axes))
-    }
 }
 
-impl OpRules for AdaptiveAvgPool2d {
-    fn arity(&self) -> Arity {
-        Arity::Exact(1)
-    }
-    fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
-        Ok(self.geometry(inputs[0])?.2)
-    }
-    fn saves(&self) -> Saves {
-        Saves::NOTHING
-    }
-    fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
-        Ok(Forward::new(self.pool(x[0])?))
-    }
-    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
-        let in_shape = &ctx.input_shapes[0];
-        let (p, axes, out_shape) = self.geometry(in_shape)?;
-        let dx = spread_rects(self.name(), p, cot, in_shape, &out_shape, || {
-            Self::rects(axes)
-        })?;
-        Ok(smallvec![Some(dx)])
-    }
-    fn jvp<S: Scalar>(
-        &self,
-        _x: &[&Tensor<S>],
-        _out: &Forward<S>,
-        t: &[&Tensor<S>],
-    ) -> Result<Tensor<S>> {
-        self.pool(t[0])
-    }
-}
+window_average_rules!(AdaptiveAvgPool2d);
 
 impl std::fmt::Display for MaxPool2d {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

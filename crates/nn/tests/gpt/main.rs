@@ -1,0 +1,7 @@
+//! The GPT's tests, one test binary: the laws on the model, training on Shakespeare, gradient
+//! accumulation, and the PyTorch round trip of its weights.
+
+mod accumulate;
+mod laws;
+mod pytorch;
+mod training;
