@@ -503,11 +503,7 @@ macro_rules! group_stats_rules {
                 let grouping = self.grouping(x[0].shape())?;
                 group_stats_forward(&grouping, self.eps, x, self.weight, self.bias)
             }
-            fn vjp<S: Scalar>(
-                &self,
-                ctx: &VjpContext<'_, S>,
-                cot: &Tensor<S>,
-            ) -> Result<Grads<S>> {
+            fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
                 let grouping = self.grouping(&ctx.input_shapes[0])?;
                 group_stats_vjp(self.name(), &grouping, ctx, cot, self.weight, self.bias)
             }

@@ -388,11 +388,7 @@ macro_rules! window_average_rules {
             fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
                 Ok(Forward::new(self.pool(x[0])?))
             }
-            fn vjp<S: Scalar>(
-                &self,
-                ctx: &VjpContext<'_, S>,
-                cot: &Tensor<S>,
-            ) -> Result<Grads<S>> {
+            fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
                 let in_shape = &ctx.input_shapes[0];
                 let (p, axes, out_shape) = self.geometry(in_shape)?;
                 let dx = spread_rects(self.name(), p, cot, in_shape, &out_shape, || {
