@@ -239,14 +239,8 @@ pub struct TrainOptions {
     /// one row larger), sum their gradients in order and scale once (docs/distributed.md).
     #[arg(long, value_name = "K")]
     pub accumulate: Option<usize>,
-    /// Run as one rank of a data-parallel job: `mpiexec -n N tapegrad train ... --distributed`
-    /// (a build with `--features mpi`). Rank k runs micro-batch k of each batch; the parameters
-    /// are bit for bit those of `--accumulate N` in one process. Only rank 0 writes files.
-    #[arg(long)]
-    pub distributed: bool,
-    /// --distributed: gradients are exchanged in fused buckets of this many MiB.
-    #[arg(long, value_name = "MB", default_value_t = 25.0)]
-    pub bucket_mb: f64,
+    #[command(flatten)]
+    pub dist: crate::distributed::DistributedFlags,
 }
 
 /// Runs `tapegrad train`.
