@@ -32,7 +32,7 @@ fn distributed_without_the_feature_says_how_to_build_it() {
     let dir = tempdir("dist-nofeature");
     let err = cli_support::fails(&["train", "--steps", "1", "--distributed"], &dir);
     assert!(err.contains("--features mpi"), "{err}");
-    let gpt = [&TINY_GPT[..], &["--steps", "1", "--distributed"]].concat();
+    let gpt = [TINY_GPT, &["--steps", "1", "--distributed"]].concat();
     let err = cli_support::fails(&gpt, &dir);
     assert!(err.contains("--features mpi"), "{err}");
     std::fs::remove_dir_all(dir).unwrap();

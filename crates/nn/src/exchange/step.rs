@@ -311,6 +311,9 @@ impl<S: Scalar> Fold<S> {
 pub(crate) type RunMicro<'a, S> =
     &'a mut dyn FnMut(usize, Range<usize>, Option<OnGrad<'_, S>>) -> NnResult<Micro<S>>;
 
+/// `RunMicro` for this rank's micro-batch.
+type RunMine<'a, S> = &'a mut dyn FnMut(Option<OnGrad<'_, S>>) -> NnResult<Micro<S>>;
+
 /// The step's fold over `k` micro-batches of a batch of `n` rows (`Micro::meta` then holds `n`,
 /// the batch's mean loss and its correct count): every micro-batch run here, or, with an
 /// exchange, this rank's one run while its gradients are exchanged and every rank's buffers
@@ -346,8 +349,7 @@ pub(crate) fn accumulate<S: Scalar>(
                 )));
             }
             let rows = parts[i].clone();
-            let mine: &mut dyn FnMut(Option<OnGrad<'_, S>>) -> NnResult<Micro<S>> =
-                &mut |on| run(i, rows.clone(), on);
+            let mine: RunMine<'_, S> = &mut |on| run(i, rows.clone(), on);
             let exchanged = match S::DTYPE {
                 DType::F32 => exchanged::<S, f32>(ex, layout, mine),
                 DType::F64 => exchanged::<S, f64>(ex, layout, mine),
@@ -376,7 +378,7 @@ pub(crate) fn accumulate<S: Scalar>(
 fn exchanged<S: Scalar, W: Wire>(
     ex: &mut dyn Exchange,
     layout: &Layout,
-    run: &mut dyn FnMut(Option<OnGrad<'_, S>>) -> NnResult<Micro<S>>,
+    run: RunMine<'_, S>,
 ) -> NnResult<(Vec<f64>, Vec<S>)> {
     let cap = (ex.bucket_bytes() / std::mem::size_of::<W>()).max(1);
     let buckets = Buckets::of(layout, cap);
