@@ -210,7 +210,6 @@ mod mpi {
         );
         let resume = [
             "train",
-            "--quiet",
             "--resume",
             "half.st",
             "--steps",
@@ -219,7 +218,9 @@ mod mpi {
             "--save",
             "resumed.st",
         ];
-        mpi_ok(2, &resume, &dir);
+        let out = mpi_ok(2, &resume, &dir);
+        // Only rank 0 prints, from the first line on.
+        assert_eq!(out.matches("resuming half.st").count(), 1, "{out}");
         same_bytes(&dir, "straight.st", "resumed.st", "resume on 2 ranks");
         // The saved run has 2 micro-batches per step: 3 ranks cannot continue it.
         let out = mpiexec(3, &resume, &dir);
@@ -411,7 +412,6 @@ mod mpi {
         run("2", "half.st");
         let resume = [
             "train",
-            "--quiet",
             "--resume",
             "half.st",
             "--steps",
@@ -420,7 +420,8 @@ mod mpi {
             "--save",
             "resumed.st",
         ];
-        mpi_ok(2, &resume, &dir);
+        let out = mpi_ok(2, &resume, &dir);
+        assert_eq!(out.matches("resuming half.st").count(), 1, "{out}");
         same_bytes(&dir, "straight.st", "resumed.st", "gpt resume on 2 ranks");
         std::fs::remove_dir_all(dir).unwrap();
     }
