@@ -4,7 +4,9 @@
 //! ranks give the checkpoint bytes of `--accumulate N` in one process, for N = 2 and 3, the MLP
 //! and the CNN, eager and compiled, with gradient buckets exchanged during the backward or after
 //! it (`TAPEGRAD_DDP_OVERLAP=0`); resuming on N ranks; ranks that disagree on the data stop
-//! with an error on every rank; a killed rank ends the job in bounded time.
+//! with an error on every rank; a killed rank ends the job in bounded time. The same for a tiny
+//! `train gpt`: law 10 on 2 and 3 ranks, eager and compiled, f32 and f64; resume on 2 ranks; a
+//! rank given another `--text` is an error on every rank.
 
 mod cli_support;
 
@@ -30,12 +32,36 @@ fn distributed_without_the_feature_says_how_to_build_it() {
     let dir = tempdir("dist-nofeature");
     let err = cli_support::fails(&["train", "--steps", "1", "--distributed"], &dir);
     assert!(err.contains("--features mpi"), "{err}");
+    let gpt = [TINY_GPT, &["--steps", "1", "--distributed"]].concat();
+    let err = cli_support::fails(&gpt, &dir);
+    assert!(err.contains("--features mpi"), "{err}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// A GPT small enough for a debug-ish test build: 7 windows a step, so 2 ranks run 4 and 3 and
+/// 3 ranks run 3, 2 and 2 (uneven on purpose), with dropout on.
+const TINY_GPT: &[&str] = &[
+    "train",
+    "gpt",
+    "--layers",
+    "1",
+    "--embd",
+    "16",
+    "--heads",
+    "2",
+    "--context",
+    "8",
+    "--batch-size",
+    "7",
+    "--dropout",
+    "0.1",
+    "--quiet",
+];
 
 #[cfg(feature = "mpi")]
 mod mpi {
     use super::cli_support::{ok, tempdir};
+    use super::TINY_GPT;
     use std::path::Path;
     use std::process::{Command, Output};
 
@@ -184,7 +210,6 @@ mod mpi {
         );
         let resume = [
             "train",
-            "--quiet",
             "--resume",
             "half.st",
             "--steps",
@@ -193,7 +218,9 @@ mod mpi {
             "--save",
             "resumed.st",
         ];
-        mpi_ok(2, &resume, &dir);
+        let out = mpi_ok(2, &resume, &dir);
+        // Only rank 0 prints, from the first line on.
+        assert_eq!(out.matches("resuming half.st").count(), 1, "{out}");
         same_bytes(&dir, "straight.st", "resumed.st", "resume on 2 ranks");
         // The saved run has 2 micro-batches per step: 3 ranks cannot continue it.
         let out = mpiexec(3, &resume, &dir);
@@ -325,6 +352,111 @@ mod mpi {
         // The last checkpoint loads and continues, here in one process (2 micro-batches a step).
         let out = ok(&["train", "--resume", "run.st", "--steps", "2"], &dir);
         assert!(out.contains("resuming"), "{out}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn gpt_on_n_ranks_gives_the_bits_of_accumulate_n_in_one_process() {
+        let dir = tempdir("dist-gpt-law10");
+        // f64 with 1 KiB buckets (several all-gathers started during the backward) on the
+        // compiled backend; f32 with the default buckets (one) on the eager one.
+        let eager: &[&str] = &["--backend", "eager"];
+        let compiled: &[&str] = &["--backend", "compiled", "--dtype", "f64"];
+        for (backend, flags, buckets) in [("eager", eager, "25"), ("compiled", compiled, "0.001")] {
+            for n in [2usize, 3] {
+                let k = n.to_string();
+                let common = [TINY_GPT, flags, &["--steps", "3"]].concat();
+                let one = format!("gpt-{backend}-{n}-one.st");
+                let dist = format!("gpt-{backend}-{n}-dist.st");
+                ok(
+                    &[&common[..], &["--accumulate", &k, "--save", &one]].concat(),
+                    &dir,
+                );
+                let flags = ["--distributed", "--bucket-mb", buckets, "--save", &dist];
+                let out = mpi_ok(n, &[&common[..], &flags[..]].concat(), &dir);
+                // Only rank 0 prints its summary.
+                assert_eq!(out.matches("validation loss").count(), 1, "{out}");
+                same_bytes(&dir, &one, &dist, &format!("gpt {backend} on {n} ranks"));
+            }
+        }
+        // One micro-batch per rank: another --accumulate is a usage error.
+        let out = mpiexec(
+            2,
+            &[
+                TINY_GPT,
+                &["--steps", "1", "--accumulate", "3", "--distributed"],
+            ]
+            .concat(),
+            &dir,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("--accumulate 3 with --distributed on 2 ranks"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn gpt_resume_on_n_ranks_gives_the_uninterrupted_bits() {
+        let dir = tempdir("dist-gpt-resume");
+        let run = |steps: &str, save: &str| {
+            let flags = ["--steps", steps, "--schedule-steps", "4", "--save", save];
+            mpi_ok(
+                2,
+                &[TINY_GPT, &flags[..], &["--distributed"]].concat(),
+                &dir,
+            );
+        };
+        run("4", "straight.st");
+        run("2", "half.st");
+        let resume = [
+            "train",
+            "--resume",
+            "half.st",
+            "--steps",
+            "2",
+            "--distributed",
+            "--save",
+            "resumed.st",
+        ];
+        let out = mpi_ok(2, &resume, &dir);
+        assert_eq!(out.matches("resuming half.st").count(), 1, "{out}");
+        same_bytes(&dir, "straight.st", "resumed.st", "gpt resume on 2 ranks");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn gpt_ranks_with_different_text_stop_with_an_error_on_every_rank() {
+        let dir = tempdir("dist-gpt-text");
+        // The same flags (the same file name) in two folders holding texts of the same
+        // characters in another order: the vocabulary and the model agree, the text does not.
+        let line = "to be, or not to be: that is the question.\n";
+        for (sub, text) in [("a", line.to_string()), ("b", line.chars().rev().collect())] {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+            std::fs::write(dir.join(sub).join("t.txt"), text.repeat(20)).unwrap();
+        }
+        let run = [
+            TINY_GPT,
+            &["--text", "t.txt", "--steps", "2", "--distributed"],
+        ]
+        .concat();
+        let bin = env!("CARGO_BIN_EXE_tapegrad");
+        let out = Command::new("mpiexec")
+            .args(["-n", "1", "-wdir", "a", bin])
+            .args(&run)
+            .args([":", "-n", "1", "-wdir", "b", bin])
+            .args(&run)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert_eq!(
+            err.matches("rank 1's text differs from rank 0's").count(),
+            2,
+            "{err}"
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

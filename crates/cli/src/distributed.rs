@@ -1,34 +1,83 @@
-//! `train --distributed`: makes the process one rank of a data-parallel job started by `mpiexec`
-//! (a build with the `mpi` cargo feature). Owns the MPI side only: starting MPI, the bucketed
-//! all-gather behind `tapegrad_nn::trainer::Exchange`, and which rank writes files; the step
-//! itself (rank k runs micro-batch k, the sum in rank order) is the trainer's accumulation.
+//! `train --distributed` and `train gpt --distributed`: makes the process one rank of a
+//! data-parallel job started by `mpiexec` (a build with the `mpi` cargo feature). Owns the MPI
+//! side only: the two flags, starting MPI, the bucketed all-gather behind
+//! `tapegrad_nn::exchange::Exchange`, and which rank writes files; the step itself (rank k runs
+//! micro-batch k, the sum in rank order) is `tapegrad_nn::exchange`'s, for both runs.
 
 use crate::error::CliError;
 use crate::train::TrainOptions;
-use tapegrad_nn::Trainer;
+use tapegrad_nn::exchange::Exchange;
+use tapegrad_nn::gpt::GptRun;
+use tapegrad_nn::{NnResult, Trainer};
 use tapegrad_tensor::Scalar;
+
+/// The flags of a data-parallel run, the same for every preset.
+#[derive(Debug, clap::Args)]
+pub struct DistributedFlags {
+    /// Run as one rank of a data-parallel job: `mpiexec -n N tapegrad train ... --distributed`
+    /// (a build with `--features mpi`). Rank k runs micro-batch k of each batch; the parameters
+    /// are bit for bit those of `--accumulate N` in one process. Only rank 0 writes files.
+    #[arg(long)]
+    pub distributed: bool,
+    /// --distributed: gradients are exchanged in fused buckets of this many MiB.
+    #[arg(long, value_name = "MB", default_value_t = 25.0)]
+    pub bucket_mb: f64,
+}
+
+/// A run that can be one rank of a data-parallel job: the tabular trainer and the GPT's run.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub(crate) trait Rank {
+    /// Rows (windows) per optimizer step: the global batch.
+    fn batch_size(&self) -> usize;
+    /// Sets the micro-batches per step (one per rank).
+    fn set_micro_batches(&mut self, k: usize);
+    /// Checks that every rank holds rank 0's run and keeps the exchange.
+    fn join(&mut self, exchange: Box<dyn Exchange>) -> NnResult<()>;
+}
+
+impl<S: Scalar> Rank for Trainer<S> {
+    fn batch_size(&self) -> usize {
+        self.config.batch_size
+    }
+    fn set_micro_batches(&mut self, k: usize) {
+        self.config.accumulate = k;
+    }
+    fn join(&mut self, exchange: Box<dyn Exchange>) -> NnResult<()> {
+        self.set_exchange(exchange)
+    }
+}
+
+impl<S: Scalar> Rank for GptRun<S> {
+    fn batch_size(&self) -> usize {
+        self.config.batch_size
+    }
+    fn set_micro_batches(&mut self, k: usize) {
+        self.config.accumulate = k;
+    }
+    fn join(&mut self, exchange: Box<dyn Exchange>) -> NnResult<()> {
+        self.set_exchange(exchange)
+    }
+}
 
 /// Joins the job when `--distributed` is given and returns whether this process is rank 0, the
 /// one that prints, logs, plots and writes checkpoints. One rank (or no `mpiexec`) runs as one
 /// process, with the run's own `--accumulate`.
-pub(crate) fn attach<S: Scalar>(
-    args: &TrainOptions,
-    trainer: &mut Trainer<S>,
-) -> Result<bool, CliError> {
-    if !args.distributed {
+pub(crate) fn attach(args: &TrainOptions, run: &mut impl Rank) -> Result<bool, CliError> {
+    let flags = &args.dist;
+    if !flags.distributed {
         return Ok(true);
     }
-    if !(args.bucket_mb > 0.0 && args.bucket_mb.is_finite()) {
+    if !(flags.bucket_mb > 0.0 && flags.bucket_mb.is_finite()) {
         return Err(CliError::Usage(format!(
             "--bucket-mb needs a positive size in MiB, found {}",
-            args.bucket_mb
+            flags.bucket_mb
         )));
     }
-    join(args, trainer)
+    join(args, run)
 }
 
 #[cfg(not(feature = "mpi"))]
-fn join<S: Scalar>(_args: &TrainOptions, _trainer: &mut Trainer<S>) -> Result<bool, CliError> {
+fn join(_args: &TrainOptions, _run: &mut impl Rank) -> Result<bool, CliError> {
     Err(CliError::Usage(
         "--distributed needs a build with MPI: install MPICH (apt-get install mpich libmpich-dev \
          libclang-dev) and build with `cargo build --release --features mpi` (see docs/distributed.md)"
@@ -37,18 +86,25 @@ fn join<S: Scalar>(_args: &TrainOptions, _trainer: &mut Trainer<S>) -> Result<bo
 }
 
 #[cfg(feature = "mpi")]
-fn join<S: Scalar>(args: &TrainOptions, trainer: &mut Trainer<S>) -> Result<bool, CliError> {
-    let mut exchange = mpi_exchange::MpiExchange::start(args.bucket_mb)?;
+fn join(args: &TrainOptions, run: &mut impl Rank) -> Result<bool, CliError> {
+    let mut exchange = mpi_exchange::MpiExchange::start(args.dist.bucket_mb)?;
     let (rank, size) = (exchange.rank, exchange.size);
     let root = rank == 0;
     if size == 1 {
-        tapegrad_nn::trainer::Exchange::finish(&mut exchange);
+        exchange.finish();
         if !args.quiet {
             println!(
                 "note: --distributed on one rank (no mpiexec, or -n 1): running as one process"
             );
         }
         return Ok(true);
+    }
+    if args.verify_every.is_some() {
+        return Err(CliError::Usage(
+            "--verify-every checks a step recorded on one tape; it does not run with \
+             --distributed on more than one rank"
+                .into(),
+        ));
     }
     if args.resume.is_none() {
         if let Some(k) = args.accumulate.filter(|&k| k != size) {
@@ -57,20 +113,20 @@ fn join<S: Scalar>(args: &TrainOptions, trainer: &mut Trainer<S>) -> Result<bool
                  micro-batch per rank; leave --accumulate out"
             )));
         }
-        if size > trainer.config.batch_size {
+        if size > run.batch_size() {
             return Err(CliError::Usage(format!(
                 "--distributed on {size} ranks needs a batch of at least {size} rows, found {}",
-                trainer.config.batch_size
+                run.batch_size()
             )));
         }
-        trainer.config.accumulate = size;
+        run.set_micro_batches(size);
     }
-    trainer.set_exchange(Box::new(exchange))?;
+    run.join(Box::new(exchange))?;
     if root && !args.quiet {
         println!(
             "distributed: {size} ranks, one micro-batch of the global batch each; gradients \
              exchanged in buckets of {} MiB and summed in rank order",
-            args.bucket_mb
+            args.dist.bucket_mb
         );
     }
     Ok(root)
@@ -86,7 +142,7 @@ mod mpi_exchange {
     use mpi::Threading;
     use std::ops::{Add, Mul};
     use std::time::{Duration, Instant};
-    use tapegrad_nn::trainer::{gather_after, Exchange, Work};
+    use tapegrad_nn::exchange::{gather_after, Exchange, Work};
     use tapegrad_nn::{NnError, NnResult};
 
     /// `TAPEGRAD_DDP_OVERLAP=0` exchanges every bucket after the backward instead of during it

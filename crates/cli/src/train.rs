@@ -239,14 +239,8 @@ pub struct TrainOptions {
     /// one row larger), sum their gradients in order and scale once (docs/distributed.md).
     #[arg(long, value_name = "K")]
     pub accumulate: Option<usize>,
-    /// Run as one rank of a data-parallel job: `mpiexec -n N tapegrad train ... --distributed`
-    /// (a build with `--features mpi`). Rank k runs micro-batch k of each batch; the parameters
-    /// are bit for bit those of `--accumulate N` in one process. Only rank 0 writes files.
-    #[arg(long)]
-    pub distributed: bool,
-    /// --distributed: gradients are exchanged in fused buckets of this many MiB.
-    #[arg(long, value_name = "MB", default_value_t = 25.0)]
-    pub bucket_mb: f64,
+    #[command(flatten)]
+    pub dist: crate::distributed::DistributedFlags,
 }
 
 /// Runs `tapegrad train`.
@@ -500,18 +494,20 @@ fn fresh_typed<S: Scalar>(args: &TrainArgs, plan: Plan) -> CliResult {
         seed: plan.seed,
         accumulate: args.accumulate.unwrap_or(1),
     };
-    if !args.quiet && !dataset.dropped.is_empty() {
+    let mut trainer = Trainer::new(config, data, make_backend::<S>(args.engine.backend())?)?;
+    // Every rank of a distributed run takes the same steps; only rank 0 prints and writes files.
+    let root = crate::distributed::attach(args, &mut trainer)?;
+    if root && !args.quiet && !dataset.dropped.is_empty() {
         println!(
             "note: text columns left out of the features: {}",
             dataset.dropped.join(", ")
         );
     }
-    let trainer = Trainer::new(config, data, make_backend::<S>(args.engine.backend())?)?;
-    drive(args, trainer, steps)
+    drive(args, trainer, steps, root)
 }
 
 fn resume_typed<S: Scalar>(args: &TrainArgs, ckpt: &Checkpoint) -> CliResult {
-    let trainer = ckpt.resume::<S>(make_backend::<S>(args.engine.backend())?)?;
+    let mut trainer = ckpt.resume::<S>(make_backend::<S>(args.engine.backend())?)?;
     let batches = trainer.order.batches_per_epoch() as u64;
     let steps = args
         .steps
@@ -521,7 +517,8 @@ fn resume_typed<S: Scalar>(args: &TrainArgs, ckpt: &Checkpoint) -> CliResult {
                 "--resume needs --steps N or --epochs N: how much further to train".into(),
             )
         })?;
-    if !args.quiet {
+    let root = crate::distributed::attach(args, &mut trainer)?;
+    if root && !args.quiet {
         println!(
             "resuming {} at step {} (epoch {})",
             ckpt.path.display(),
@@ -539,13 +536,17 @@ fn resume_typed<S: Scalar>(args: &TrainArgs, ckpt: &Checkpoint) -> CliResult {
             }
         }
     }
-    drive(args, trainer, steps)
+    drive(args, trainer, steps, root)
 }
 
-/// Runs `steps` steps of `trainer` with progress, evaluations, log, summary, checkpoint and plot.
-fn drive<S: Scalar>(args: &TrainArgs, mut trainer: Trainer<S>, steps: u64) -> CliResult {
-    // Every rank of a distributed run takes the same steps; only rank 0 prints and writes files.
-    let root = crate::distributed::attach(args, &mut trainer)?;
+/// Runs `steps` steps of `trainer` with progress, evaluations, log, summary, checkpoint and plot
+/// (the output and the files on rank 0 only: `root`, from `distributed::attach`).
+fn drive<S: Scalar>(
+    args: &TrainArgs,
+    mut trainer: Trainer<S>,
+    steps: u64,
+    root: bool,
+) -> CliResult {
     let quiet = args.quiet || !root;
     trainer.set_detect_anomaly(args.detect_anomaly);
     if let Some(every) = args.verify_every {

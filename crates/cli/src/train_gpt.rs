@@ -2,7 +2,8 @@
 //! FILE`), with the preset's sizes and schedule, `--layers --heads --embd --context` to change
 //! them, tokens/s in the progress bar, the validation loss on fixed windows, and the same run
 //! options as the other presets (log, plot, checkpoints and resume, backend, threads, dtype,
-//! anomaly mode), and `--init-from` to start from weights saved by PyTorch.
+//! anomaly mode, `--accumulate`, `--distributed` under `mpiexec`), and `--init-from` to start
+//! from weights saved by PyTorch.
 
 use crate::engine_flags::{by_dtype, reject_settings_on_resume, DTypeArg};
 use crate::error::{CliError, CliResult};
@@ -68,7 +69,6 @@ fn reject_foreign_flags(a: &TrainArgs) -> Result<(), CliError> {
         (a.target.is_some(), "--target"),
         (a.task.is_some(), "--task"),
         (a.val_fraction.is_some(), "--val-fraction"),
-        (a.distributed, "--distributed"),
     ]
     .into_iter()
     .filter_map(|(g, n)| g.then_some(n))
@@ -78,7 +78,7 @@ fn reject_foreign_flags(a: &TrainArgs) -> Result<(), CliError> {
     } else {
         Err(CliError::Usage(format!(
             "train gpt does not take {} (it trains AdamW with warm-up and cosine decay on the last 10% \
-             held out; --distributed is not yet wired to it)",
+             held out)",
             given.join(", ")
         )))
     }
@@ -185,33 +185,38 @@ fn fresh_typed<S: Scalar>(
     steps: u64,
 ) -> CliResult {
     let mut run = GptRun::<S>::new(config, data, make_backend::<S>(args.engine.backend())?)?;
+    let mut imported = None;
     if let Some(path) = &args.init_from {
         let vocab = run.data.vocab.clone();
         let got = import::init_from(path, &mut run.model, Some(&vocab))?;
-        if !args.quiet {
-            let notes = match got.notes.is_empty() {
-                true => String::new(),
-                false => format!(" ({})", got.notes.join("; ")),
-            };
-            println!(
-                "init: {} tensors from {}{notes}",
-                got.params,
-                path.display()
-            );
-        }
+        let notes = match got.notes.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", got.notes.join("; ")),
+        };
+        imported = Some(format!(
+            "init: {} tensors from {}{notes}",
+            got.params,
+            path.display()
+        ));
     }
-    drive(args, run, steps)
+    // Every rank of a distributed run takes the same steps; only rank 0 prints and writes files.
+    let root = crate::distributed::attach(args, &mut run)?;
+    if let (Some(line), true) = (imported, root && !args.quiet) {
+        println!("{line}");
+    }
+    drive(args, run, steps, root)
 }
 
 fn resume_typed<S: Scalar>(args: &TrainArgs, ckpt: &GptCheckpoint) -> CliResult {
-    let run = ckpt.resume::<S>(make_backend::<S>(args.engine.backend())?)?;
+    let mut run = ckpt.resume::<S>(make_backend::<S>(args.engine.backend())?)?;
     let steps = args.steps.ok_or_else(|| {
         CliError::Usage("--resume needs --steps N: how much further to train".into())
     })?;
-    if !args.quiet {
+    let root = crate::distributed::attach(args, &mut run)?;
+    if root && !args.quiet {
         println!("resuming {} at step {}", ckpt.path.display(), run.step);
     }
-    drive(args, run, steps)
+    drive(args, run, steps, root)
 }
 
 fn print_header<S: Scalar>(run: &GptRun<S>, steps: u64, args: &TrainArgs) {
@@ -247,9 +252,10 @@ fn print_header<S: Scalar>(run: &GptRun<S>, steps: u64, args: &TrainArgs) {
     }
 }
 
-/// Runs `steps` steps with progress, evaluations, log, summary, checkpoints and plot.
-fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64) -> CliResult {
-    let quiet = args.quiet;
+/// Runs `steps` steps with progress, evaluations, log, summary, checkpoints and plot (the
+/// files and the output on rank 0 only: `root`).
+fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64, root: bool) -> CliResult {
+    let quiet = args.quiet || !root;
     let eval_every = args.eval_every.unwrap_or(EVAL_EVERY).max(1);
     run.set_detect_anomaly(args.detect_anomaly);
     if let Some(every) = args.verify_every {
@@ -267,8 +273,8 @@ fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64) -> CliResu
         );
     }
     let mut log = match &args.log {
-        Some(p) => Some(RunLog::create(p, "perplexity")?),
-        None => None,
+        Some(p) if root => Some(RunLog::create(p, "perplexity")?),
+        _ => None,
     };
     let start_step = run.step;
     if let Some(log) = &mut log {
@@ -289,7 +295,7 @@ fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64) -> CliResu
             if let Some(log) = &mut log {
                 log.record_value(&v.to_json())?;
             }
-            if args.verify_warn {
+            if args.verify_warn && root {
                 for failure in v.checks.iter().filter_map(|c| c.failure.as_ref()) {
                     eprintln!("warning: {failure}");
                 }
@@ -352,7 +358,7 @@ fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64) -> CliResu
                 ));
             }
         }
-        if let (Some(every), Some(path)) = (args.save_every, &args.save) {
+        if let (Some(every), Some(path), true) = (args.save_every, &args.save, root) {
             if rec.step % every == 0 && i + 1 < steps {
                 checkpoint::save(path, &run)?;
             }
@@ -362,6 +368,10 @@ fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64) -> CliResu
         bar.finish_and_clear();
     }
     let seconds = started.elapsed().as_secs_f64();
+    run.finish_exchange();
+    if !root {
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
     if let Some(log) = &mut log {
         log.flush()?;
     }

@@ -11,6 +11,7 @@ pub mod checkpoint;
 pub mod clip;
 pub mod data;
 mod error;
+pub mod exchange;
 pub mod gpt;
 mod grad;
 pub mod init;

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use tapegrad_tensor::{Scalar, Tensor};
 
 mod accumulate;
-pub use accumulate::{gather_after, micro_batches, Exchange, Fingerprint, Work};
+pub use crate::exchange::{gather_after, micro_batches, Exchange, Fingerprint, Work};
 
 /// Everything that defines a training run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -10,13 +10,13 @@ use crate::clip::{check_max_norm, clip_grad_norm};
 use crate::data::text::{TextData, TextSource};
 use crate::data::{Batch, BatchTargets};
 use crate::error::{NnError, NnResult};
+use crate::exchange::Exchange;
 use crate::grad::Grad;
 use crate::metrics;
 use crate::model::{Model, ModelSpec};
 use crate::optim::{Optimizer, OptimizerConfig};
 use crate::rng::dropout_rng;
 use crate::schedule::{Decay, Schedule};
-use crate::trainer::Exchange;
 use crate::verify::{StepCheck, StepVerification, Verifier};
 use serde::{Deserialize, Serialize};
 use tapegrad_tensor::Scalar;
@@ -271,40 +271,6 @@ impl<S: Scalar> GptRun<S> {
         Ok(GptStep {
             step: self.step,
             loss: out.loss,
-            lr,
-            tokens: batch.x.numel(),
-            grad_norm,
-        })
-    }
-
-    /// One optimizer step over `config.accumulate` micro-batches of the step's windows.
-    fn accumulated_step(&mut self) -> NnResult<GptStep> {
-        if self.verify.is_some() {
-            // The verifier replays one tape per step; a step cut into micro-batches has several.
-            return Err(NnError::Config(
-                "--verify-every checks a step recorded on one tape; it does not run with \
-                 --accumulate above 1 or --distributed"
-                    .into(),
-            ));
-        }
-        let batch = self.next_batch()?;
-        let (mut grads, loss) = self.accumulated_gradients(&batch)?;
-        if !loss.is_finite() {
-            return Err(NnError::Config(format!(
-                "the loss became {loss} at step {}; try a smaller learning rate (--lr)",
-                self.step + 1
-            )));
-        }
-        let lr = self.current_lr();
-        let grad_norm = match self.config.clip_norm {
-            Some(max) => Some(clip_grad_norm(&mut grads, max)?),
-            None => None,
-        };
-        self.optimizer.step(&mut self.model.params, &grads, lr)?;
-        self.step = self.step.saturating_add(1);
-        Ok(GptStep {
-            step: self.step,
-            loss,
             lr,
             tokens: batch.x.numel(),
             grad_norm,

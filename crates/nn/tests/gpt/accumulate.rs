@@ -2,13 +2,15 @@
 //! (uneven here: 7 windows in 3 micro-batches of 3, 2 and 2), each micro-batch's mean-loss
 //! gradient weighted by `K m_k / n`, added left to right, divided by K once, micro-batch k's
 //! dropout from `dropout_micro_rng(seed, t, k)`; then clipping and AdamW as one step. Checked bit
-//! for bit against that sum written out here, on both backends, with dropout on.
+//! for bit against that sum written out here, on both backends, with dropout on. And law 10 with
+//! ranks as threads (a fake `Exchange`, small buckets): N ranks give the bits of `--accumulate N`.
 
 use tapegrad_core::Tensor;
 use tapegrad_nn::backend::{make_backend, BackendKind};
 use tapegrad_nn::clip::clip_grad_norm;
 use tapegrad_nn::data::text::{TextData, TextSource};
 use tapegrad_nn::data::{Batch, BatchTargets};
+use tapegrad_nn::exchange::Exchange;
 use tapegrad_nn::gpt::{GptConfig, GptRun};
 use tapegrad_nn::rng::dropout_micro_rng;
 use tapegrad_nn::trainer::micro_batches;
@@ -130,4 +132,101 @@ fn accumulate_one_is_the_plain_step_and_k_needs_a_window_each() {
         .err()
         .unwrap();
     assert!(e.to_string().contains("--accumulate 8 needs 1 to 7"), "{e}");
+}
+
+/// An all-gather between threads: each rank leaves its buffer in its slot, and reads all of
+/// them once every rank has; small buckets, so a step's gradients go in several.
+struct Threads {
+    rank: usize,
+    shared: std::sync::Arc<(std::sync::Barrier, std::sync::Mutex<Vec<Vec<f64>>>)>,
+}
+
+impl Exchange for Threads {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.shared.1.lock().unwrap().len()
+    }
+    fn all_gather_f64(&mut self, local: &[f64]) -> tapegrad_nn::NnResult<Vec<f64>> {
+        let (barrier, slots) = &*self.shared;
+        slots.lock().unwrap()[self.rank] = local.to_vec();
+        barrier.wait();
+        let all = slots.lock().unwrap().concat();
+        barrier.wait();
+        Ok(all)
+    }
+    fn all_gather_f32(&mut self, local: &[f32]) -> tapegrad_nn::NnResult<Vec<f32>> {
+        let wide: Vec<f64> = local.iter().map(|&v| f64::from(v)).collect();
+        Ok(self
+            .all_gather_f64(&wide)?
+            .into_iter()
+            .map(|v| v as f32)
+            .collect())
+    }
+    fn bucket_bytes(&self) -> usize {
+        512
+    }
+}
+
+/// `n` ranks (threads) taking `steps` steps of `run(kind, n)` with `change` applied to rank 1's
+/// config: each rank's parameter bits, or its error.
+fn on_ranks(
+    kind: BackendKind,
+    n: usize,
+    steps: usize,
+    change: fn(&mut GptRun<f64>),
+) -> Vec<Result<Vec<Vec<u64>>, String>> {
+    let shared = std::sync::Arc::new((
+        std::sync::Barrier::new(n),
+        std::sync::Mutex::new(vec![Vec::new(); n]),
+    ));
+    let ranks: Vec<_> = (0..n)
+        .map(|rank| {
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                let mut r = run(kind, n);
+                if rank == 1 {
+                    change(&mut r);
+                }
+                r.set_exchange(Box::new(Threads { rank, shared }))
+                    .map_err(|e| e.to_string())?;
+                for _ in 0..steps {
+                    r.train_step().map_err(|e| e.to_string())?;
+                }
+                r.finish_exchange();
+                Ok(r.model.params.iter().map(|p| bits(&p.value)).collect())
+            })
+        })
+        .collect();
+    ranks.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn ranks_as_threads_give_the_bits_of_accumulate_n() {
+    for kind in [BackendKind::Eager, BackendKind::Compiled] {
+        for n in [2, 3] {
+            let mut one = run(kind, n);
+            for _ in 0..2 {
+                one.train_step().unwrap();
+            }
+            let want: Vec<Vec<u64>> = one.model.params.iter().map(|p| bits(&p.value)).collect();
+            for (rank, got) in on_ranks(kind, n, 2, |_| {}).into_iter().enumerate() {
+                assert!(got.unwrap() == want, "{kind:?}, rank {rank} of {n}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_rank_with_another_config_is_an_error_on_every_rank() {
+    let got = on_ranks(BackendKind::Eager, 2, 1, |r| r.config.seed += 1);
+    for (rank, e) in got.into_iter().enumerate() {
+        let e = e.err().unwrap();
+        assert!(
+            e.contains("rank 1's configuration differs from rank 0's")
+                && e.contains(&format!("seen on rank {rank}")),
+            "{e}"
+        );
+    }
 }
