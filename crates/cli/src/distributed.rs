@@ -416,6 +416,13 @@ mod mpi_exchange {
         fn abort(&mut self, error: &NnError) {
             end_job(&self.world, self.rank, self.size, &error.to_string());
         }
+        fn disagree(&mut self, error: &NnError) {
+            // Every rank reports before any ends the job: the barrier holds the first one
+            // back until the last has written its line.
+            eprintln!("error: {error}");
+            self.world.barrier();
+            self.world.abort(2)
+        }
         fn finish(&mut self) {
             self.report();
             self.done = true;

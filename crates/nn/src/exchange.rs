@@ -50,6 +50,11 @@ pub trait Exchange {
     /// This rank failed on its own (its micro-batch's step) while the others may be waiting in
     /// a collective: end the whole job now, naming the error, rather than leave them hanging.
     fn abort(&mut self, _error: &NnError) {}
+    /// Every rank found, together, that the ranks disagree at the start of the run: end the job
+    /// once each rank has reported `error`. A launcher that ends every rank at the first exit
+    /// (`mpiexec`) would otherwise cut a rank off before it says what it found. The default
+    /// returns, and the run returns the error.
+    fn disagree(&mut self, _error: &NnError) {}
     /// The run ended normally on every rank: shut the exchange down cleanly.
     fn finish(&mut self) {}
 }
@@ -188,17 +193,21 @@ pub(crate) fn join(
     for r in 1..size {
         for (i, (what, hint)) in what.iter().enumerate() {
             if hash(r, i) != hash(0, i) {
-                return Err(NnError::Config(format!(
+                let error = NnError::Config(format!(
                     "distributed: rank {r}'s {what} from rank 0's{hint}, seen on rank {rank}"
-                )));
+                ));
+                exchange.disagree(&error);
+                return Err(error);
             }
         }
     }
     if size != accumulate {
-        return Err(NnError::Config(format!(
+        let error = NnError::Config(format!(
             "distributed: {size} ranks for a run of {accumulate} micro-batches per step; \
              run it on {accumulate} ranks"
-        )));
+        ));
+        exchange.disagree(&error);
+        return Err(error);
     }
     Ok(exchange)
 }
