@@ -20,7 +20,7 @@ repo=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 tree=${MUTANTS_TREE:-/tmp/tapegrad-mutants/tree}
 out=${MUTANTS_OUT:-/tmp/tapegrad-mutants/out}
 default_files=(
-  tape/sweeps.rs tape/audit.rs tape/tape.rs tape/node.rs
+  tape/sweeps.rs tape/steps.rs tape/audit.rs tape/tape.rs tape/node.rs
   graph/backprop.rs graph/saved.rs graph/eval.rs graph/jvp.rs graph/lower.rs graph/record.rs
 )
 

@@ -8,13 +8,11 @@ use super::backprop::accumulate;
 use super::graph::CONTEXT;
 use super::record::{give_back_records, spare_records, Record};
 use super::Graph;
-use crate::ops::activation::{relu_grad, relu_value};
-use crate::ops::{ActivationOp, Aux, Forward, Op, Saved, VjpContext};
+use crate::ops::{Aux, Forward, Op, Saved, VjpContext};
 use crate::tape::finals::{Finals, NoWatch, OnFinal, Watch};
 use crate::tape::{Rule, Tape};
 use smallvec::SmallVec;
 use std::sync::Arc;
-use tapegrad_tensor::kernels::par_map::{map_in_place, zip_in_place};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// What is fixed about a graph across batches: the graph, which slots require grad, which
@@ -193,13 +191,19 @@ impl CompiledGraph {
         let mut records = spare_records(g.nodes().len());
         for (k, node) in g.nodes().iter().enumerate() {
             if !checked && !keep_values {
-                if let Some(value) = relu_in_place(plan, k, n_in, output_slot, &mut context) {
+                if let Some(value) = forward_in_place(plan, k, n_in, output_slot, &mut context) {
                     let forward = Forward::new(value);
-                    // relu keeps only its output (checked by `relu_in_place`); its input is
-                    // gone, and has the output's shape.
-                    let needs = [!input_grads_only || plan.needs[k][0]];
+                    // The op keeps no argument (checked by `forward_in_place`), so the output
+                    // stands in for the one it overwrote, which had its shape.
                     let args = [&forward.value];
-                    Record::keep_onto(&mut records, node.op.saves(), &args, &forward, &needs);
+                    if input_grads_only {
+                        let needs = &plan.needs[k];
+                        let saves = node.op.saves_for(needs);
+                        Record::keep_onto(&mut records, saves, &args, &forward, needs);
+                    } else {
+                        let needs = &plan.all_needed[k];
+                        Record::keep_onto(&mut records, node.op.saves(), &args, &forward, needs);
+                    }
                     context.push(Some(forward.value));
                     continue;
                 }
@@ -471,7 +475,7 @@ impl<S: Scalar> SavedGraph<S> {
             let slot = n_in + k;
             let cot = acc[slot].take();
             // Node k's record is the last one left (nodes run last to first). It is read where
-            // it lies (a record is a few hundred bytes: moving it out cost a copy per node) and
+            // it lies (moving a record of a few hundred bytes out would copy it per node) and
             // freed by truncating the list as soon as the node has run, or here when it won't:
             // nothing reads it again.
             if !plan.requires_grad[slot] {
@@ -491,7 +495,7 @@ impl<S: Scalar> SavedGraph<S> {
                     *out = Some(cot.clone());
                 }
             }
-            let cot = match relu_vjp_in_place(&node.op, &plan.needs[k], record, cot) {
+            let cot = match vjp_in_place(&node.op, &plan.needs[k], record, cot) {
                 Ok(c) => {
                     records.truncate(k);
                     add_contribution(&mut acc[node.args[0]], c);
@@ -536,17 +540,18 @@ fn add_contribution<S: Scalar>(slot: &mut Option<Tensor<S>>, c: Tensor<S>) {
     }
 }
 
-/// Whether `op` is relu and keeps only its output for its VJP (what the in-place paths rely on).
-fn is_plain_relu(op: &Op) -> bool {
+/// Whether `op` keeps, for its VJP, its output and none of its arguments: what the in-place
+/// hooks (`OpRules::forward_in_place`, `vjp_in_place`) ask of the ops that have them.
+fn keeps_only_its_output(op: &Op) -> bool {
     let saves = op.saves();
-    matches!(op, Op::Activation(ActivationOp::Relu)) && saves.output && !saves.keeps_input(0)
+    saves.output && !saves.keeps_input(0)
 }
 
-/// Compiled-mode fusion of relu into its producer: when node `k` is relu and its argument is an
-/// intermediate value read by no later node (typically a linear's output, which linear does not
-/// keep), relu overwrites that buffer instead of allocating its own. It maps relu's own
-/// `relu_value`, hence the same bits as `eval`.
-fn relu_in_place<S: Scalar>(
+/// Node `k`'s value written over its one argument's buffer by the op's `forward_in_place`
+/// hook, when that argument is an intermediate value no later node reads (typically a linear
+/// layer's output, which linear does not keep) and has the output's shape: the value is then
+/// made without allocating. `None`, the context untouched, for any other node.
+fn forward_in_place<S: Scalar>(
     plan: &Plan,
     k: usize,
     n_in: usize,
@@ -557,31 +562,41 @@ fn relu_in_place<S: Scalar>(
     let &[a] = node.args.as_slice() else {
         return None;
     };
-    if !is_plain_relu(&node.op) || a < n_in || a == output_slot || plan.last_use[a] != Some(k) {
+    if a < n_in || a == output_slot || plan.last_use[a] != Some(k) {
+        return None;
+    }
+    if !keeps_only_its_output(&node.op) || plan.graph.shape(a).ok() != Some(&node.shape) {
         return None;
     }
     let mut value = context[a].take()?;
-    // Copies only if another holder shares the buffer (e.g. the producer saved its output).
-    map_in_place(value.data_mut(), relu_value);
-    Some(value)
+    if node.op.forward_in_place(&mut value) {
+        Some(value)
+    } else {
+        context[a] = Some(value);
+        None
+    }
 }
 
-/// relu's VJP (the op's own `relu_grad`) applied to the cotangent's own
-/// buffer, which nothing else reads once the node has run (a shared buffer is copied first).
-/// Gives the cotangent back untouched when `op` is not relu or its argument needs no gradient,
-/// so the op's own VJP runs.
-fn relu_vjp_in_place<S: Scalar>(
+/// The contribution to a one-argument node's argument written over its cotangent's own buffer
+/// (which nothing else reads once the node has run) by the op's `vjp_in_place` hook, from the
+/// saved output. Gives the cotangent back untouched when the op has no such hook, keeps more
+/// than its output, or its argument needs no gradient, so the op's own VJP runs.
+fn vjp_in_place<S: Scalar>(
     op: &Op,
     needs: &[bool],
     record: &Record<S>,
     mut cot: Tensor<S>,
 ) -> std::result::Result<Tensor<S>, Tensor<S>> {
-    let y = match &record.output {
-        Some(y) if is_plain_relu(op) && needs == [true] && y.shape() == cot.shape() => y,
-        _ => return Err(cot),
-    };
-    zip_in_place(cot.data_mut(), y.data(), relu_grad);
-    Ok(cot)
+    match &record.output {
+        Some(y) if needs == [true] && keeps_only_its_output(op) => {
+            if op.vjp_in_place(y, &mut cot) {
+                Ok(cot)
+            } else {
+                Err(cot)
+            }
+        }
+        _ => Err(cot),
+    }
 }
 
 /// The error for a value the forward pass freed too early (a broken plan, never user input).

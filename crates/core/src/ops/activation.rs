@@ -5,6 +5,7 @@
 use super::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::gelu;
+use tapegrad_tensor::kernels::par_map::{map_in_place, zip_in_place};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// Which GELU formula: PyTorch's `approximate="none"` (erf) or `"tanh"`.
@@ -70,7 +71,7 @@ const GELU_BETA: f64 = std::f64::consts::SQRT_2 * std::f64::consts::FRAC_2_SQRT_
 const GELU_KAPPA: f64 = 0.044715;
 /// x * Phi(x) (Phi the standard normal distribution function), evaluated in f64 and rounded to
 /// `S`, so that the f32 result is within its own rounding: the tensor kernel's element rule (see
-/// `kernels::gelu`), which keeps the far negative tail where `(1 + erf(x / sqrt 2)) / 2` cancels.
+/// `kernels::gelu`), not `(1 + erf(x / sqrt 2)) / 2`, which cancels in the far negative tail.
 fn gelu_erf<S: Scalar>(x: S) -> S {
     gelu::gelu_erf_value(x)
 }
@@ -124,9 +125,9 @@ fn softplus<S: Scalar>(x: S, beta: S, threshold: S) -> S {
 }
 
 /// relu of one element: `x <= 0 ? 0 : x` (`x <= 0` is false for NaN, so NaN propagates as in
-/// PyTorch). The op's forward and the compiled backend's in-place relu both use it.
+/// PyTorch). The forward and its in-place hook both map it, so they give the same bits.
 #[inline(always)]
-pub fn relu_value<S: Scalar>(x: S) -> S {
+fn relu_value<S: Scalar>(x: S) -> S {
     if x <= S::ZERO {
         S::ZERO
     } else {
@@ -135,10 +136,10 @@ pub fn relu_value<S: Scalar>(x: S) -> S {
 }
 
 /// relu's derivative applied to one cotangent element `g`, read from the output `y`: PyTorch's
-/// threshold_backward `y <= 0 ? 0 : g` (a selection, so never `inf * 0`). The op's VJP and the
-/// compiled backend's in-place VJP both use it.
+/// threshold_backward `y <= 0 ? 0 : g` (a selection, so never `inf * 0`). The VJP and its
+/// in-place hook both map it, so they give the same bits.
 #[inline(always)]
-pub fn relu_grad<S: Scalar>(g: S, y: S) -> S {
+fn relu_grad<S: Scalar>(g: S, y: S) -> S {
     if y <= S::ZERO {
         S::ZERO
     } else {
@@ -290,6 +291,30 @@ impl OpRules for ActivationOp {
         Ok(smallvec![Some(self.apply_derivative(cot, saved)?)])
     }
 
+    /// relu keeps only its output, and its value and derivative are elementwise selections:
+    /// both can overwrite a buffer nothing reads again (its producer's output, the cotangent).
+    #[inline]
+    fn forward_in_place<S: Scalar>(&self, x: &mut Tensor<S>) -> bool {
+        match self {
+            A::Relu => {
+                map_in_place(x.data_mut(), relu_value);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    #[inline]
+    fn vjp_in_place<S: Scalar>(&self, y: &Tensor<S>, cot: &mut Tensor<S>) -> bool {
+        match self {
+            A::Relu if y.shape() == cot.shape() => {
+                zip_in_place(cot.data_mut(), y.data(), relu_grad);
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn jvp<S: Scalar>(
         &self,
         x: &[&Tensor<S>],
@@ -334,7 +359,7 @@ mod tests {
     #[test]
     fn erf_gelu_keeps_its_far_negative_tail_in_f32() {
         // (x, x Phi(x), Phi(x) + x phi(x)) from Python's math.erfc, correct to f64 rounding.
-        // With 1 + erf in f64 both were 0 or noise at x = -10 and -12.5.
+        // The far negative tail, where the textbook `1 + erf` form gives 0 or noise in f64.
         let table = [
             (-6.0, -5.919525870226207e-09, -3.5468709453902015e-08),
             (-10.0, -7.619853024160593e-23, -7.618400096464813e-22),

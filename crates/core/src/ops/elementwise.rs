@@ -2,7 +2,7 @@
 //! maximum/minimum (ties split the gradient half/half) and `where` with a fixed mask.
 //! Each op's forward, VJP and JVP sit side by side; VJPs sum broadcast axes back with `sum_to`.
 
-use super::{Arity, Forward, Grads, Mask, OpRules, Saves, VjpContext};
+use super::{Arity, Forward, Grads, LinearPart, LinearVjp, Mask, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::alloc::ensure_allocatable;
 use tapegrad_tensor::kernels::{binary_map, broadcast_shape, broadcast_to, sum_to};
@@ -80,21 +80,6 @@ impl ElementwiseOp {
             E::Where { .. } => false,
         }
     }
-
-    /// The VJP of the linear ops (add, sub, neg, scale) as one part per argument, which the
-    /// executed sweep applies to the cotangent itself (in place, no copy of its buffer): the
-    /// same contributions, bit for bit, as `vjp`. `None` for every other op.
-    #[inline]
-    pub(crate) fn linear_vjp(&self) -> Option<LinearVjp> {
-        use LinearPart::{Negate, Pass};
-        Some(match self {
-            E::Add => LinearVjp::Binary(Pass, Pass),
-            E::Sub => LinearVjp::Binary(Pass, Negate),
-            E::Neg => LinearVjp::Unary(Negate),
-            E::Scale { factor } => LinearVjp::Unary(LinearPart::Scale(*factor)),
-            _ => return None,
-        })
-    }
 }
 
 impl ElementwiseOp {
@@ -143,67 +128,6 @@ impl ElementwiseOp {
             E::Where { mask } => return where_select(mask, x[0], x[1]),
         };
         Ok(out)
-    }
-}
-
-/// A linear op's VJP, one part per argument (see [`ElementwiseOp::linear_vjp`]).
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum LinearVjp {
-    Unary(LinearPart),
-    Binary(LinearPart, LinearPart),
-}
-
-/// How a linear op's VJP makes one argument's contribution from the cotangent.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum LinearPart {
-    /// The cotangent itself.
-    Pass,
-    /// `-cot` (a negation, not a product with -1, which would keep a NaN's sign).
-    Negate,
-    /// `cot * factor`.
-    Scale(f64),
-}
-
-impl LinearPart {
-    /// The contribution to an argument of shape `shape` from cotangent `g` (given up by the
-    /// caller, so it is changed in place when unshared): the part applied, then summed down to
-    /// `shape` if the argument was broadcast.
-    #[inline(always)]
-    pub(crate) fn apply<S: Scalar>(self, mut g: Tensor<S>, shape: &Shape) -> Result<Tensor<S>> {
-        self.apply_in_place(&mut g);
-        if g.shape() == shape {
-            Ok(g)
-        } else {
-            sum_to(&g, shape)
-        }
-    }
-
-    /// The part applied to `g` itself (copied first only if shared), before any `sum_to`.
-    #[inline(always)]
-    pub(crate) fn apply_in_place<S: Scalar>(self, g: &mut Tensor<S>) {
-        // One element (scalar code) is written without a loop; the same operation either way.
-        match self {
-            LinearPart::Pass => {}
-            LinearPart::Negate => match g.data_mut() {
-                [v] => *v = -*v,
-                data => {
-                    for v in data {
-                        *v = -*v;
-                    }
-                }
-            },
-            LinearPart::Scale(factor) => {
-                let f: S = s(factor);
-                match g.data_mut() {
-                    [v] => *v *= f,
-                    data => {
-                        for v in data {
-                            *v *= f;
-                        }
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -443,6 +367,20 @@ impl OpRules for ElementwiseOp {
                     }
                 })?)]
             }
+        })
+    }
+
+    /// Add, sub, neg and scale read no value: their VJP is a linear map of the cotangent, which
+    /// the executed sweep may apply to the cotangent's own buffer.
+    #[inline]
+    fn linear_vjp(&self) -> Option<LinearVjp> {
+        use LinearPart::{Negate, Pass};
+        Some(match self {
+            E::Add => LinearVjp::Binary(Pass, Pass),
+            E::Sub => LinearVjp::Binary(Pass, Negate),
+            E::Neg => LinearVjp::Unary(Negate),
+            E::Scale { factor } => LinearVjp::Unary(LinearPart::Scale(*factor)),
+            _ => return None,
         })
     }
 

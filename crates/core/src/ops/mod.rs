@@ -5,6 +5,7 @@
 pub mod activation;
 mod context;
 pub mod elementwise;
+mod hooks;
 pub mod linalg;
 mod list;
 pub mod loss;
@@ -18,7 +19,7 @@ pub use context::{
     ArgShapes, ArgValues, Arity, Aux, Forward, Grads, Mask, Saved, Saves, VjpContext,
 };
 pub use elementwise::ElementwiseOp;
-pub(crate) use elementwise::{LinearPart, LinearVjp};
+pub use hooks::{LinearPart, LinearVjp};
 pub use linalg::LinalgOp;
 pub use list::{HasKind, NnKind, OpFamily, OpKind};
 pub use loss::{class_labels, ClassLabel, ClassLossOptions, LossOp, Reduction};
@@ -66,6 +67,37 @@ pub trait OpRules: HasKind {
     /// Domain rules that checked evaluation enforces (e.g. `log` of a non-positive value).
     fn check_domain<S: Scalar>(&self, _inputs: &[&Tensor<S>]) -> Result<()> {
         Ok(())
+    }
+
+    // The optional hooks: fast paths an executor may take instead of `vjp` or `forward`, for
+    // ops with the property each names. A hook must give the bits of the rule it replaces
+    // (laws 1 and 4 hold the executors to them); an op without it runs through its rules.
+
+    /// The VJP as a linear map of the cotangent alone ([`LinearVjp`]: per argument, the
+    /// cotangent itself, negated or scaled by a constant), for an op whose VJP reads no value.
+    /// The executed sweep then moves a cotangent nothing reads again into its parent's slot, or
+    /// changes it in place, instead of calling `vjp` (debug builds check each such step against
+    /// `vjp`, bit for bit). `None` by default.
+    #[inline]
+    fn linear_vjp(&self) -> Option<LinearVjp> {
+        None
+    }
+
+    /// For a one-argument op whose output has its argument's shape and whose VJP reads only the
+    /// output: writes the forward's value over the argument `x` itself (its buffer copied first
+    /// if shared) and returns true. The saved graph uses it for an argument nothing reads later,
+    /// sparing the output's buffer. False, `x` untouched, by default.
+    #[inline]
+    fn forward_in_place<S: Scalar>(&self, _x: &mut Tensor<S>) -> bool {
+        false
+    }
+
+    /// For the ops of [`OpRules::forward_in_place`]: writes the argument's contribution over the
+    /// cotangent `cot` itself, reading the saved output `y`, and returns true. The saved graph
+    /// uses it for a cotangent nothing reads again. False, `cot` untouched, by default.
+    #[inline]
+    fn vjp_in_place<S: Scalar>(&self, _y: &Tensor<S>, _cot: &mut Tensor<S>) -> bool {
+        false
     }
 }
 
@@ -240,15 +272,22 @@ impl Op {
         grads
     }
 
-    /// The VJP of a linear op (add, sub, neg, scale) as one part per argument, for the executed
-    /// sweep to apply to the cotangent in place; `None` for every other op. Same contributions,
-    /// bit for bit, as `vjp`.
+    /// The op's linear VJP, if it has one ([`OpRules::linear_vjp`]).
     #[inline]
-    pub(crate) fn linear_vjp(&self) -> Option<LinearVjp> {
-        match self {
-            Op::Elementwise(op) => op.linear_vjp(),
-            _ => None,
-        }
+    pub fn linear_vjp(&self) -> Option<LinearVjp> {
+        dispatch!(self, op => op.linear_vjp())
+    }
+
+    /// The forward written over its argument, if the op can ([`OpRules::forward_in_place`]).
+    #[inline]
+    pub fn forward_in_place<S: Scalar>(&self, x: &mut Tensor<S>) -> bool {
+        dispatch!(self, op => op.forward_in_place(x))
+    }
+
+    /// The VJP written over the cotangent, if the op can ([`OpRules::vjp_in_place`]).
+    #[inline]
+    pub fn vjp_in_place<S: Scalar>(&self, y: &Tensor<S>, cot: &mut Tensor<S>) -> bool {
+        dispatch!(self, op => op.vjp_in_place(y, cot))
     }
 
     /// The cotangent has the output's shape.

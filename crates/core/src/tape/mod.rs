@@ -8,6 +8,7 @@ mod node;
 mod parents;
 mod session;
 mod session_nn;
+mod steps;
 mod sweeps;
 #[allow(clippy::module_inception)]
 mod tape;

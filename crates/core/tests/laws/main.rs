@@ -16,5 +16,6 @@ mod law7_audit;
 mod law8_skipping;
 mod nn_op_laws;
 mod observed_sweeps;
+mod op_hooks;
 mod tape_backward_at;
 mod tape_linear_steps;
