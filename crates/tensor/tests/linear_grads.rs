@@ -2,7 +2,8 @@
 //! threads where that pays: every gradient it returns has the bits of the separate kernels on one
 //! thread, on 1 to 4 threads, for each subset of gradients asked for, at shapes on both sides of
 //! each of its thresholds (one row, too little work for a hand-off, split-sized work, depths too
-//! far apart); and operands that do not fit are the separate kernels' errors, not a panic.
+//! far apart); the two outputs come from and go back to the calling thread's buffer pool; and
+//! operands that do not fit are the separate kernels' errors, not a panic.
 
 mod common;
 
@@ -12,7 +13,7 @@ use tapegrad_tensor::kernels::linear::{
     grads_side_by_side, linear_bias_grad, linear_grads, linear_input_grad, linear_weight_grad,
 };
 use tapegrad_tensor::kernels::set_num_threads;
-use tapegrad_tensor::{Scalar, Tensor};
+use tapegrad_tensor::{pool, Scalar, Tensor};
 
 /// The thread count is process-wide and the tests of this file run concurrently: each test that
 /// sets it holds this lock, so a run meant for one thread count is not run on another's.
@@ -148,4 +149,34 @@ fn operands_that_do_not_fit_are_errors() {
         }
     }
     set_num_threads(1);
+}
+
+#[test]
+fn side_by_side_outputs_come_from_and_return_to_the_callers_pool() {
+    // The pool is per thread: an output made inside a job on a helper would miss the helper's
+    // pool on every call and fill this thread's when dropped here.
+    let _turn = thread_count_lock();
+    set_num_threads(2);
+    let (rows, out, inn) = (256, 128, 256);
+    assert!(grads_side_by_side(rows, out, inn));
+    let g = tensor::<f32>(&[rows, out], &floats(rows * out, 1, 1.0));
+    let w = tensor::<f32>(&[out, inn], &floats(out * inn, 2, 1.0));
+    let x = tensor::<f32>(&[rows, inn], &floats(rows * inn, 3, 1.0));
+    let call = || drop(linear_grads(&g, Some(&w), Some(&x), false).unwrap());
+    (0..3).for_each(|_| call());
+    let before = pool::stats::<f32>();
+    const CALLS: u64 = 5;
+    (0..CALLS).for_each(|_| call());
+    let after = pool::stats::<f32>();
+    set_num_threads(1);
+    assert_eq!(
+        after.allocated, before.allocated,
+        "no fresh buffer once warm"
+    );
+    assert_eq!(
+        after.reused - before.reused,
+        2 * CALLS,
+        "both outputs reused"
+    );
+    assert_eq!(after.returned - before.returned, 2 * CALLS, "both returned");
 }
