@@ -215,15 +215,16 @@ pub fn linear_grads<S: Scalar>(
 /// Multiply-adds per product below which the two jobs' hand-off (publishing them, a helper's
 /// wake-up) costs about what running the second product on another core saves: about 5 us of
 /// single-threaded GEMM. (Measured on the 2-core AVX2 EPYC under load, both gradients: 256 x 10 x
-/// 128, 0.33M each, 15-21 us side by side against 25-35 us one after the other; 128 x 32 x 64,
+/// 128, 0.33M each, 15-26 us side by side against 26-35 us one after the other; 128 x 32 x 64,
 /// 0.26M, 18-22 against 21-23; 32 x 10 x 128, 41k, no gain.)
 const MIN_SIDE_BY_SIDE: usize = 1 << 18;
 /// The most one product's depth may exceed the other's for a split-sized pair to run side by
 /// side: the input gradient's depth is `out`, the weight gradient's `rows`, and a GEMM of small
 /// depth mostly writes its output, so a lopsided pair leaves one core idle while the other
-/// finishes, where bands of each product keep both busy. (Same machine: 1024 x 16 x 1024 and
-/// 2048 x 32 x 512, depths 64x apart, ran 2-9% slower side by side than in bands; 32 x 256 x
-/// 784, 8x apart, 20-33% faster; balanced pairs from 2M to 268M multiply-adds 3-15% faster.)
+/// finishes, where bands of each product keep both busy. (Same machine, against both products cut
+/// into bands: balanced pairs from 2M to 268M multiply-adds 2-24% faster side by side; 32 x 256 x
+/// 784, depths 8x apart, from 2% slower to 33% faster; 1024 x 16 x 1024, 64x apart, 3-9% slower;
+/// 2048 x 32 x 512 (64x) and 64 x 1024 x 1024 (16x) either way. bench/PERFORMANCE.md, 2026-12-02.)
 const MAX_DEPTH_RATIO: usize = 8;
 
 /// `(rows, out, in)` when `g2` `(rows, out)`, `w` `(out, in)` and `x2` `(rows, in)` fit together
