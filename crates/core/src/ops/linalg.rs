@@ -4,9 +4,7 @@
 use super::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::layout::inverse_permutation;
-use tapegrad_tensor::kernels::linear::{
-    linear_bias_grad, linear_input_grad, linear_rows, linear_weight_grad,
-};
+use tapegrad_tensor::kernels::linear::{linear_grads, linear_rows};
 use tapegrad_tensor::kernels::{
     batched_matmul, broadcast_shape, matmul, permute, sum_to, transpose,
 };
@@ -283,26 +281,22 @@ impl OpRules for LinalgOp {
             L::Linear { bias } => {
                 let x_shape = &ctx.input_shapes[0];
                 let g2 = cot.reshape(&as_rows(cot.shape()))?;
-                let dx = if ctx.needs(0) {
-                    let w = ctx.input(name, 1)?;
-                    Some(linear_input_grad(&g2, w)?.reshape_to(x_shape)?)
+                // Each operand is read only for the other's gradient (see `saves_for`).
+                let w = if ctx.needs(0) {
+                    Some(ctx.input(name, 1)?)
                 } else {
                     None
                 };
-                let dw = if ctx.needs(1) {
+                let x2 = if ctx.needs(1) {
                     let x = ctx.input(name, 0)?;
-                    let x2 = x.reshape(&as_rows(x.shape()))?;
-                    Some(linear_weight_grad(&g2, &x2)?)
+                    Some(x.reshape(&as_rows(x.shape()))?)
                 } else {
                     None
                 };
-                let mut grads = smallvec![dx, dw];
+                let (dx, dw, db) = linear_grads(&g2, w, x2.as_ref(), *bias && ctx.needs(2))?;
+                let mut grads = smallvec![dx.map(|d| d.reshape_to(x_shape)).transpose()?, dw];
                 if *bias {
-                    grads.push(if ctx.needs(2) {
-                        Some(linear_bias_grad(&g2)?)
-                    } else {
-                        None
-                    });
+                    grads.push(db);
                 }
                 grads
             }

@@ -2,6 +2,7 @@
 //! which GEMM orientation packs less, the batch-of-one matrix-vector paths, and the bias sums.
 //! Every path gives the values `linear` defines; the choice between them depends only on shapes.
 
+use super::matmul::{run_jobs_on_threads, worth_threads};
 use super::{
     batched_matmul, column_sums, matvec_rows, num_threads, outer_product, transpose, vecmat_rows,
 };
@@ -170,6 +171,154 @@ pub fn linear_weight_grad<S: Scalar>(g2: &Tensor<S>, x2: &Tensor<S>) -> Result<T
     Ok(Tensor::from_writer(Shape::new([out, inn])?, |d| {
         outer_product(g2.data(), x2.data(), d)
     }))
+}
+
+/// Linear's gradients from one backward: the input gradient `g w` when `w` is given, the weight
+/// gradient `g^T x` when `x2` is, the bias gradient when `bias` is set, each with the bits of
+/// [`linear_input_grad`], [`linear_weight_grad`] and [`linear_bias_grad`] (on one thread as on
+/// any count).
+///
+/// The two products are independent and equal in work. On two or more GEMM threads, where
+/// [`grads_side_by_side`] says it pays, they run as two jobs on the kernels' worker threads, each a
+/// single-threaded GEMM: a product too small to cut into bands still gets a second core, and a
+/// mid-sized one saves the band hand-offs and the second packing of its shared operand. Both
+/// outputs are allocated here, on the calling thread, so their buffers come from (and return
+/// to) this thread's pool; a tensor made inside a job on a helper would miss the helper's pool
+/// every step (see `workers::run_jobs_on`).
+#[allow(clippy::type_complexity)]
+pub fn linear_grads<S: Scalar>(
+    g2: &Tensor<S>,
+    w: Option<&Tensor<S>>,
+    x2: Option<&Tensor<S>>,
+    bias: bool,
+) -> Result<(Option<Tensor<S>>, Option<Tensor<S>>, Option<Tensor<S>>)> {
+    let (dx, dw) = match (w, x2) {
+        (Some(w), Some(x2)) => match side_by_side(g2, w, x2) {
+            Some(dims) => {
+                let (dx, dw) = input_and_weight_grads(g2, w, x2, dims)?;
+                (Some(dx), Some(dw))
+            }
+            None => (
+                Some(linear_input_grad(g2, w)?),
+                Some(linear_weight_grad(g2, x2)?),
+            ),
+        },
+        (w, x2) => (
+            w.map(|w| linear_input_grad(g2, w)).transpose()?,
+            x2.map(|x2| linear_weight_grad(g2, x2)).transpose()?,
+        ),
+    };
+    let db = bias.then(|| linear_bias_grad(g2)).transpose()?;
+    Ok((dx, dw, db))
+}
+
+/// Multiply-adds per product below which the two jobs' hand-off (publishing them, a helper's
+/// wake-up) costs about what running the second product on another core saves: about 5 us of
+/// single-threaded GEMM. (Measured on the 2-core AVX2 EPYC under load, both gradients: 256 x 10 x
+/// 128, 0.33M each, 15-26 us side by side against 26-35 us one after the other; 128 x 32 x 64,
+/// 0.26M, 18-22 against 21-23; 32 x 10 x 128, 41k, no gain.)
+const MIN_SIDE_BY_SIDE: usize = 1 << 18;
+/// The most one product's depth may exceed the other's for a split-sized pair to run side by
+/// side: the input gradient's depth is `out`, the weight gradient's `rows`, and a GEMM of small
+/// depth mostly writes its output, so a lopsided pair leaves one core idle while the other
+/// finishes, where bands of each product keep both busy. (Same machine, against both products cut
+/// into bands: balanced pairs from 2M to 268M multiply-adds 2-24% faster side by side; 32 x 256 x
+/// 784, depths 8x apart, from 2% slower to 33% faster; 1024 x 16 x 1024, 64x apart, 3-9% slower;
+/// 2048 x 32 x 512 (64x) and 64 x 1024 x 1024 (16x) either way. bench/PERFORMANCE.md, 2026-12-02.)
+const MAX_DEPTH_RATIO: usize = 8;
+
+/// `(rows, out, in)` when `g2` `(rows, out)`, `w` `(out, in)` and `x2` `(rows, in)` fit together
+/// and [`grads_side_by_side`] holds for them.
+fn side_by_side<S: Scalar>(
+    g2: &Tensor<S>,
+    w: &Tensor<S>,
+    x2: &Tensor<S>,
+) -> Option<(usize, usize, usize)> {
+    let (&[rows, out], &[w_out, inn], &[x_rows, x_in]) = (g2.dims(), w.dims(), x2.dims()) else {
+        return None;
+    };
+    let fit = w_out == out && x_rows == rows && x_in == inn;
+    (fit && grads_side_by_side(rows, out, inn)).then_some((rows, out, inn))
+}
+
+/// Whether [`linear_grads`], asked for both, runs the input and weight gradients of a layer with
+/// `rows` rows, `out` outputs and `inn` inputs side by side on the current GEMM thread count:
+/// with two threads or more and more than one row (one row takes the matrix-vector paths), for
+/// every product too small to cut into bands (`worth_threads`) from `MIN_SIDE_BY_SIDE`
+/// multiply-adds up, and on exactly two threads for larger ones whose depths are within
+/// `MAX_DEPTH_RATIO` of each other (on more threads, bands give each product every core, where a
+/// job has one). Side by side, each product is one GEMM on one thread: no band hand-offs, no
+/// operand packed once per band. Public so that tests can tell which path a shape takes.
+pub fn grads_side_by_side(rows: usize, out: usize, inn: usize) -> bool {
+    let threads = num_threads();
+    if threads < 2 || rows <= 1 {
+        return false;
+    }
+    let work = rows.saturating_mul(out).saturating_mul(inn);
+    if !worth_threads(work) {
+        return work >= MIN_SIDE_BY_SIDE;
+    }
+    let (shallow, deep) = (rows.min(out), rows.max(out));
+    threads == 2 && deep <= shallow.saturating_mul(MAX_DEPTH_RATIO)
+}
+
+/// `g w` and `g^T x` as two jobs, each the single-threaded GEMM that `batched_matmul` runs for
+/// it (same operands, strides and depth), so each has the bits of the one-thread product.
+fn input_and_weight_grads<S: Scalar>(
+    g2: &Tensor<S>,
+    w: &Tensor<S>,
+    x2: &Tensor<S>,
+    (rows, out, inn): (usize, usize, usize),
+) -> Result<(Tensor<S>, Tensor<S>)> {
+    let (dx_shape, dw_shape) = (Shape::new([rows, inn])?, Shape::new([out, inn])?);
+    let (g, w, x) = (g2.data(), w.data(), x2.data());
+    // Each GEMM below overwrites every element of its output (no accumulation), so the
+    // (possibly recycled) buffers are left as they come.
+    let mut dx = Tensor::from_writer(dx_shape, |_| {});
+    let mut dw = Tensor::from_writer(dw_shape, |_| {});
+    let (dx_out, dw_out) = (dx.data_mut(), dw.data_mut());
+    let jobs: Vec<Box<dyn FnOnce() + Send + '_>> = vec![
+        // dX (rows, in) = G (rows, out) W (out, in), both row-major as stored.
+        Box::new(|| {
+            S::gemm(
+                rows,
+                inn,
+                out,
+                dx_out,
+                inn,
+                g,
+                out,
+                1,
+                w,
+                inn,
+                1,
+                false,
+                S::ONE,
+                1,
+            )
+        }),
+        // dW (out, in) = G^T (out, rows) X (rows, in): G read transposed in place.
+        Box::new(|| {
+            S::gemm(
+                out,
+                inn,
+                rows,
+                dw_out,
+                inn,
+                g,
+                1,
+                out,
+                x,
+                inn,
+                1,
+                false,
+                S::ONE,
+                1,
+            )
+        }),
+    ];
+    run_jobs_on_threads(2, jobs);
+    Ok((dx, dw))
 }
 
 /// The bias gradient of linear: `g` `(rows, out)` summed over its rows, row by row in order
