@@ -64,7 +64,7 @@ fn a_saved_gpt_reads_back_and_resaves_to_the_same_bytes() {
     assert!(message.contains("GPT checkpoint"), "{message}");
     assert!(message.contains("a.st"), "{message}");
     // And the GPT reader refuses a f64 request for f32 tensors, naming both.
-    let e = read.model::<f64>().err().expect("dtype differs");
+    let e = read.model::<f64>().expect_err("dtype differs");
     assert!(
         e.to_string().contains("f32") && e.to_string().contains("f64"),
         "{e}"
