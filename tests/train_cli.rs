@@ -459,3 +459,22 @@ fn negative_and_out_of_range_values_are_checked_before_the_first_step() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn a_reader_that_closes_stdout_ends_the_run_quietly() {
+    // `tapegrad train | head -0`: our stdout is closed before the first line is written.
+    let dir = tempdir("closed-stdout");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tapegrad"))
+        .args(["train", "--steps", "5"])
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    std::fs::remove_dir_all(dir).unwrap();
+}

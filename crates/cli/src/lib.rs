@@ -52,6 +52,7 @@ pub enum Command {
 
 /// Parses the command line, runs the subcommand, and returns the process exit code.
 pub fn main() -> std::process::ExitCode {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train(a) => train::run(a),
@@ -70,4 +71,23 @@ pub fn main() -> std::process::ExitCode {
             std::process::ExitCode::from(2)
         }
     }
+}
+
+/// A reader that stops early (`tapegrad train | head`) closes our stdout; Rust ignores SIGPIPE,
+/// so the next `println!` panics. That is the reader's choice, not an error of ours: end quietly
+/// with the status a shell gives a process killed by SIGPIPE (128 + 13), as other tools do.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info)
+    }));
 }
