@@ -1,5 +1,6 @@
 //! The operand gradients of matmul and linear give the same bits on 1 to 4 GEMM threads, at
-//! sizes where they stay on one thread and where they are cut into bands: batched and broadcast
+//! sizes where they stay on one thread, where linear's two gradients run side by side (one
+//! single-threaded product each) and where they are cut into bands: batched and broadcast
 //! matmuls, a shared matrix folded into rows, linear with and without bias, and only one operand
 //! needing a gradient.
 
@@ -78,12 +79,12 @@ fn operand_gradients_are_bit_identical_on_every_thread_count() {
             linear(true),
             vec![&[128, 96], &[64, 96], &[64]],
             vec![true, true, true],
-        ), // 0.8M: one thread
+        ), // 0.8M per product: the two side by side on 2 to 4 threads
         (
             linear(false),
             vec![&[256, 300], &[200, 300]],
             vec![true, true],
-        ), // 15M: bands
+        ), // 15M: side by side on 2 threads, bands on 3 and 4
         (
             linear(true),
             vec![&[128, 96], &[64, 96], &[64]],
