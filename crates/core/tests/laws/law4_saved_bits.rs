@@ -148,6 +148,8 @@ fn check<S: Scalar>(case: u64) {
     // Checked lowering equals unchecked lowering when it succeeds.
     if let Ok(checked) = g.lower_checked(&x) {
         assert_same_tape(&checked, &tape, &what);
+        // So does checked evaluation: the whole context, bit for bit.
+        assert_bits(&g.eval_checked(&x).unwrap(), &g.eval(&x).unwrap(), &what);
         let checked_saved = compiled.forward_checked(&x).unwrap();
         assert_bits(
             &checked_saved.backward_all(seed.clone()).unwrap(),
