@@ -22,5 +22,11 @@ pub enum CliError {
     Other(String),
 }
 
+impl From<tapegrad_core::OpError> for CliError {
+    fn from(e: tapegrad_core::OpError) -> Self {
+        CliError::Engine(e.into())
+    }
+}
+
 /// Result of a subcommand: the exit code on success.
 pub type CliResult = Result<std::process::ExitCode, CliError>;

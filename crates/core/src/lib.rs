@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+mod error;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
 pub mod graph;
@@ -11,6 +12,7 @@ pub mod laws;
 pub mod ops;
 pub mod tape;
 
+pub use error::{Error, OpError, Result};
 pub use ops::Op;
 pub use tape::{audit, Session, Tape, Var};
-pub use tapegrad_tensor::{DType, Error, Result, Scalar, Shape, Tensor};
+pub use tapegrad_tensor::{DType, Scalar, Shape, Tensor};

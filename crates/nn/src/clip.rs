@@ -3,7 +3,8 @@
 //! `min(max_norm / (total + 1e-6), 1)`. Norms are accumulated in f64 and the factor rounded to the
 //! element type.
 
-use tapegrad_tensor::{Error, Result, Scalar, Tensor};
+use tapegrad_core::{Error, Result};
+use tapegrad_tensor::{Scalar, Tensor};
 
 /// Scales `grads` in place so their global 2-norm is at most about `max_norm`; returns the norm
 /// before clipping.

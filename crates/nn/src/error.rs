@@ -9,7 +9,7 @@ pub type NnResult<T> = std::result::Result<T, NnError>;
 pub enum NnError {
     /// An error from the engine (shapes, ops, handles), boxed to keep results small.
     #[error(transparent)]
-    Engine(Box<tapegrad_tensor::Error>),
+    Engine(Box<tapegrad_core::Error>),
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {
@@ -34,9 +34,15 @@ pub enum NnError {
     Verify(Box<crate::verify::VerifyFailure>),
 }
 
-impl From<tapegrad_tensor::Error> for NnError {
-    fn from(e: tapegrad_tensor::Error) -> Self {
+impl From<tapegrad_core::Error> for NnError {
+    fn from(e: tapegrad_core::Error) -> Self {
         NnError::Engine(Box::new(e))
+    }
+}
+
+impl From<tapegrad_core::OpError> for NnError {
+    fn from(e: tapegrad_core::OpError) -> Self {
+        NnError::Engine(Box::new(e.into()))
     }
 }
 

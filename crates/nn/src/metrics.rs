@@ -2,7 +2,8 @@
 //! classification, mean squared error (standardised units) and RMSE (original units) for
 //! regression.
 
-use tapegrad_tensor::{Error, Result, Scalar, Tensor};
+use tapegrad_core::{Error, Result};
+use tapegrad_tensor::{Scalar, Tensor};
 
 /// Index of the largest logit of each row of a `[rows, classes]` tensor (first on ties).
 pub fn argmax_rows<S: Scalar>(logits: &Tensor<S>) -> Result<Vec<usize>> {
@@ -38,12 +39,12 @@ pub fn cross_entropy<S: Scalar>(logits: &Tensor<S>, labels: &[usize]) -> Result<
     let mut total = 0.0;
     for (r, &label) in labels.iter().enumerate() {
         if label >= classes {
-            return Err(Error::Index {
+            return Err(Error::from(tapegrad_core::OpError::Index {
                 op: "cross_entropy",
                 what: "class label",
                 index: label as i64,
                 bound: classes,
-            });
+            }));
         }
         let row: Vec<f64> = d[r * classes..(r + 1) * classes]
             .iter()

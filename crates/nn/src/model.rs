@@ -10,7 +10,8 @@ use crate::params::ParamSet;
 use crate::rng::init_rng;
 use serde::{Deserialize, Serialize};
 use tapegrad_core::Var;
-use tapegrad_tensor::{Error, Result, Scalar};
+use tapegrad_core::{Error, Result};
+use tapegrad_tensor::Scalar;
 
 /// An architecture.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

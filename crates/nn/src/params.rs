@@ -2,7 +2,8 @@
 //! get gradients and optimizer updates) and buffers (running statistics, saved but not trained).
 //! Names follow PyTorch's `state_dict` convention (`0.weight`, `3.running_mean`).
 
-use tapegrad_tensor::{Error, Result, Scalar, Tensor};
+use tapegrad_core::{Error, Result};
+use tapegrad_tensor::{Scalar, Tensor};
 
 /// Index of a tensor in its `ParamSet`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -71,11 +72,11 @@ impl<S: Scalar> ParamSet<S> {
     pub fn set(&mut self, id: ParamId, value: Tensor<S>) -> Result<()> {
         let p = &mut self.params[id.0];
         if p.value.shape() != value.shape() {
-            return Err(Error::ShapeMismatch {
+            return Err(Error::from(tapegrad_core::OpError::ShapeMismatch {
                 op: "param_set",
                 expected: Box::new(p.value.shape().clone()),
                 found: Box::new(value.shape().clone()),
-            });
+            }));
         }
         p.value = value;
         Ok(())

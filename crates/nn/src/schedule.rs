@@ -3,7 +3,7 @@
 //! PyTorch scheduler, so the rate at step `t` needs no history and resuming needs only `t`.
 
 use serde::{Deserialize, Serialize};
-use tapegrad_tensor::{Error, Result};
+use tapegrad_core::{Error, Result};
 
 /// The shape of the schedule after warm-up.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -359,7 +359,7 @@ pub fn evaluate_split<S: Scalar>(
 fn anomaly_at(e: NnError, when: &str) -> NnError {
     match e {
         NnError::Engine(boxed) => match *boxed {
-            tapegrad_tensor::Error::Anomaly(m) => tapegrad_tensor::Error::Anomaly(format!(
+            tapegrad_core::Error::Anomaly(m) => tapegrad_core::Error::Anomaly(format!(
                 "{when}: {m}. In training, values that overflow usually mean the parameters \
                  diverged: try a smaller learning rate (--lr) or gradient clipping (--clip)"
             ))

@@ -1,13 +1,14 @@
-//! The one error type of tapegrad. Every variant says which operation failed and what it expected
-//! versus what it found, so a message alone is enough to locate the mistake. Shapes in errors are
-//! boxed: an error is rare, a `Result` is moved on every op, and it is as large as its error.
+//! The error of an operation on tensors (kernels and op rules). Every variant names the operation
+//! and what it expected versus what it found, so a message alone locates the mistake; the engine
+//! (tape, session, graph) wraps it in an error of its own. Shapes in errors are boxed: an error is
+//! rare, a `Result` is moved on every op, and it is as large as its error.
 
 use crate::Shape;
 
-/// Result alias used throughout tapegrad.
+/// Result alias of the tensor crate and the op rules.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Everything that can go wrong in tapegrad below the file and CLI layers.
+/// Everything an operation on tensors can reject.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Error {
     /// Two shapes that must be equal are not.
@@ -67,46 +68,6 @@ pub enum Error {
         expected: usize,
         found: usize,
     },
-    /// A node id that does not exist on the tape.
-    #[error("{context}: node id {id} is out of range (the tape has {len} nodes)")]
-    BadId {
-        context: &'static str,
-        id: usize,
-        len: usize,
-    },
-    /// A gradient or seed whose shape differs from its node's value shape.
-    #[error("{context}: node {id} ({op}) has value shape {expected} but received a gradient of shape {found}")]
-    GradShape {
-        context: &'static str,
-        id: usize,
-        op: String,
-        expected: Box<Shape>,
-        found: Box<Shape>,
-    },
-    /// A gradient array whose length differs from the number of nodes.
-    #[error("{context}: expected {expected} gradient slots, found {found}")]
-    GradCount {
-        context: &'static str,
-        expected: usize,
-        found: usize,
-    },
-    /// A handle used after the session that made it was reset.
-    #[error("stale handle: variable {id} belongs to step {handle_step}, but the session is at step {session_step} (handles do not survive reset)")]
-    StaleHandle {
-        id: usize,
-        handle_step: u64,
-        session_step: u64,
-    },
-    /// A value that is not finite where anomaly detection demands it be.
-    #[error("{0}")]
-    Anomaly(String),
-    /// A graph-level error that names the node where it happened.
-    #[error("node {node}: {source}")]
-    AtNode {
-        node: String,
-        #[source]
-        source: Box<Error>,
-    },
 }
 
 impl Error {
@@ -115,14 +76,6 @@ impl Error {
         Error::Invalid {
             op,
             message: message.into(),
-        }
-    }
-
-    /// Wraps this error with the name of the graph node it happened at.
-    pub fn at_node(self, node: impl Into<String>) -> Self {
-        Error::AtNode {
-            node: node.into(),
-            source: Box::new(self),
         }
     }
 }

@@ -5,7 +5,8 @@
 
 use super::Graph;
 use crate::ops::{ArgShapes, ArgValues, Forward, Grads, VjpContext};
-use tapegrad_tensor::{Result, Scalar, Shape, Tensor};
+use crate::Result;
+use tapegrad_tensor::{Scalar, Shape, Tensor};
 
 /// `slot = slot + contribution`, element by element with the slot on the left: the one addition
 /// every backward pass of the graph uses, so their results agree bit for bit.
@@ -30,7 +31,7 @@ impl Graph {
         for k in (0..self.nodes().len()).rev() {
             let contributions = self
                 .reference_vjp(k, &context, &forwards[k], &acc[n_in + k])
-                .map_err(|e| e.at_node(self.node_label(k)))?;
+                .map_err(|e| crate::Error::from(e).at_node(self.node_label(k)))?;
             for (&arg, c) in self.nodes()[k].args.iter().zip(contributions) {
                 if let Some(c) = c {
                     accumulate(&mut acc[arg], &c);
@@ -80,6 +81,6 @@ impl Graph {
             aux: &forward.aux,
             needs: &needs,
         };
-        node.op.vjp(&ctx, cot)
+        Ok(node.op.vjp(&ctx, cot)?)
     }
 }

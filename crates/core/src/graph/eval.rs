@@ -3,7 +3,8 @@
 
 use super::Graph;
 use crate::ops::Forward;
-use tapegrad_tensor::{Result, Scalar, Tensor};
+use crate::Result;
+use tapegrad_tensor::{Scalar, Tensor};
 
 /// The whole context and every node's forward result (value and auxiliary data).
 pub(crate) type Evaluated<S> = (Vec<Tensor<S>>, Vec<Forward<S>>);
@@ -24,7 +25,7 @@ impl Graph {
             }
             op.forward(args)
         };
-        run().map_err(|e| e.at_node(self.node_label(k)))
+        run().map_err(|e| crate::Error::from(e).at_node(self.node_label(k)))
     }
 
     /// Evaluates node `k` on the context built so far.

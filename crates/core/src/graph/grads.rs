@@ -3,7 +3,8 @@
 //! compiled graph's inputs-only backward). On well-behaved graphs all three agree.
 
 use super::{CompiledGraph, Graph};
-use tapegrad_tensor::{Result, Scalar, Tensor};
+use crate::Result;
+use tapegrad_tensor::{Scalar, Tensor};
 
 /// Which backward pass computes the gradients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

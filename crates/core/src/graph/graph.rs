@@ -3,8 +3,9 @@
 //! name an earlier slot), so every graph that exists is well-typed.
 
 use crate::ops::Op;
+use crate::{Error, Result};
 use std::collections::HashMap;
-use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
+use tapegrad_tensor::{Scalar, Shape, Tensor};
 
 /// Context name used in errors raised while building or running a graph.
 pub(crate) const CONTEXT: &str = "graph";
@@ -88,7 +89,7 @@ impl Graph {
             }
             shapes.push(self.shape(a)?);
         }
-        let shape = op.output_shape(&shapes).map_err(at)?;
+        let shape = op.output_shape(&shapes).map_err(|e| at(e.into()))?;
         self.claim_name(&name)?;
         self.nodes.push(GraphNode {
             name,
@@ -115,14 +116,14 @@ impl Graph {
             .collect::<Result<Vec<_>>>()?;
         let shape = op
             .output_shape(&shapes)
-            .map_err(|e| e.at_node(label.clone()))?;
+            .map_err(|e| crate::Error::from(e).at_node(label.clone()))?;
         let node = &mut self.nodes[k];
         if shape != node.shape {
-            return Err(Error::ShapeMismatch {
+            return Err(Error::from(crate::OpError::ShapeMismatch {
                 op: op.name(),
                 expected: Box::new(node.shape.clone()),
                 found: Box::new(shape),
-            }
+            })
             .at_node(label));
         }
         node.op = op;

@@ -2,7 +2,8 @@
 //! each node's through its op's JVP on the node's arguments and forward result.
 
 use super::Graph;
-use tapegrad_tensor::{Error, Result, Scalar, Tensor};
+use crate::{Error, Result};
+use tapegrad_tensor::{Scalar, Tensor};
 
 impl Graph {
     /// Tangents of every slot: the input tangents followed by each node's output tangent.
@@ -21,13 +22,13 @@ impl Graph {
             let dot = node
                 .op
                 .jvp(&args, fwd, &ts)
-                .map_err(|e| e.at_node(self.node_label(k)))?;
+                .map_err(|e| crate::Error::from(e).at_node(self.node_label(k)))?;
             if *dot.shape() != node.shape {
-                return Err(Error::ShapeMismatch {
+                return Err(Error::from(crate::OpError::ShapeMismatch {
                     op: node.op.name(),
                     expected: Box::new(node.shape.clone()),
                     found: Box::new(dot.shape().clone()),
-                }
+                })
                 .at_node(self.node_label(k)));
             }
             dots.push(dot);

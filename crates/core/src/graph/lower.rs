@@ -4,7 +4,8 @@
 
 use super::Graph;
 use crate::tape::Tape;
-use tapegrad_tensor::{Result, Scalar, Tensor};
+use crate::Result;
+use tapegrad_tensor::{Scalar, Tensor};
 
 impl Graph {
     fn lower_with<S: Scalar>(&self, inputs: &[Tensor<S>], checked: bool) -> Result<Tape<S>> {
@@ -19,7 +20,7 @@ impl Graph {
             context.push(forward.value.clone());
             let id = tape
                 .record(node.op.clone(), &node.args, forward)
-                .map_err(|e| e.at_node(self.node_label(k)))?;
+                .map_err(|e| crate::Error::from(e).at_node(self.node_label(k)))?;
             tape.set_name(id, node.name.clone())?;
         }
         Ok(tape)

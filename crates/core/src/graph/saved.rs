@@ -11,9 +11,10 @@ use super::Graph;
 use crate::ops::{Aux, Forward, Op, Saved, VjpContext};
 use crate::tape::finals::{Finals, NoWatch, OnFinal, Watch};
 use crate::tape::{Rule, Tape};
+use crate::{Error, Result};
 use smallvec::SmallVec;
 use std::sync::Arc;
-use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
+use tapegrad_tensor::{Scalar, Shape, Tensor};
 
 /// What is fixed about a graph across batches: the graph, which slots require grad, which
 /// arguments of each node need a contribution, the last node reading each slot, and each node's
@@ -322,7 +323,7 @@ impl<S: Scalar> SavedGraph<S> {
                         .context(k, &self.records[k], &self.plan.all_needed[k]),
                     &acc[n_in + k],
                 )
-                .map_err(|e| e.at_node(g.node_label(k)))?;
+                .map_err(|e| crate::Error::from(e).at_node(g.node_label(k)))?;
             for (&arg, c) in node.args.iter().zip(contributions) {
                 if let Some(c) = c {
                     accumulate(&mut acc[arg], &c);
@@ -507,7 +508,7 @@ impl<S: Scalar> SavedGraph<S> {
             let contributions = node
                 .op
                 .vjp(&ctx, &cot)
-                .map_err(|e| e.at_node(g.node_label(k)))?;
+                .map_err(|e| crate::Error::from(e).at_node(g.node_label(k)))?;
             drop(cot);
             records.truncate(k);
             for ((&arg, c), &needed) in node.args.iter().zip(contributions).zip(&plan.needs[k]) {

@@ -2,7 +2,8 @@
 //! and the JVP against the VJP through `<jvp(x, dx), s> = <dx, vjp(x, s)>` (law 5).
 
 use crate::ops::{Op, Saved};
-use tapegrad_tensor::{Result, Tensor};
+use crate::Result;
+use tapegrad_tensor::Tensor;
 
 /// Tolerances of a check: an element passes when `|got - want| <= abs + rel * |want|`.
 #[derive(Debug, Clone, Copy)]

@@ -6,8 +6,9 @@ use super::registry::{self, is_generic, OpKind};
 use crate::graph::Graph;
 use crate::ops::Op;
 use crate::tape::Tape;
+use crate::{Error, Result};
 use rand::Rng;
-use tapegrad_tensor::{Error, Result, Scalar, Tensor};
+use tapegrad_tensor::{Scalar, Tensor};
 
 /// One node of a program: an op and the context slots it reads.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,11 +106,11 @@ impl Program {
             len: ctx.len(),
         })?;
         if value.shape() != seed.shape() {
-            return Err(Error::ShapeMismatch {
+            return Err(Error::from(crate::OpError::ShapeMismatch {
                 op: "objective",
                 expected: Box::new(value.shape().clone()),
                 found: Box::new(seed.shape().clone()),
-            });
+            }));
         }
         Ok(value
             .data()

@@ -3,7 +3,8 @@
 //! met an infinite local derivative (the masked-branch trap) with its remedy. Off, it costs a branch.
 
 use super::Tape;
-use tapegrad_tensor::{Error, Scalar, Tensor};
+use crate::Error;
+use tapegrad_tensor::{Scalar, Tensor};
 
 fn describe<S: Scalar>(tape: &Tape<S>, id: usize) -> String {
     match tape.nodes.get(id) {

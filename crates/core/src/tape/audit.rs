@@ -4,7 +4,8 @@
 //! can.
 
 use super::Tape;
-use tapegrad_tensor::{Error, Scalar, Shape, Tensor};
+use crate::Error;
+use tapegrad_tensor::{Scalar, Shape, Tensor};
 
 /// How a node fails to be zero-preserving.
 #[derive(Debug, Clone, PartialEq)]

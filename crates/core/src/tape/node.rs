@@ -3,9 +3,10 @@
 
 use super::{Parents, Tape};
 use crate::ops::{ArgShapes, ArgValues, Aux, Grads, Op, Saves, VjpContext};
+use crate::{Error, Result};
 use smallvec::SmallVec;
 use std::sync::Arc;
-use tapegrad_tensor::{Error, Result, Scalar, Tensor};
+use tapegrad_tensor::{Scalar, Tensor};
 
 /// A hand-written backward rule: cotangent in, `(parent id, contribution)` pairs out.
 pub type CustomVjp<S> = Arc<dyn Fn(&Tensor<S>) -> Result<Vec<(usize, Tensor<S>)>> + Send + Sync>;
@@ -142,7 +143,9 @@ impl<S: Scalar> Tape<S> {
         saved: &NodeSaved<S>,
         cot: &Tensor<S>,
     ) -> Result<Grads<S>> {
-        self.with_vjp_context(node, op.saves(), saved, cot, |ctx, cot| op.vjp(ctx, cot))
+        self.with_vjp_context(node, op.saves(), saved, cot, |ctx, cot| {
+            Ok(op.vjp(ctx, cot)?)
+        })
     }
 
     /// Runs `vjp` on the context of op node `node` (its arguments and output read off the tape,

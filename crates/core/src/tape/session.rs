@@ -7,9 +7,10 @@ use crate::ops::{
     class_labels, ActivationOp, ClassLabel, ClassLossOptions, ElementwiseOp, GeluApproximate,
     LinalgOp, LossOp, Mask, Op, ReduceOp, Reduction, StructureOp,
 };
+use crate::{Error, Result};
 use smallvec::SmallVec;
 use std::sync::Arc;
-use tapegrad_tensor::{Error, Result, Scalar, Tensor};
+use tapegrad_tensor::{Scalar, Tensor};
 
 /// A handle to a value recorded in a session step. Cheap to copy; invalid after `reset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

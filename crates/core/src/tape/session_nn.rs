@@ -9,7 +9,8 @@ use crate::ops::nn::{
     ScaledDotProductAttention, ScatterAdd, Select,
 };
 use crate::ops::Op;
-use tapegrad_tensor::{Result, Scalar};
+use crate::Result;
+use tapegrad_tensor::Scalar;
 
 /// `[x, optional...]` with the absent ones left out.
 fn with_optional(first: &[Var], optional: &[Option<Var>]) -> Vec<Var> {

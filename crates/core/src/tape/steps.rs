@@ -6,8 +6,9 @@ use super::{Node, NodeSaved, Tape};
 #[cfg(debug_assertions)]
 use crate::ops::Grads;
 use crate::ops::{emit_each, LinearPart, LinearVjp, Op};
+use crate::{Error, Result};
 use tapegrad_tensor::kernels::sum_to;
-use tapegrad_tensor::{Error, Result, Scalar, Tensor};
+use tapegrad_tensor::{Scalar, Tensor};
 
 /// Every sweep reports errors under one context, so law 1 can compare error values exactly.
 pub(super) const CONTEXT: &str = "backward";
@@ -165,7 +166,7 @@ impl<S: Scalar> Tape<S> {
             return Err(Error::GradShape {
                 context: CONTEXT,
                 id: pid,
-                op: parent.op_name(),
+                op: parent.op_name().into(),
                 expected: Box::new(parent.value.shape().clone()),
                 found: Box::new(g.shape().clone()),
             });
@@ -186,7 +187,7 @@ impl<S: Scalar> Tape<S> {
             return Err(Error::GradShape {
                 context: CONTEXT,
                 id: out,
-                op: node.op_name(),
+                op: node.op_name().into(),
                 expected: Box::new(node.value.shape().clone()),
                 found: Box::new(seed.shape().clone()),
             });
@@ -208,7 +209,7 @@ impl<S: Scalar> Tape<S> {
                 return Err(Error::GradShape {
                     context: CONTEXT,
                     id,
-                    op: n.op_name(),
+                    op: n.op_name().into(),
                     expected: Box::new(n.value.shape().clone()),
                     found: Box::new(g.shape().clone()),
                 });

@@ -6,7 +6,8 @@
 use super::finals::{Finals, NoWatch, OnFinal, Watch};
 use super::steps::add_into;
 use super::{Rule, Tape};
-use tapegrad_tensor::{Result, Scalar, Tensor};
+use crate::Result;
+use tapegrad_tensor::{Scalar, Tensor};
 
 impl<S: Scalar> Tape<S> {
     /// The reference sweep: from a total array (one tensor per node, each of its node's shape),

@@ -4,8 +4,9 @@
 use super::node::{CustomVjp, Node, NodeSaved, Rule};
 use super::Parents;
 use crate::ops::{Aux, Forward, Op};
+use crate::{Error, Result};
 use smallvec::SmallVec;
-use tapegrad_tensor::{Error, Result, Scalar, Tensor};
+use tapegrad_tensor::{Scalar, Tensor};
 
 /// An append-only record of a computation.
 #[derive(Clone)]

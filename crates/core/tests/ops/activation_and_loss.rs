@@ -6,7 +6,7 @@ use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 use tapegrad_core::laws::{check_op, op_vjp, Tolerance};
 use tapegrad_core::ops::{ActivationOp, GeluApproximate, LossOp, OpRules, Reduction, Saved, Saves};
-use tapegrad_core::{Error, Op, Shape, Tensor};
+use tapegrad_core::{Op, OpError, Shape, Tensor};
 
 const REDUCTIONS: [Reduction; 3] = [Reduction::None, Reduction::Mean, Reduction::Sum];
 
@@ -519,7 +519,7 @@ fn f32_forward_agrees_with_f64() {
     }
 }
 
-fn message(e: Error) -> String {
+fn message(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
@@ -542,7 +542,7 @@ fn shape_errors_name_the_op_and_shapes() {
             // Wrong arity is an error, not a panic.
             assert!(matches!(
                 op.forward(&[&a]),
-                Err(Error::Arity {
+                Err(OpError::Arity {
                     expected: 2,
                     found: 1,
                     ..
@@ -587,7 +587,7 @@ fn shape_errors_name_the_op_and_shapes() {
                 .unwrap_err();
             assert_eq!(
                 err,
-                Error::Index {
+                OpError::Index {
                     op: name,
                     what: "class label",
                     index,
@@ -599,11 +599,11 @@ fn shape_errors_name_the_op_and_shapes() {
         let none = t64(&[1, 0], &[]);
         assert!(matches!(
             labelled(vec![0], Reduction::Mean, ce).forward(&[&none]),
-            Err(Error::Index { bound: 0, .. })
+            Err(OpError::Index { bound: 0, .. })
         ));
         assert!(matches!(
             labelled(vec![0], Reduction::Mean, ce).forward(&[&x, &x]),
-            Err(Error::Arity { .. })
+            Err(OpError::Arity { .. })
         ));
     }
 }

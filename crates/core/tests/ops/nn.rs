@@ -6,7 +6,7 @@ use crate::ops_nn_support::{fwd, laws, random, rng, t};
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::laws::op_vjp;
 use tapegrad_core::ops::nn::{AdaptiveAvgPool2d, AvgPool2d, Conv1d, Conv2d, MaxPool2d};
-use tapegrad_core::{Error, Op, Session, Shape, Tensor};
+use tapegrad_core::{Op, OpError, Session, Shape, Tensor};
 
 fn conv2d(
     stride: [usize; 2],
@@ -42,9 +42,9 @@ fn shape(dims: &[usize]) -> Shape {
     Shape::new(dims).unwrap()
 }
 
-fn invalid_message(r: Result<Shape, Error>) -> String {
+fn invalid_message(r: Result<Shape, OpError>) -> String {
     match r {
-        Err(e @ Error::Invalid { .. }) => e.to_string(),
+        Err(e @ OpError::Invalid { .. }) => e.to_string(),
         other => panic!("expected an invalid-argument error, got {other:?}"),
     }
 }
@@ -253,7 +253,7 @@ fn conv2d_rejects_hostile_arguments() {
     // Wrong arity is an arity error.
     assert!(matches!(
         s(op([1, 1], [0, 0], [1, 1], 2, true), &[&x, &w]),
-        Err(Error::Arity { .. })
+        Err(OpError::Arity { .. })
     ));
 }
 

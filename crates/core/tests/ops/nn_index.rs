@@ -1,5 +1,5 @@
 //! embedding, index_select, gather, scatter_add, select and dropout: values, accumulation of
-//! repeated indices, out-of-range indices as `Error::Index` naming index and bound, laws 5 and 6,
+//! repeated indices, out-of-range indices as `OpError::Index` naming index and bound, laws 5 and 6,
 //! and dropout's seeded mask (same seed, same mask, in forward and VJP alike).
 
 use crate::ops_nn_support::{fwd, laws, random, rng, t};
@@ -7,7 +7,7 @@ use tapegrad_core::laws::op_vjp;
 use tapegrad_core::ops::nn::{
     dropout_mask, Dropout, Embedding, Gather, IndexSelect, IndexTensor, ScatterAdd, Select,
 };
-use tapegrad_core::{Error, Op, Session, Shape};
+use tapegrad_core::{Op, OpError, Session, Shape};
 
 fn ix(dims: &[usize], data: &[usize]) -> IndexTensor {
     IndexTensor::new(dims, data.to_vec()).unwrap()
@@ -39,7 +39,7 @@ fn out_of_range_indices_name_the_index_and_the_bound() {
         .unwrap_err();
     assert_eq!(
         e,
-        Error::Index {
+        OpError::Index {
             op: "embedding",
             what: "index",
             index: 7,
@@ -60,7 +60,7 @@ fn out_of_range_indices_name_the_index_and_the_bound() {
     assert!(
         matches!(
             e,
-            Error::Index {
+            OpError::Index {
                 op: "index_select",
                 index: 3,
                 bound: 3,
@@ -78,7 +78,7 @@ fn out_of_range_indices_name_the_index_and_the_bound() {
     assert!(
         matches!(
             e,
-            Error::Index {
+            OpError::Index {
                 op: "gather",
                 index: 2,
                 bound: 2,
@@ -96,7 +96,7 @@ fn out_of_range_indices_name_the_index_and_the_bound() {
     assert!(
         matches!(
             e,
-            Error::Index {
+            OpError::Index {
                 op: "scatter_add",
                 index: 5,
                 bound: 3,
@@ -112,7 +112,7 @@ fn out_of_range_indices_name_the_index_and_the_bound() {
         assert!(
             matches!(
                 e,
-                Error::Index {
+                OpError::Index {
                     op: "select",
                     bound: 2,
                     ..

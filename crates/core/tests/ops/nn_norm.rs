@@ -5,7 +5,7 @@
 use crate::ops_nn_support::{fwd, laws, random, rng, t, uniform};
 use tapegrad_core::ops::nn::{batch_stats, BatchNorm, GroupNorm, LayerNorm};
 use tapegrad_core::ops::Aux;
-use tapegrad_core::{Error, Op, Session, Shape};
+use tapegrad_core::{Op, OpError, Session, Shape};
 
 fn layer_norm(normalized_shape: &[usize], weight: bool, bias: bool) -> Op {
     LayerNorm {
@@ -148,7 +148,7 @@ fn batch_norm_at_batch_size_one_in_training_is_an_error() {
         .unwrap_err();
     assert_eq!(
         e,
-        Error::Invalid {
+        OpError::Invalid {
             op: "batch_norm",
             message: "expected more than 1 value per channel when training, got input size [1, 3]"
                 .into()
@@ -216,7 +216,7 @@ fn batch_norm_evaluation_uses_the_running_statistics() {
     let e = Op::from(BatchNorm::new(false))
         .check_domain(&[&x, &mean, &bad, &w, &b])
         .unwrap_err();
-    assert!(matches!(e, Error::Domain { index: 1, .. }), "{e}");
+    assert!(matches!(e, OpError::Domain { index: 1, .. }), "{e}");
 }
 
 #[test]

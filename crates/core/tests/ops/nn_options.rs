@@ -10,7 +10,7 @@ use tapegrad_core::laws::{check_op, op_vjp, Tolerance};
 use tapegrad_core::ops::nn::{
     AvgPool2d, Conv1d, Conv2d, Embedding, IndexTensor, NamedPadding, NnOp, PaddingMode,
 };
-use tapegrad_core::{Error, Op, Session, Shape, Tensor};
+use tapegrad_core::{Op, OpError, Session, Shape, Tensor};
 
 const SAME: Option<NamedPadding> = Some(NamedPadding::Same);
 const VALID: Option<NamedPadding> = Some(NamedPadding::Valid);
@@ -455,7 +455,7 @@ fn embedding_padding_idx_out_of_range_is_an_index_error() {
         let e = embedding(&[0], Some(p)).output_shape(&[&w]).unwrap_err();
         assert_eq!(
             e,
-            Error::Index {
+            OpError::Index {
                 op: "embedding",
                 what: "padding_idx",
                 index: p as i64,

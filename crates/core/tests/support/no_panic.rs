@@ -2,10 +2,14 @@
 //! panic nor fail with an error that does not name its op.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use tapegrad_core::{Op, Result};
+use tapegrad_core::Op;
 
 /// Runs `f`, failing with `what` if it panics or returns an error that does not name `op`.
-pub fn no_panic_and_named<T>(op: &Op, what: &str, f: impl FnOnce() -> Result<T>) -> Option<T> {
+pub fn no_panic_and_named<T, E: std::fmt::Display>(
+    op: &Op,
+    what: &str,
+    f: impl FnOnce() -> Result<T, E>,
+) -> Option<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Err(_) => panic!("{op}: {what} panicked"),
         Ok(Err(e)) => {

@@ -27,8 +27,9 @@ use tapegrad_core::graph::{CompiledGraph, Graph, SavedGraph};
 use tapegrad_core::ops::nn::{IndexTensor, NnOp};
 use tapegrad_core::ops::Saved;
 use tapegrad_core::tape::Rule;
+use tapegrad_core::Error;
 use tapegrad_core::{Op, Session};
-use tapegrad_tensor::{Error, Scalar, Shape, Tensor};
+use tapegrad_tensor::{Scalar, Shape, Tensor};
 
 /// Where a graph input's value comes from each step.
 #[derive(Debug, Clone)]

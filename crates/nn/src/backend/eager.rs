@@ -15,8 +15,9 @@ use crate::params::ParamKind;
 use crate::rng::dropout_rng;
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::graph::tape_kept_bytes;
+use tapegrad_core::Error;
 use tapegrad_core::Session;
-use tapegrad_tensor::{Error, Scalar, Shape, Tensor};
+use tapegrad_tensor::{Scalar, Shape, Tensor};
 
 /// Records every step on a session tape.
 pub struct Eager<S> {

@@ -18,8 +18,9 @@ use rand_chacha::ChaCha8Rng;
 use tapegrad_core::graph::CompiledGraph;
 use tapegrad_core::ops::{class_labels, LinalgOp, LossOp, Reduction};
 use tapegrad_core::tape::{Node, Rule};
+use tapegrad_core::{Error, Result};
 use tapegrad_core::{Op, Session, Var};
-use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
+use tapegrad_tensor::{Scalar, Shape, Tensor};
 
 /// Which backend runs the steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,11 +172,11 @@ pub(crate) fn loss_op<S: Scalar>(
     Ok(match y {
         BatchTargets::Values(t) => {
             if out != t.shape() {
-                return Err(Error::ShapeMismatch {
+                return Err(Error::from(tapegrad_core::OpError::ShapeMismatch {
                     op: "mse_loss",
                     expected: Box::new(t.shape().clone()),
                     found: Box::new(out.clone()),
-                });
+                }));
             }
             let mse = LossOp::MseLoss {
                 reduction: Reduction::Mean,

@@ -5,7 +5,7 @@
 use crate::rng::{shuffle_rng, split_rng};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
-use tapegrad_tensor::{Error, Result};
+use tapegrad_core::{Error, Result};
 
 fn shuffle(items: &mut [usize], rng: &mut ChaCha8Rng) {
     for i in (1..items.len()).rev() {

@@ -6,7 +6,8 @@
 use super::{split_indices, Dataset, Standardizer, Targets};
 use crate::error::{NnError, NnResult};
 use serde::{Deserialize, Serialize};
-use tapegrad_tensor::{Error, Scalar, Tensor};
+use tapegrad_core::Error;
+use tapegrad_tensor::{Scalar, Tensor};
 
 /// What the model predicts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -70,12 +71,12 @@ impl<S: Scalar> Split<S> {
             .into());
         };
         if let Some(&r) = rows.iter().find(|&&r| r >= len) {
-            return Err(Error::Index {
+            return Err(Error::from(tapegrad_core::OpError::Index {
                 op: "batch",
                 what: "row",
                 index: i64::try_from(r).unwrap_or(i64::MAX),
                 bound: len,
-            }
+            })
             .into());
         }
         let data = self.x.data();

@@ -12,8 +12,9 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::ops::nn::LayerNorm;
 use tapegrad_core::ops::{ActivationOp, GeluApproximate, LinalgOp, NnOp};
+use tapegrad_core::Error;
 use tapegrad_core::Op;
-use tapegrad_tensor::{Error, Scalar, Tensor};
+use tapegrad_tensor::{Scalar, Tensor};
 
 /// How to pick each next token.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -9,7 +9,8 @@ use crate::layers::{
     Activation, Builder, CausalSelfAttention, Dropout, Layer, LayerNorm, Linear, Residual,
     Sequential, TokenPosition,
 };
-use tapegrad_tensor::{Error, Result, Scalar};
+use tapegrad_core::{Error, Result};
+use tapegrad_tensor::Scalar;
 
 /// The sizes of a GPT.
 #[derive(Debug, Clone, Copy, PartialEq)]

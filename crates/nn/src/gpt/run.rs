@@ -295,7 +295,7 @@ impl<S: Scalar> GptRun<S> {
 fn at_step(e: NnError, step: u64) -> NnError {
     match e {
         NnError::Engine(boxed) => match *boxed {
-            tapegrad_tensor::Error::Anomaly(m) => tapegrad_tensor::Error::Anomaly(format!(
+            tapegrad_core::Error::Anomaly(m) => tapegrad_core::Error::Anomaly(format!(
                 "step {step}: {m}. In training, values that overflow usually mean the parameters \
                  diverged: try a smaller learning rate (--lr)"
             ))

@@ -3,8 +3,9 @@
 
 use super::Ctx;
 use serde::{Deserialize, Serialize};
+use tapegrad_core::Result;
 use tapegrad_core::Var;
-use tapegrad_tensor::{Result, Scalar};
+use tapegrad_tensor::Scalar;
 
 /// An elementwise nonlinearity.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -8,7 +8,8 @@ use crate::init::Init;
 use rand::Rng;
 use tapegrad_core::ops::nn::ScaledDotProductAttention;
 use tapegrad_core::Var;
-use tapegrad_tensor::{Error, Result, Scalar};
+use tapegrad_core::{Error, Result};
+use tapegrad_tensor::Scalar;
 
 /// Causal multi-head self-attention over `[batch, time, embd]`.
 #[derive(Debug, Clone)]

@@ -4,7 +4,8 @@
 use crate::init::Init;
 use crate::params::{ParamId, ParamKind, ParamSet};
 use rand_chacha::ChaCha8Rng;
-use tapegrad_tensor::{Result, Scalar, Shape};
+use tapegrad_core::Result;
+use tapegrad_tensor::{Scalar, Shape};
 
 /// Adds initialised tensors to a model's `ParamSet`, in a fixed order, from one seeded stream.
 pub struct Builder<'a, S> {

@@ -9,7 +9,8 @@ use tapegrad_core::ops::nn::{
     Conv2d as Conv2dOp, MaxPool2d as MaxPool2dOp, NamedPadding, PaddingMode,
 };
 use tapegrad_core::Var;
-use tapegrad_tensor::{Error, Result, Scalar};
+use tapegrad_core::{Error, Result};
+use tapegrad_tensor::Scalar;
 
 /// A 2-D convolution over `(N, C, H, W)` inputs.
 #[derive(Debug, Clone)]

@@ -5,8 +5,9 @@
 use super::norm::RunningStats;
 use crate::params::{ParamId, ParamKind, ParamSet};
 use rand_chacha::ChaCha8Rng;
+use tapegrad_core::Result;
 use tapegrad_core::{Session, Var};
-use tapegrad_tensor::{Result, Scalar, Tensor};
+use tapegrad_tensor::{Scalar, Tensor};
 
 /// Training mode (dropout active, batch statistics) or evaluation mode (no dropout, running
 /// statistics, no gradient recording).

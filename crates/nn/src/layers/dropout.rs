@@ -7,7 +7,8 @@ use super::{Ctx, Mode};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::Var;
-use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
+use tapegrad_core::{Error, Result};
+use tapegrad_tensor::{Scalar, Shape, Tensor};
 
 /// Random zeroing during training.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -55,5 +56,5 @@ pub fn dropout_mask<S: Scalar>(shape: &Shape, p: f64, rng: &mut ChaCha8Rng) -> R
             }
         })
         .collect();
-    Tensor::from_shape(shape.clone(), mask)
+    Ok(Tensor::from_shape(shape.clone(), mask)?)
 }

@@ -9,7 +9,8 @@ use crate::params::ParamId;
 use tapegrad_core::ops;
 use tapegrad_core::ops::nn::IndexTensor;
 use tapegrad_core::Var;
-use tapegrad_tensor::{Error, Result, Scalar, Tensor};
+use tapegrad_core::{Error, Result};
+use tapegrad_tensor::{Scalar, Tensor};
 
 /// A table of learned vectors indexed by integers.
 #[derive(Debug, Clone)]
@@ -100,7 +101,7 @@ impl Embedding {
             }
             idx.push(f as usize);
         }
-        IndexTensor::new(value.dims(), idx)
+        Ok(IndexTensor::new(value.dims(), idx)?)
     }
 
     /// Looks up the rows named by the values of `x` (any shape): the result has shape

@@ -5,8 +5,9 @@
 use super::{Builder, Ctx};
 use crate::init::Init;
 use crate::params::ParamId;
+use tapegrad_core::Result;
 use tapegrad_core::Var;
-use tapegrad_tensor::{Result, Scalar};
+use tapegrad_tensor::Scalar;
 
 /// A fully connected layer.
 #[derive(Debug, Clone)]

@@ -8,8 +8,9 @@ use super::{Builder, Ctx, Mode};
 use crate::init::Init;
 use crate::params::ParamId;
 use tapegrad_core::ops::nn::{BatchNorm, BatchStats};
+use tapegrad_core::Result;
 use tapegrad_core::Var;
-use tapegrad_tensor::{Result, Scalar, Shape, Tensor};
+use tapegrad_tensor::{Scalar, Shape, Tensor};
 
 /// `F.layer_norm` over the last dimensions `normalized_shape`, with learned scale and shift.
 #[derive(Debug, Clone)]

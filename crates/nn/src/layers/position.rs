@@ -7,7 +7,8 @@ use crate::init::Init;
 use crate::params::ParamId;
 use tapegrad_core::ops::nn::IndexTensor;
 use tapegrad_core::Var;
-use tapegrad_tensor::{Error, Result, Scalar};
+use tapegrad_core::{Error, Result};
+use tapegrad_tensor::Scalar;
 
 /// Token and position embeddings, summed.
 #[derive(Debug, Clone)]

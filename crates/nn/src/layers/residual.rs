@@ -3,8 +3,9 @@
 //! the names they were built with.
 
 use super::{Ctx, Sequential};
+use tapegrad_core::Result;
 use tapegrad_core::Var;
-use tapegrad_tensor::{Result, Scalar};
+use tapegrad_tensor::Scalar;
 
 /// `x + body(x)`.
 #[derive(Debug, Clone, Default)]

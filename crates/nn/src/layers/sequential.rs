@@ -5,8 +5,9 @@ use super::{
     Activation, BatchNorm2d, CausalSelfAttention, Conv2d, Ctx, Dropout, Embedding, LayerNorm,
     Linear, MaxPool2d, Residual, TokenPosition,
 };
+use tapegrad_core::Result;
 use tapegrad_core::Var;
-use tapegrad_tensor::{Result, Scalar};
+use tapegrad_tensor::Scalar;
 
 /// One layer of a model.
 #[derive(Debug, Clone)]

@@ -229,7 +229,7 @@ fn output_terms<S: Scalar>(
 /// The last slot's single value, as f64.
 fn last_value<T: Scalar>(slots: &[Tensor<T>]) -> NnResult<f64> {
     let last = slots.last().ok_or_else(|| {
-        tapegrad_tensor::Error::invalid("verify", "the recorded graph has no slots")
+        tapegrad_core::Error::invalid("verify", "the recorded graph has no slots")
     })?;
     Ok(last.item()?.to_f64())
 }

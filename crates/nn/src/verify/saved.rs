@@ -16,7 +16,7 @@ pub fn saved_graph<S: Scalar>(
 ) -> Result<(), VerifyFailure> {
     let fail = |node, msg: String| VerifyFailure::new(Law::SavedGraph, node, msg);
     let graph = compiled.graph();
-    let run = || -> tapegrad_tensor::Result<_> {
+    let run = || -> tapegrad_core::Result<_> {
         let saved = compiled.forward(inputs)?;
         let output = saved.output().clone();
         let got = saved.backward_all(seed.clone())?;

@@ -73,7 +73,7 @@ pub fn lowered_executed<S: Scalar>(
     seed: &Tensor<S>,
 ) -> Result<(), VerifyFailure> {
     let fail = |node, msg: String| VerifyFailure::new(Law::LoweredExecuted, node, msg);
-    let run = || -> tapegrad_tensor::Result<_> {
+    let run = || -> tapegrad_core::Result<_> {
         let lowered = tg.graph.lower(&tg.inputs)?;
         let executed = lowered.backward_all(slot, seed)?;
         let single = tg.graph.single(slot, seed)?;

@@ -5,8 +5,8 @@
 use super::numbers::{describe, format_f64, integer, number};
 use crate::ops::nn::IndexTensor;
 use crate::ops::Mask;
+use crate::{Error, Result};
 use serde_json::{Map, Value};
-use tapegrad_tensor::{Error, Result};
 
 /// The attributes of one node, consumed key by key.
 pub struct Attrs {

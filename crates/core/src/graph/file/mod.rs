@@ -14,7 +14,8 @@ pub use families::{op_names, parse_op, write_attrs};
 pub use numbers::{format_f32, format_f64, format_scalar};
 
 use super::Graph;
-use tapegrad_tensor::{DType, Result, Scalar, Tensor};
+use crate::Result;
+use tapegrad_tensor::{DType, Scalar, Tensor};
 
 /// The value of the `format` field this version reads and writes.
 pub const FORMAT: &str = "tapegrad-graph/1";
@@ -50,7 +51,8 @@ impl GraphFile {
             .iter()
             .zip(&self.data)
             .map(|(x, d)| {
-                Tensor::from_shape(x.shape.clone(), d.iter().map(|&v| S::from_f64(v)).collect())
+                let values = d.iter().map(|&v| S::from_f64(v)).collect();
+                Ok(Tensor::from_shape(x.shape.clone(), values)?)
             })
             .collect()
     }
@@ -59,7 +61,10 @@ impl GraphFile {
     pub fn seed<S: Scalar>(&self) -> Result<Tensor<S>> {
         let shape = self.graph.shape(self.output)?.clone();
         match &self.seed {
-            Some(d) => Tensor::from_shape(shape, d.iter().map(|&v| S::from_f64(v)).collect()),
+            Some(d) => Ok(Tensor::from_shape(
+                shape,
+                d.iter().map(|&v| S::from_f64(v)).collect(),
+            )?),
             None => Ok(Tensor::ones(&shape)),
         }
     }

@@ -5,9 +5,10 @@
 use super::numbers::{describe, integer, number, quote_decimals};
 use super::{families, GraphFile, FORMAT};
 use crate::graph::Graph;
+use crate::{Error, Result};
 use serde_json::{Map, Value};
 use std::collections::HashSet;
-use tapegrad_tensor::{DType, Error, Result, Shape};
+use tapegrad_tensor::{DType, Shape};
 
 const FILE: &str = "graph file";
 
@@ -99,12 +100,12 @@ fn data(map: &Map<String, Value>, shape: &Shape, what: &str) -> Result<Vec<f64>>
         })
         .collect::<Result<Vec<f64>>>()?;
     if values.len() != shape.numel() {
-        return Err(Error::DataLength {
+        return Err(Error::from(crate::OpError::DataLength {
             op: FILE,
             len: values.len(),
             shape: Box::new(shape.clone()),
             numel: shape.numel(),
-        });
+        }));
     }
     Ok(values)
 }

@@ -3,8 +3,8 @@
 
 use super::numbers::format_f64;
 use super::{families, GraphFile, FORMAT};
+use crate::{Error, Result};
 use serde_json::Value;
-use tapegrad_tensor::{Error, Result};
 
 fn quote(s: &str) -> String {
     Value::String(s.to_string()).to_string()
@@ -34,12 +34,12 @@ pub(super) fn write(file: &GraphFile) -> Result<String> {
     }
     for (x, d) in g.inputs().iter().zip(&file.data) {
         if d.len() != x.shape.numel() {
-            return Err(Error::DataLength {
+            return Err(Error::from(crate::OpError::DataLength {
                 op: "graph file",
                 len: d.len(),
                 shape: Box::new(x.shape.clone()),
                 numel: x.shape.numel(),
-            }
+            })
             .at_node(format!("'{}'", x.name)));
         }
     }
@@ -73,7 +73,8 @@ pub(super) fn write(file: &GraphFile) -> Result<String> {
             quote(n.op.name()),
             args.join(", ")
         ));
-        let attrs = families::write_attrs(&n.op).map_err(|e| e.at_node(format!("'{}'", n.name)))?;
+        let attrs = families::write_attrs(&n.op)
+            .map_err(|e| crate::Error::from(e).at_node(format!("'{}'", n.name)))?;
         if !attrs.is_empty() {
             let items: Vec<String> = attrs
                 .iter()

@@ -3,7 +3,7 @@
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
 use crate::ops::{ActivationOp as A, GeluApproximate, Op, OpKind as K};
-use tapegrad_tensor::Result;
+use crate::Result;
 
 pub(super) fn parse(kind: K, _args: usize, a: &mut Attrs) -> Result<Op> {
     let op = match kind {

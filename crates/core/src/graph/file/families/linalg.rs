@@ -3,7 +3,7 @@
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
 use crate::ops::{LinalgOp as L, Op, OpKind as K};
-use tapegrad_tensor::Result;
+use crate::Result;
 
 pub(super) fn parse(kind: K, args: usize, a: &mut Attrs) -> Result<Op> {
     let op = match kind {

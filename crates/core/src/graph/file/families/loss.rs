@@ -10,8 +10,9 @@
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
 use crate::ops::{LossOp as Lo, Op, OpKind as K, Reduction};
+use crate::{Error, Result};
 use std::sync::Arc;
-use tapegrad_tensor::{Error, Result, Tensor};
+use tapegrad_tensor::Tensor;
 
 fn reduction(a: &mut Attrs) -> Result<Reduction> {
     Ok(

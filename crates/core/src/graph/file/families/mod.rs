@@ -13,7 +13,7 @@ mod structure;
 
 use super::attrs::{AttrWriter, Attrs};
 use crate::ops::{Op, OpFamily, OpKind};
-use tapegrad_tensor::{Error, Result};
+use crate::{Error, Result};
 
 /// Every op name the file format knows: the labels of the list of ops, each once.
 pub fn op_names() -> impl Iterator<Item = &'static str> {

@@ -14,8 +14,8 @@ use crate::ops::nn::{
     ScatterAdd, Select,
 };
 use crate::ops::{NnKind as NK, NnOp as N, Op, OpKind as K, OpRules};
+use crate::Result;
 use serde_json::{Map, Value};
-use tapegrad_tensor::Result;
 
 /// PyTorch's default `eps` of the norms.
 const EPS: f64 = 1e-5;
@@ -39,7 +39,7 @@ fn conv_padding<T>(
         None => Ok((default, None)),
         Some(Value::String(s)) => match NamedPadding::parse(&s) {
             Some(named) => Ok((default, Some(named))),
-            None => Err(tapegrad_tensor::Error::invalid(
+            None => Err(crate::Error::invalid(
                 a.op(),
                 format!("attribute '{key}' must be a number, a pair, \"same\" or \"valid\", found \"{s}\""),
             )),

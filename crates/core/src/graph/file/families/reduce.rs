@@ -4,7 +4,7 @@
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
 use crate::ops::{Op, OpKind as K, ReduceOp as R};
-use tapegrad_tensor::Result;
+use crate::Result;
 
 pub(super) fn parse(kind: K, _args: usize, a: &mut Attrs) -> Result<Op> {
     let op = match kind {
