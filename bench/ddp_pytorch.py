@@ -1,20 +1,26 @@
 #!/usr/bin/env python3
 """PyTorch DistributedDataParallel baseline for `mpiexec -n N tapegrad train --distributed`.
 
-The same training step as tapegrad's digits presets, timed in one process at the global batch and
-under DDP (gloo backend, CPU) on N processes with `batch / N` rows each:
+The same training step as tapegrad's presets, timed in one process at the global batch and under
+DDP (gloo backend, CPU) on N processes with `batch / N` rows each:
 
     mlp: Linear(64, 128) - ReLU - Linear(128, 10)                          (9,610 parameters)
     cnn: Conv(1, 16, 3, pad 1) - BatchNorm - ReLU - MaxPool(2)
          - Conv(16, 32, 3, pad 1) - BatchNorm - ReLU - MaxPool(2) - Flatten - Linear(128, 10)
                                                                             (6,186 parameters)
 
-cross entropy, Adam (lr 1e-3), f32, on random 8x8 inputs (the timing does not depend on the
-values). DDP keeps its defaults (25 MiB buckets, overlap with the backward, all-reduce).
+    gpt: the `train gpt` preset's model (bench/pytorch_gpt.py: 4 layers, 4 heads, width 128,
+         context 64, a vocabulary of 76 characters)                        (818,176 parameters)
+
+cross entropy, f32, on random inputs (8x8 images, or token windows for gpt; the timing does not
+depend on the values); Adam (lr 1e-3) for mlp and cnn, and for gpt the preset's AdamW (lr 1e-3,
+betas 0.9/0.99, weight decay 0.1) after clipping the gradient's norm to 1. DDP keeps its defaults
+(25 MiB buckets, overlap with the backward, all-reduce).
 
 Usage (/work/venv/bin/python has torch):
     python bench/ddp_pytorch.py --model cnn --batch 32 --threads 1
     python bench/ddp_pytorch.py --model mlp --batch 256 --procs 2 --json
+    python bench/ddp_pytorch.py --model gpt --batch 32 --steps 40 --warmup 5
 
 Prints the median step time (and min, max) of each mode; each process runs --threads threads.
 """
@@ -24,12 +30,21 @@ import json
 import os
 import socket
 import statistics
+import sys
 import time
+
+# The gpt preset's sizes, as `tapegrad train gpt` (its vocabulary: the embedded text's characters).
+GPT = dict(vocab=76, context=64, layers=4, embd=128, heads=4)
 
 
 def build(name):
     import torch.nn as nn
 
+    if name == "gpt":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from pytorch_gpt import build as build_gpt
+
+        return build_gpt(**GPT)
     if name == "mlp":
         return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
     return nn.Sequential(
@@ -50,23 +65,34 @@ def batch(name, rows, seed):
     import torch
 
     g = torch.Generator().manual_seed(seed)
+    if name == "gpt":
+        windows = (rows, GPT["context"])
+        x = torch.randint(0, GPT["vocab"], windows, generator=g)
+        return x, torch.randint(0, GPT["vocab"], windows, generator=g)
     shape = (rows, 64) if name == "mlp" else (rows, 1, 8, 8)
     return torch.randn(shape, generator=g), torch.randint(0, 10, (rows,), generator=g)
 
 
-def run_steps(model, x, y, steps, warmup, sync=None):
+def run_steps(name, model, x, y, steps, warmup, sync=None):
     """Seconds per optimizer step: the list over `steps` timed steps after `warmup`."""
     import torch
+    import torch.nn.functional as F
 
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    if name == "gpt":
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     times = []
     for i in range(warmup + steps):
         if sync is not None and i == warmup:
             sync()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        out = model(x)
+        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
         loss.backward()
+        if name == "gpt":
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if i >= warmup:
             times.append(time.perf_counter() - t0)
@@ -90,7 +116,7 @@ def one_process(args):
     torch.manual_seed(0)
     model = build(args.model)
     x, y = batch(args.model, args.batch, 1)
-    return summary(run_steps(model, x, y, args.steps, args.warmup))
+    return summary(run_steps(args.model, model, x, y, args.steps, args.warmup))
 
 
 def rank_main(rank, args, port, queue):
@@ -107,7 +133,7 @@ def rank_main(rank, args, port, queue):
     # Rank k's share of the global batch (the extra rows to the first ranks, as tapegrad).
     q, r = divmod(args.batch, args.procs)
     x, y = batch(args.model, q + (1 if rank < r else 0), 1 + rank)
-    times = run_steps(model, x, y, args.steps, args.warmup, sync=dist.barrier)
+    times = run_steps(args.model, model, x, y, args.steps, args.warmup, sync=dist.barrier)
     dist.barrier()
     if rank == 0:
         queue.put(summary(times))
@@ -133,7 +159,7 @@ def ddp(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", choices=["mlp", "cnn"], default="cnn")
+    p.add_argument("--model", choices=["mlp", "cnn", "gpt"], default="cnn")
     p.add_argument("--batch", type=int, default=32, help="global batch (rows per step)")
     p.add_argument("--procs", type=int, default=2)
     p.add_argument("--threads", type=int, default=1, help="threads per process")

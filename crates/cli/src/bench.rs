@@ -13,6 +13,7 @@ use std::time::Instant;
 use tapegrad_core::ops::nn::Conv2d;
 use tapegrad_core::{Session, Shape, Tensor};
 use tapegrad_nn::benchmarking::MlpStep;
+use tapegrad_nn::gpt::GptPreset;
 use tapegrad_nn::{make_backend, Backend as StepBackend, BackendKind};
 use tapegrad_tensor::benchmarking::fma_peak_gflops;
 use tapegrad_tensor::kernels::{batched_matmul, matmul, simd_level};
@@ -65,15 +66,15 @@ pub enum Workload {
     /// One training step of the `train gpt` preset's model (forward, backward, clipping and AdamW)
     /// on Shakespeare windows, f32; its shapes by default.
     Gpt {
-        #[arg(long, default_value_t = 32)]
+        #[arg(long, default_value_t = GptPreset::SHAKESPEARE.batch_size)]
         batch: usize,
-        #[arg(long, default_value_t = 64)]
+        #[arg(long, default_value_t = GptPreset::SHAKESPEARE.context)]
         context: usize,
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = GptPreset::SHAKESPEARE.layers)]
         layers: usize,
-        #[arg(long, default_value_t = 128)]
+        #[arg(long, default_value_t = GptPreset::SHAKESPEARE.embd)]
         embd: usize,
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = GptPreset::SHAKESPEARE.heads)]
         heads: usize,
     },
     /// The f32 fused multiply-add peak of --threads cores at once (register-resident chains on
@@ -512,7 +513,7 @@ fn gpt(args: &BenchArgs, kind: BackendKind, sizes: [usize; 5]) -> Result<Report,
         layers,
         heads,
         embd,
-        mlp_ratio: 4,
+        mlp_ratio: GptPreset::SHAKESPEARE.mlp_ratio,
         dropout: 0.0,
         tie_weights: false,
     };

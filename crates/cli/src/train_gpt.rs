@@ -7,29 +7,20 @@
 
 use crate::engine_flags::{by_dtype, reject_settings_on_resume, DTypeArg};
 use crate::error::{CliError, CliResult};
-use crate::run_output::{self, LossCurves};
 use crate::train::TrainArgs;
 use std::path::Path;
-use std::time::Instant;
 use tapegrad_nn::data::text::{TextData, TextSource};
 use tapegrad_nn::gpt::checkpoint::{self, GptCheckpoint};
 use tapegrad_nn::gpt::import;
-use tapegrad_nn::gpt::{GptConfig, GptRun};
-use tapegrad_nn::runlog::RunLog;
-use tapegrad_nn::summary::Table;
-use tapegrad_nn::verify::Verifier;
+use tapegrad_nn::gpt::{GptConfig, GptPreset, GptRun};
 use tapegrad_nn::{make_backend, ModelSpec, OptimizerConfig};
 use tapegrad_tensor::Scalar;
 
-/// The preset's sizes: 4 layers, 4 heads, width 128, context 64, batch 32, 1500 steps.
-pub const LAYERS: usize = 4;
-pub const HEADS: usize = 4;
-pub const EMBD: usize = 128;
-pub const CONTEXT: usize = 64;
-pub const BATCH: usize = 32;
-pub const STEPS: u64 = 1500;
-/// The validation loss is evaluated every this many steps by default.
-pub const EVAL_EVERY: u64 = 250;
+mod drive;
+use drive::drive;
+
+/// The preset's sizes, batch and length, which the flags override.
+const PRESET: GptPreset = GptPreset::SHAKESPEARE;
 
 /// Whether the checkpoint at `path` is a GPT run's (unreadable files are left to the reader that
 /// will report them).
@@ -46,7 +37,7 @@ pub fn run(args: &TrainArgs) -> CliResult {
         return by_dtype!(ckpt.dtype, resume_typed(args, &ckpt));
     }
     let (config, data) = config_from_args(args)?;
-    let steps = args.steps.unwrap_or(STEPS);
+    let steps = args.steps.unwrap_or(PRESET.steps);
     let dtype = args.dtype.unwrap_or(DTypeArg::F32).dtype();
     by_dtype!(dtype, fresh_typed(args, config, data, steps))
 }
@@ -92,23 +83,23 @@ fn config_from_args(a: &TrainArgs) -> Result<(GptConfig, TextData), CliError> {
         None => TextSource::Shakespeare,
     };
     // The vocabulary is the text's: the text is read (and checked) first to size the model.
-    let context = a.context.unwrap_or(CONTEXT);
+    let context = a.context.unwrap_or(PRESET.context);
     let data = TextData::load(&text, context)?;
     let model = ModelSpec::Gpt {
         vocab: data.vocab.len(),
         context,
-        layers: a.layers.unwrap_or(LAYERS),
-        heads: a.heads.unwrap_or(HEADS),
-        embd: a.embd.unwrap_or(EMBD),
-        mlp_ratio: 4,
+        layers: a.layers.unwrap_or(PRESET.layers),
+        heads: a.heads.unwrap_or(PRESET.heads),
+        embd: a.embd.unwrap_or(PRESET.embd),
+        mlp_ratio: PRESET.mlp_ratio,
         dropout: a.dropout.unwrap_or(0.0),
         tie_weights: a.tie_weights,
     };
     if let Some(shape) = model.gpt_shape() {
         shape.validate()?;
     }
-    let steps = a.steps.unwrap_or(STEPS);
-    let batch = a.batch_size.unwrap_or(BATCH);
+    let steps = a.steps.unwrap_or(PRESET.steps);
+    let batch = a.batch_size.unwrap_or(PRESET.batch_size);
     if batch == 0 {
         return Err(CliError::Usage("--batch-size must be at least 1".into()));
     }
@@ -250,169 +241,4 @@ fn print_header<S: Scalar>(run: &GptRun<S>, steps: u64, args: &TrainArgs) {
             c.accumulate
         );
     }
-}
-
-/// Runs `steps` steps with progress, evaluations, log, summary, checkpoints and plot (the
-/// files and the output on rank 0 only: `root`).
-fn drive<S: Scalar>(args: &TrainArgs, mut run: GptRun<S>, steps: u64, root: bool) -> CliResult {
-    let quiet = args.quiet || !root;
-    let eval_every = args.eval_every.unwrap_or(EVAL_EVERY).max(1);
-    run.set_detect_anomaly(args.detect_anomaly);
-    if let Some(every) = args.verify_every {
-        run.set_verify(Some(Verifier::new(every, args.verify_warn)?));
-    }
-    if !quiet {
-        print_header(&run, steps, args);
-        run_output::announce_checks(args);
-    }
-    let before = run.evaluate()?;
-    if !quiet {
-        println!(
-            "before: validation loss {before:.4} nats/char (perplexity {:.2})",
-            before.exp()
-        );
-    }
-    let mut log = match &args.log {
-        Some(p) if root => Some(RunLog::create(p, "perplexity")?),
-        _ => None,
-    };
-    let start_step = run.step;
-    if let Some(log) = &mut log {
-        log.record("validation", start_step, 0, before, before.exp(), None, 0.0)?;
-    }
-    let mut curves = LossCurves::new(start_step, before);
-    let bar = run_output::progress_bar(
-        steps,
-        quiet,
-        "{bar:30.cyan/blue} {pos}/{len} steps  {msg}  eta {eta}",
-    );
-    let started = Instant::now();
-    let mut last_val = before;
-    let mut tokens = 0usize;
-    for i in 0..steps {
-        let step = run.train_step();
-        if let Some(v) = run.take_verification() {
-            if let Some(log) = &mut log {
-                log.record_value(&v.to_json())?;
-            }
-            if args.verify_warn && root {
-                for failure in v.checks.iter().filter_map(|c| c.failure.as_ref()) {
-                    eprintln!("warning: {failure}");
-                }
-            }
-        }
-        let rec = step?;
-        tokens += rec.tokens;
-        let seconds = started.elapsed().as_secs_f64();
-        let tokens_per_s = tokens as f64 / seconds.max(1e-9);
-        curves.train.push((rec.step as f64, rec.loss));
-        if let Some(log) = &mut log {
-            log.record(
-                "train",
-                rec.step,
-                0,
-                rec.loss,
-                rec.loss.exp(),
-                Some(rec.lr),
-                seconds,
-            )?;
-        }
-        let is_eval = rec.step % eval_every == 0 || i + 1 == steps;
-        if is_eval {
-            last_val = run.evaluate()?;
-            curves.val.push((rec.step as f64, last_val));
-            if let Some(log) = &mut log {
-                log.record(
-                    "validation",
-                    rec.step,
-                    0,
-                    last_val,
-                    last_val.exp(),
-                    None,
-                    seconds,
-                )?;
-            }
-            if bar.is_none() && !quiet {
-                println!(
-                    "step {:>6}/{}  loss {:.4}  val loss {:.4}  lr {:.2e}  {:.0} tokens/s  {:.1} s",
-                    rec.step,
-                    start_step + steps,
-                    rec.loss,
-                    last_val,
-                    rec.lr,
-                    tokens_per_s,
-                    seconds
-                );
-            }
-        }
-        if let Some(bar) = &bar {
-            bar.set_message(format!(
-                "loss {:.4}  val {last_val:.4}  {tokens_per_s:.0} tokens/s",
-                rec.loss
-            ));
-            bar.inc(1);
-            if is_eval {
-                bar.println(format!(
-                    "step {:>6}  val loss {last_val:.4}  ({seconds:.1} s)",
-                    rec.step
-                ));
-            }
-        }
-        if let (Some(every), Some(path), true) = (args.save_every, &args.save, root) {
-            if rec.step % every == 0 && i + 1 < steps {
-                checkpoint::save(path, &run)?;
-            }
-        }
-    }
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    run.finish_exchange();
-    if !root {
-        return Ok(std::process::ExitCode::SUCCESS);
-    }
-    if let Some(log) = &mut log {
-        log.flush()?;
-    }
-    let mut table = Table::new(&["", "before", "after"]);
-    table.row(vec![
-        "validation loss (nats/char)".into(),
-        format!("{before:.4}"),
-        format!("{last_val:.4}"),
-    ]);
-    table.row(vec![
-        "validation perplexity".into(),
-        format!("{:.2}", before.exp()),
-        format!("{:.2}", last_val.exp()),
-    ]);
-    run_output::verify_rows(&mut table, run.verifier());
-    if !quiet {
-        println!();
-    }
-    print!("{}", table.render());
-    println!(
-        "{} steps ({} to {}) in {:.2} s: {:.2} steps/s, {:.0} tokens/s",
-        steps,
-        start_step,
-        run.step,
-        seconds,
-        steps as f64 / seconds.max(1e-9),
-        tokens as f64 / seconds.max(1e-9)
-    );
-    run_output::print_verify_cost(run.verifier(), seconds);
-    if let Some(path) = &args.save {
-        checkpoint::save(path, &run)?;
-        if !quiet {
-            println!("saved checkpoint {} (step {})", path.display(), run.step);
-        }
-    }
-    if let Some(path) = &args.plot {
-        let title = format!("gpt: {} (adamw)", run.model.spec.name());
-        curves.write_plot(path, &title, "loss (nats/char)", 50)?;
-        if !quiet {
-            println!("wrote plot {}", path.display());
-        }
-    }
-    Ok(std::process::ExitCode::SUCCESS)
 }

@@ -31,7 +31,7 @@ impl Graph {
         for k in (0..self.nodes().len()).rev() {
             let contributions = self
                 .reference_vjp(k, &context, &forwards[k], &acc[n_in + k])
-                .map_err(|e| crate::Error::from(e).at_node(self.node_label(k)))?;
+                .map_err(|e| e.at_node(self.node_label(k)))?;
             for (&arg, c) in self.nodes()[k].args.iter().zip(contributions) {
                 if let Some(c) = c {
                     accumulate(&mut acc[arg], &c);

@@ -3,7 +3,7 @@
 //! name an earlier slot), so every graph that exists is well-typed.
 
 use crate::ops::Op;
-use crate::{Error, Result};
+use crate::{Error, OpError, Result};
 use std::collections::HashMap;
 use tapegrad_tensor::{Scalar, Shape, Tensor};
 
@@ -116,10 +116,10 @@ impl Graph {
             .collect::<Result<Vec<_>>>()?;
         let shape = op
             .output_shape(&shapes)
-            .map_err(|e| crate::Error::from(e).at_node(label.clone()))?;
+            .map_err(|e| Error::from(e).at_node(label.clone()))?;
         let node = &mut self.nodes[k];
         if shape != node.shape {
-            return Err(Error::from(crate::OpError::ShapeMismatch {
+            return Err(Error::from(OpError::ShapeMismatch {
                 op: op.name(),
                 expected: Box::new(node.shape.clone()),
                 found: Box::new(shape),

@@ -2,7 +2,7 @@
 //! each node's through its op's JVP on the node's arguments and forward result.
 
 use super::Graph;
-use crate::{Error, Result};
+use crate::{Error, OpError, Result};
 use tapegrad_tensor::{Scalar, Tensor};
 
 impl Graph {
@@ -22,9 +22,9 @@ impl Graph {
             let dot = node
                 .op
                 .jvp(&args, fwd, &ts)
-                .map_err(|e| crate::Error::from(e).at_node(self.node_label(k)))?;
+                .map_err(|e| Error::from(e).at_node(self.node_label(k)))?;
             if *dot.shape() != node.shape {
-                return Err(Error::from(crate::OpError::ShapeMismatch {
+                return Err(Error::from(OpError::ShapeMismatch {
                     op: node.op.name(),
                     expected: Box::new(node.shape.clone()),
                     found: Box::new(dot.shape().clone()),

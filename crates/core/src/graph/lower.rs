@@ -20,7 +20,7 @@ impl Graph {
             context.push(forward.value.clone());
             let id = tape
                 .record(node.op.clone(), &node.args, forward)
-                .map_err(|e| crate::Error::from(e).at_node(self.node_label(k)))?;
+                .map_err(|e| e.at_node(self.node_label(k)))?;
             tape.set_name(id, node.name.clone())?;
         }
         Ok(tape)

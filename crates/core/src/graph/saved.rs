@@ -323,7 +323,7 @@ impl<S: Scalar> SavedGraph<S> {
                         .context(k, &self.records[k], &self.plan.all_needed[k]),
                     &acc[n_in + k],
                 )
-                .map_err(|e| crate::Error::from(e).at_node(g.node_label(k)))?;
+                .map_err(|e| Error::from(e).at_node(g.node_label(k)))?;
             for (&arg, c) in node.args.iter().zip(contributions) {
                 if let Some(c) = c {
                     accumulate(&mut acc[arg], &c);
@@ -508,7 +508,7 @@ impl<S: Scalar> SavedGraph<S> {
             let contributions = node
                 .op
                 .vjp(&ctx, &cot)
-                .map_err(|e| crate::Error::from(e).at_node(g.node_label(k)))?;
+                .map_err(|e| Error::from(e).at_node(g.node_label(k)))?;
             drop(cot);
             records.truncate(k);
             for ((&arg, c), &needed) in node.args.iter().zip(contributions).zip(&plan.needs[k]) {

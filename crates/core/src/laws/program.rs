@@ -6,7 +6,7 @@ use super::registry::{self, is_generic, OpKind};
 use crate::graph::Graph;
 use crate::ops::Op;
 use crate::tape::Tape;
-use crate::{Error, Result};
+use crate::{Error, OpError, Result};
 use rand::Rng;
 use tapegrad_tensor::{Scalar, Tensor};
 
@@ -106,7 +106,7 @@ impl Program {
             len: ctx.len(),
         })?;
         if value.shape() != seed.shape() {
-            return Err(Error::from(crate::OpError::ShapeMismatch {
+            return Err(Error::from(OpError::ShapeMismatch {
                 op: "objective",
                 expected: Box::new(value.shape().clone()),
                 found: Box::new(seed.shape().clone()),

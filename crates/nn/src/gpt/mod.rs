@@ -6,7 +6,9 @@ pub mod checkpoint;
 pub mod generate;
 pub mod import;
 pub mod model;
+mod preset;
 pub mod run;
 
 pub use model::{gpt, GptShape};
+pub use preset::GptPreset;
 pub use run::{GptConfig, GptRun, GptStep};

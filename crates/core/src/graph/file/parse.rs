@@ -5,7 +5,7 @@
 use super::numbers::{describe, integer, number, quote_decimals};
 use super::{families, GraphFile, FORMAT};
 use crate::graph::Graph;
-use crate::{Error, Result};
+use crate::{Error, OpError, Result};
 use serde_json::{Map, Value};
 use std::collections::HashSet;
 use tapegrad_tensor::{DType, Shape};
@@ -100,7 +100,7 @@ fn data(map: &Map<String, Value>, shape: &Shape, what: &str) -> Result<Vec<f64>>
         })
         .collect::<Result<Vec<f64>>>()?;
     if values.len() != shape.numel() {
-        return Err(Error::from(crate::OpError::DataLength {
+        return Err(Error::from(OpError::DataLength {
             op: FILE,
             len: values.len(),
             shape: Box::new(shape.clone()),

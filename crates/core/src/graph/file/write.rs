@@ -3,7 +3,7 @@
 
 use super::numbers::format_f64;
 use super::{families, GraphFile, FORMAT};
-use crate::{Error, Result};
+use crate::{Error, OpError, Result};
 use serde_json::Value;
 
 fn quote(s: &str) -> String {
@@ -34,7 +34,7 @@ pub(super) fn write(file: &GraphFile) -> Result<String> {
     }
     for (x, d) in g.inputs().iter().zip(&file.data) {
         if d.len() != x.shape.numel() {
-            return Err(Error::from(crate::OpError::DataLength {
+            return Err(Error::from(OpError::DataLength {
                 op: "graph file",
                 len: d.len(),
                 shape: Box::new(x.shape.clone()),
@@ -73,8 +73,7 @@ pub(super) fn write(file: &GraphFile) -> Result<String> {
             quote(n.op.name()),
             args.join(", ")
         ));
-        let attrs = families::write_attrs(&n.op)
-            .map_err(|e| crate::Error::from(e).at_node(format!("'{}'", n.name)))?;
+        let attrs = families::write_attrs(&n.op).map_err(|e| e.at_node(format!("'{}'", n.name)))?;
         if !attrs.is_empty() {
             let items: Vec<String> = attrs
                 .iter()
