@@ -7,9 +7,11 @@ use crate::train::TrainOptions;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::Path;
+use std::time::Instant;
 use tapegrad_nn::plot::{self, Series};
+use tapegrad_nn::runlog::RunLog;
 use tapegrad_nn::summary::Table;
-use tapegrad_nn::verify::Verifier;
+use tapegrad_nn::verify::{StepVerification, Verifier};
 use tapegrad_nn::BackendKind;
 
 /// The lines that say which checks run beside the training: anomaly mode and `--verify-every`.
@@ -56,6 +58,44 @@ pub(crate) fn print_verify_cost(verifier: Option<&Verifier>, seconds: f64) {
             100.0 * s.seconds / (seconds - s.seconds).max(1e-9)
         );
     }
+}
+
+/// A verified step's results: a line of the log and, with `--verify-warn` (`warn`), each failed
+/// check on stderr.
+pub(crate) fn record_verification(
+    log: Option<&mut RunLog>,
+    verification: &StepVerification,
+    warn: bool,
+) -> Result<(), CliError> {
+    if let Some(log) = log {
+        log.record_value(&verification.to_json())?;
+    }
+    if warn {
+        for failure in verification
+            .checks
+            .iter()
+            .filter_map(|c| c.failure.as_ref())
+        {
+            eprintln!("warning: {failure}");
+        }
+    }
+    Ok(())
+}
+
+/// The end of a run's steps: clears the bar and flushes the log; the seconds since `started`.
+pub(crate) fn finish_steps(
+    bar: Option<&ProgressBar>,
+    log: Option<&mut RunLog>,
+    started: Instant,
+) -> Result<f64, CliError> {
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    if let Some(log) = log {
+        log.flush()?;
+    }
+    Ok(seconds)
 }
 
 /// A progress bar of `steps` steps when stderr is a terminal and the run is not quiet; `{msg}`

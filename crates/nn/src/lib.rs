@@ -27,6 +27,7 @@ pub mod runlog;
 pub mod schedule;
 pub mod summary;
 pub mod trainer;
+mod update;
 pub mod verify;
 
 pub use backend::{make_backend, Backend, BackendKind};

@@ -5,7 +5,7 @@
 //! is a switch of the run, not of its config: checkpoints neither store nor need it.
 
 use crate::backend::Backend;
-use crate::clip::{check_max_norm, clip_grad_norm};
+use crate::clip::check_max_norm;
 use crate::data::{BatchOrder, DataSource, Prepared, Split, SplitTargets, Task};
 use crate::error::{NnError, NnResult};
 use crate::grad::Grad;
@@ -14,6 +14,7 @@ use crate::model::{Model, ModelSpec};
 use crate::optim::{Optimizer, OptimizerConfig};
 use crate::rng::dropout_rng;
 use crate::schedule::Schedule;
+use crate::update;
 use crate::verify::{StepCheck, StepVerification, Verifier};
 use serde::{Deserialize, Serialize};
 use tapegrad_tensor::{Scalar, Tensor};
@@ -220,13 +221,7 @@ impl<S: Scalar> Trainer<S> {
             .backend
             .train_step(&self.model, &batch, rng)
             .map_err(|e| anomaly_at(e, &format!("step {}", self.step + 1)))?;
-        if !out.loss.is_finite() {
-            return Err(NnError::Config(format!(
-                "the loss became {} at step {}; try a smaller learning rate (--lr) or gradient clipping",
-                out.loss,
-                self.step + 1
-            )));
-        }
+        update::check_loss(out.loss, self.step + 1, self.config.clip_norm)?;
         if let (Some(verifier), Some(rng)) = (&mut self.verify, verify_rng) {
             let check = StepCheck {
                 step: self.step + 1,
@@ -243,9 +238,8 @@ impl<S: Scalar> Trainer<S> {
         let grad_norm = match self.config.clip_norm {
             Some(max) => {
                 let mut grads = Grad::all_dense(out.grads)?;
-                let norm = clip_grad_norm(&mut grads, max)?;
-                self.optimizer.step(&mut self.model.params, &grads, lr)?;
-                Some(norm)
+                let params = &mut self.model.params;
+                update::clip_and_step(&mut self.optimizer, params, &mut grads, Some(max), lr)?
             }
             None => {
                 self.optimizer

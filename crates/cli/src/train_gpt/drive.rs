@@ -118,14 +118,8 @@ impl Progress {
     ) -> Result<(), CliError> {
         let step = run.train_step();
         if let Some(v) = run.take_verification() {
-            if let Some(log) = &mut self.log {
-                log.record_value(&v.to_json())?;
-            }
-            if args.verify_warn && self.root {
-                for failure in v.checks.iter().filter_map(|c| c.failure.as_ref()) {
-                    eprintln!("warning: {failure}");
-                }
-            }
+            let warn = args.verify_warn && self.root;
+            run_output::record_verification(self.log.as_mut(), &v, warn)?;
         }
         let rec = step?;
         self.tokens += rec.tokens;
@@ -192,14 +186,7 @@ impl Progress {
 
     /// Clears the bar and flushes the log; the seconds the steps took.
     fn finish(&mut self) -> Result<f64, CliError> {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
-        }
-        let seconds = self.started.elapsed().as_secs_f64();
-        if let Some(log) = &mut self.log {
-            log.flush()?;
-        }
-        Ok(seconds)
+        run_output::finish_steps(self.bar.as_ref(), self.log.as_mut(), self.started)
     }
 }
 

@@ -6,7 +6,7 @@
 //! needs only `t`.
 
 use crate::backend::Backend;
-use crate::clip::{check_max_norm, clip_grad_norm};
+use crate::clip::check_max_norm;
 use crate::data::text::{TextData, TextSource};
 use crate::data::{Batch, BatchTargets};
 use crate::error::{NnError, NnResult};
@@ -17,6 +17,7 @@ use crate::model::{Model, ModelSpec};
 use crate::optim::{Optimizer, OptimizerConfig};
 use crate::rng::dropout_rng;
 use crate::schedule::{Decay, Schedule};
+use crate::update;
 use crate::verify::{StepCheck, StepVerification, Verifier};
 use serde::{Deserialize, Serialize};
 use tapegrad_tensor::Scalar;
@@ -241,13 +242,7 @@ impl<S: Scalar> GptRun<S> {
             .backend
             .train_step(&self.model, &batch, rng)
             .map_err(|e| at_step(e, self.step + 1))?;
-        if !out.loss.is_finite() {
-            return Err(NnError::Config(format!(
-                "the loss became {} at step {}; try a smaller learning rate (--lr)",
-                out.loss,
-                self.step + 1
-            )));
-        }
+        update::check_loss(out.loss, self.step + 1, self.config.clip_norm)?;
         if let (Some(verifier), Some(rng)) = (&mut self.verify, verify_rng) {
             let check = StepCheck {
                 step: self.step + 1,
@@ -262,11 +257,8 @@ impl<S: Scalar> GptRun<S> {
         }
         let lr = self.current_lr();
         let mut grads = Grad::all_dense(out.grads)?;
-        let grad_norm = match self.config.clip_norm {
-            Some(max) => Some(clip_grad_norm(&mut grads, max)?),
-            None => None,
-        };
-        self.optimizer.step(&mut self.model.params, &grads, lr)?;
+        let (params, clip) = (&mut self.model.params, self.config.clip_norm);
+        let grad_norm = update::clip_and_step(&mut self.optimizer, params, &mut grads, clip, lr)?;
         self.step = self.step.saturating_add(1);
         Ok(GptStep {
             step: self.step,

@@ -4,12 +4,12 @@
 //! `crate::exchange`, which the GPT's run shares.
 
 use super::{StepRecord, Trainer};
-use crate::clip::clip_grad_norm;
 use crate::data::BatchTargets;
 use crate::error::{NnError, NnResult};
 use crate::exchange::{self, Exchange, Fingerprint, Fnv, Layout, Micro};
 use crate::metrics;
 use crate::rng::dropout_micro_rng;
+use crate::update;
 use tapegrad_tensor::Scalar;
 
 impl<S: Scalar> Trainer<S> {
@@ -42,19 +42,11 @@ impl<S: Scalar> Trainer<S> {
             meta: [_, loss, correct],
             flat,
         } = summed?;
-        if !loss.is_finite() {
-            return Err(NnError::Config(format!(
-                "the loss became {loss} at step {}; try a smaller learning rate (--lr) or gradient clipping",
-                self.step + 1
-            )));
-        }
+        update::check_loss(loss, self.step + 1, self.config.clip_norm)?;
         let mut grads = layout.grads(&flat)?;
         let lr = self.current_lr();
-        let grad_norm = match self.config.clip_norm {
-            Some(max) => Some(clip_grad_norm(&mut grads, max)?),
-            None => None,
-        };
-        self.optimizer.step(&mut self.model.params, &grads, lr)?;
+        let (params, clip) = (&mut self.model.params, self.config.clip_norm);
+        let grad_norm = update::clip_and_step(&mut self.optimizer, params, &mut grads, clip, lr)?;
         for (id, value) in layout.buffers(&flat)? {
             self.model.params.set(id, value)?;
         }

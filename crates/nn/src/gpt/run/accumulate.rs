@@ -4,11 +4,11 @@
 //! check) by the rule of `crate::exchange`, which the tabular trainer shares.
 
 use super::{at_step, GptRun, GptStep};
-use crate::clip::clip_grad_norm;
 use crate::data::{Batch, BatchTargets};
 use crate::error::{NnError, NnResult};
 use crate::exchange::{self, Exchange, Fingerprint, Fnv, Layout, Micro};
 use crate::rng::dropout_micro_rng;
+use crate::update;
 use std::ops::Range;
 use tapegrad_tensor::{Scalar, Tensor};
 
@@ -58,19 +58,11 @@ impl<S: Scalar> GptRun<S> {
             meta: [_, loss, _],
             flat,
         } = summed?;
-        if !loss.is_finite() {
-            return Err(NnError::Config(format!(
-                "the loss became {loss} at step {}; try a smaller learning rate (--lr)",
-                self.step + 1
-            )));
-        }
+        update::check_loss(loss, self.step + 1, self.config.clip_norm)?;
         let mut grads = layout.grads(&flat)?;
         let lr = self.current_lr();
-        let grad_norm = match self.config.clip_norm {
-            Some(max) => Some(clip_grad_norm(&mut grads, max)?),
-            None => None,
-        };
-        self.optimizer.step(&mut self.model.params, &grads, lr)?;
+        let (params, clip) = (&mut self.model.params, self.config.clip_norm);
+        let grad_norm = update::clip_and_step(&mut self.optimizer, params, &mut grads, clip, lr)?;
         self.step = self.step.saturating_add(1);
         Ok(GptStep {
             step: self.step,
