@@ -8,7 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 use tapegrad_core::graph::{distinct_bytes, CompiledGraph, Graph};
 use tapegrad_core::laws::{random_program, ProgramConfig};
-use tapegrad_core::ops::nn::MaxPool2d;
+use tapegrad_core::ops::nn::{LayerNorm, MaxPool2d};
 use tapegrad_core::ops::{Aux, ElementwiseOp, LossOp, Mask, Reduction, Saved};
 use tapegrad_core::tape::{CustomVjp, FindingKind};
 use tapegrad_core::{audit, Error, Op, Shape, Tape, Tensor};
@@ -401,4 +401,43 @@ fn a_saved_pass_counts_its_aux_data_and_what_more_keeps() {
         saved.kept_bytes_with(Some(&exp)),
         saved.kept_bytes() + 4 * 8
     );
+}
+
+/// A node of three arguments, applied or recorded (as lowering records), requires grad exactly
+/// when one of its arguments does: over constants alone it is a node the sweeps skip, and it
+/// keeps no auxiliary data for a backward that never comes.
+#[test]
+fn a_node_of_three_arguments_requires_grad_only_through_an_argument() {
+    let norm = Op::from(LayerNorm {
+        normalized_shape: vec![3],
+        eps: 1e-5,
+        weight: true,
+        bias: true,
+    });
+    let x = t(&[2, 3], &[1.0, 2.0, 4.0, -1.0, 0.5, 3.0]);
+    let (w, b) = (t(&[3], &[1.0, 2.0, 3.0]), t(&[3], &[0.5, 0.0, -0.5]));
+    for weight_requires_grad in [false, true] {
+        let mut tape = Tape::<f64>::new();
+        let ids = [
+            tape.leaf(x.clone(), false),
+            tape.leaf(w.clone(), weight_requires_grad),
+            tape.leaf(b.clone(), false),
+        ];
+        let applied = tape.apply(norm.clone(), &ids).unwrap();
+        let forward = norm.forward(&[&x, &w, &b]).unwrap();
+        let recorded = tape.record(norm.clone(), &ids, forward).unwrap();
+        for id in [applied, recorded] {
+            assert_eq!(
+                tape.nodes()[id].requires_grad,
+                weight_requires_grad,
+                "node {id}"
+            );
+        }
+        assert_eq!(
+            tape.node_saved_bytes(applied) > 0,
+            weight_requires_grad,
+            "{}",
+            tape.node_saved_bytes(applied)
+        );
+    }
 }
