@@ -8,6 +8,10 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use std::sync::Arc;
+use tapegrad_core::ops::elementwise::{
+    Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
+    Sqrt, Sub, Where,
+};
 use tapegrad_core::ops::nn::{
     AdaptiveAvgPool2d, AvgPool2d, Conv1d, Conv2d, Dropout, Embedding, Gather, GroupNorm,
     IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NamedPadding, NnOp, PaddingMode,
@@ -265,13 +269,13 @@ impl<S: Scalar> Run<S> {
             K::Leaf(leaf) => self.leaf(leaf),
             K::Unary(which, x) => {
                 let ops = [
-                    el(ElementwiseOp::Neg),
-                    el(ElementwiseOp::Abs),
-                    el(ElementwiseOp::Sqrt),
-                    el(ElementwiseOp::Exp),
-                    el(ElementwiseOp::Log),
-                    el(ElementwiseOp::Sin),
-                    el(ElementwiseOp::Cos),
+                    el(ElementwiseOp::Neg(Neg)),
+                    el(ElementwiseOp::Abs(Abs)),
+                    el(ElementwiseOp::Sqrt(Sqrt)),
+                    el(ElementwiseOp::Exp(Exp)),
+                    el(ElementwiseOp::Log(Log)),
+                    el(ElementwiseOp::Sin(Sin)),
+                    el(ElementwiseOp::Cos(Cos)),
                     Op::Activation(ActivationOp::Relu),
                     Op::Activation(ActivationOp::Sigmoid),
                     Op::Activation(ActivationOp::Tanh),
@@ -282,25 +286,31 @@ impl<S: Scalar> Run<S> {
             }
             K::Binary(which, a, b) => {
                 let ops = [
-                    el(ElementwiseOp::Add),
-                    el(ElementwiseOp::Sub),
-                    el(ElementwiseOp::Mul),
-                    el(ElementwiseOp::Div),
-                    el(ElementwiseOp::Maximum),
-                    el(ElementwiseOp::Minimum),
+                    el(ElementwiseOp::Add(Add)),
+                    el(ElementwiseOp::Sub(Sub)),
+                    el(ElementwiseOp::Mul(Mul)),
+                    el(ElementwiseOp::Div(Div)),
+                    el(ElementwiseOp::Maximum(Maximum)),
+                    el(ElementwiseOp::Minimum(Minimum)),
                     Op::Linalg(LinalgOp::Matmul),
                 ];
                 let op = ops[usize::from(*which) % ops.len()].clone();
                 self.apply(op, &[*a, *b]);
             }
-            K::Scale(x, v) => self.apply(el(ElementwiseOp::Scale { factor: v.get() }), &[*x]),
-            K::SafeLog(x, v) => self.apply(el(ElementwiseOp::SafeLog { eps: v.get() }), &[*x]),
-            K::Pow(x, v) => self.apply(el(ElementwiseOp::Pow { exponent: v.get() }), &[*x]),
+            K::Scale(x, v) => {
+                self.apply(el(ElementwiseOp::Scale(Scale { factor: v.get() })), &[*x])
+            }
+            K::SafeLog(x, v) => {
+                self.apply(el(ElementwiseOp::SafeLog(SafeLog { eps: v.get() })), &[*x])
+            }
+            K::Pow(x, v) => {
+                self.apply(el(ElementwiseOp::Pow(Pow { exponent: v.get() })), &[*x])
+            }
             K::Clamp(x, lo, hi) => self.apply(
-                el(ElementwiseOp::Clamp {
+                el(ElementwiseOp::Clamp(Clamp {
                     min: lo.map(Val::get),
                     max: hi.map(Val::get),
-                }),
+                })),
                 &[*x],
             ),
             K::Where(m, t, a, b) => {
@@ -308,11 +318,11 @@ impl<S: Scalar> Run<S> {
                 let Ok(mask) = self.s.gt(m, t.get()) else {
                     return;
                 };
-                self.apply(el(ElementwiseOp::Where { mask }), &[*a, *b]);
+                self.apply(el(ElementwiseOp::Where(Where { mask })), &[*a, *b]);
             }
             K::WhereRaw(mask, a, b) => {
                 if let Some(mask) = mask.get() {
-                    self.apply(el(ElementwiseOp::Where { mask }), &[*a, *b]);
+                    self.apply(el(ElementwiseOp::Where(Where { mask })), &[*a, *b]);
                 }
             }
             K::LeakyRelu(x, v) => self.apply(

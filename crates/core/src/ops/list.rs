@@ -22,11 +22,39 @@ macro_rules! variant_pattern {
     };
 }
 
+/// For a family whose ops are structs (`Family(FamilyEnum in module)`): each struct's kind, and
+/// `From` into its family enum and into `Op`. Nothing for a family without structs.
+macro_rules! op_structs {
+    ($family:ident($ty:ident) [] $($kind:ident)*) => {};
+    ($family:ident($ty:ident) [$module:ident] $($kind:ident)*) => {
+        $(
+            impl HasKind for super::$module::$kind {
+                #[inline]
+                fn kind(&self) -> OpKind {
+                    OpKind::$kind
+                }
+            }
+
+            impl From<super::$module::$kind> for $ty {
+                fn from(op: super::$module::$kind) -> $ty {
+                    $ty::$kind(op)
+                }
+            }
+
+            impl From<super::$module::$kind> for super::Op {
+                fn from(op: super::$module::$kind) -> super::Op {
+                    super::Op::$family($ty::$kind(op))
+                }
+            }
+        )*
+    };
+}
+
 macro_rules! op_list {
     (
         core {
             $(
-                $family:ident($ty:ident) {
+                $family:ident($ty:ident $(in $module:ident)?) {
                     $( $kind:ident $(= $variant:ident { $($fields:tt)* })? => $label:literal, )*
                 }
             )*
@@ -96,6 +124,8 @@ macro_rules! op_list {
             }
         )*
 
+        $( op_structs!($family($ty) [$($module)?] $($kind)*); )*
+
         impl HasKind for NnOp {
             #[inline]
             fn kind(&self) -> OpKind {
@@ -126,11 +156,13 @@ macro_rules! op_list {
     };
 }
 
-// One line per op: `Kind => "pytorch_name"`, in its family (`Family(FamilyEnum)`), the kind named
-// as the family enum's variant (or `Kind = Variant { pattern }` where one variant holds two kinds).
+// One line per op: `Kind => "pytorch_name"`, in its family (`Family(FamilyEnum)`, or
+// `Family(FamilyEnum in module)` where each op is a struct of `ops/module/` held by the variant of
+// its name), the kind named as the family enum's variant (or `Kind = Variant { pattern }` where one
+// variant holds two kinds).
 op_list! {
     core {
-        Elementwise(ElementwiseOp) {
+        Elementwise(ElementwiseOp in elementwise) {
             Add => "add",
             Sub => "sub",
             Mul => "mul",

@@ -3,6 +3,10 @@
 //! name. `reset` starts the next step; handles from an earlier step are rejected.
 
 use super::Tape;
+use crate::ops::elementwise::{
+    Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
+    Sqrt, Sub, Where,
+};
 use crate::ops::{
     class_labels, ActivationOp, ClassLabel, ClassLossOptions, ElementwiseOp, GeluApproximate,
     LinalgOp, LossOp, Mask, Op, ReduceOp, Reduction, StructureOp,
@@ -320,19 +324,19 @@ macro_rules! binary_methods {
 
 unary_methods! {
     /// `-x`.
-    neg => Op::Elementwise(ElementwiseOp::Neg);
+    neg => Op::Elementwise(ElementwiseOp::Neg(Neg));
     /// `|x|` (gradient 0 at 0).
-    abs => Op::Elementwise(ElementwiseOp::Abs);
+    abs => Op::Elementwise(ElementwiseOp::Abs(Abs));
     /// `sqrt(x)`.
-    sqrt => Op::Elementwise(ElementwiseOp::Sqrt);
+    sqrt => Op::Elementwise(ElementwiseOp::Sqrt(Sqrt));
     /// `exp(x)`.
-    exp => Op::Elementwise(ElementwiseOp::Exp);
+    exp => Op::Elementwise(ElementwiseOp::Exp(Exp));
     /// `ln(x)`.
-    log => Op::Elementwise(ElementwiseOp::Log);
+    log => Op::Elementwise(ElementwiseOp::Log(Log));
     /// `sin(x)`.
-    sin => Op::Elementwise(ElementwiseOp::Sin);
+    sin => Op::Elementwise(ElementwiseOp::Sin(Sin));
     /// `cos(x)`.
-    cos => Op::Elementwise(ElementwiseOp::Cos);
+    cos => Op::Elementwise(ElementwiseOp::Cos(Cos));
     /// `max(x, 0)`.
     relu => Op::Activation(ActivationOp::Relu);
     /// Logistic sigmoid.
@@ -349,17 +353,17 @@ unary_methods! {
 
 binary_methods! {
     /// `a + b` with broadcasting.
-    add => Op::Elementwise(ElementwiseOp::Add);
+    add => Op::Elementwise(ElementwiseOp::Add(Add));
     /// `a - b` with broadcasting.
-    sub => Op::Elementwise(ElementwiseOp::Sub);
+    sub => Op::Elementwise(ElementwiseOp::Sub(Sub));
     /// `a * b` with broadcasting.
-    mul => Op::Elementwise(ElementwiseOp::Mul);
+    mul => Op::Elementwise(ElementwiseOp::Mul(Mul));
     /// `a / b` with broadcasting.
-    div => Op::Elementwise(ElementwiseOp::Div);
+    div => Op::Elementwise(ElementwiseOp::Div(Div));
     /// Elementwise maximum (ties split the gradient).
-    maximum => Op::Elementwise(ElementwiseOp::Maximum);
+    maximum => Op::Elementwise(ElementwiseOp::Maximum(Maximum));
     /// Elementwise minimum (ties split the gradient).
-    minimum => Op::Elementwise(ElementwiseOp::Minimum);
+    minimum => Op::Elementwise(ElementwiseOp::Minimum(Minimum));
     /// `a @ b` (torch.matmul).
     matmul => Op::Linalg(LinalgOp::Matmul);
     /// Mean squared error (mean reduction).
@@ -371,27 +375,39 @@ binary_methods! {
 impl<S: Scalar> Session<S> {
     /// `x * factor`.
     pub fn scale(&mut self, x: Var, factor: f64) -> Result<Var> {
-        self.apply(Op::Elementwise(ElementwiseOp::Scale { factor }), &[x])
+        self.apply(
+            Op::Elementwise(ElementwiseOp::Scale(Scale { factor })),
+            &[x],
+        )
     }
 
     /// `log(max(x, eps))`.
     pub fn safe_log(&mut self, x: Var, eps: f64) -> Result<Var> {
-        self.apply(Op::Elementwise(ElementwiseOp::SafeLog { eps }), &[x])
+        self.apply(
+            Op::Elementwise(ElementwiseOp::SafeLog(SafeLog { eps })),
+            &[x],
+        )
     }
 
     /// `x ^ exponent`.
     pub fn pow(&mut self, x: Var, exponent: f64) -> Result<Var> {
-        self.apply(Op::Elementwise(ElementwiseOp::Pow { exponent }), &[x])
+        self.apply(Op::Elementwise(ElementwiseOp::Pow(Pow { exponent })), &[x])
     }
 
     /// Clamps into `[min, max]`.
     pub fn clamp(&mut self, x: Var, min: Option<f64>, max: Option<f64>) -> Result<Var> {
-        self.apply(Op::Elementwise(ElementwiseOp::Clamp { min, max }), &[x])
+        self.apply(
+            Op::Elementwise(ElementwiseOp::Clamp(Clamp { min, max })),
+            &[x],
+        )
     }
 
     /// `mask ? a : b`.
     pub fn where_(&mut self, mask: Mask, a: Var, b: Var) -> Result<Var> {
-        self.apply(Op::Elementwise(ElementwiseOp::Where { mask }), &[a, b])
+        self.apply(
+            Op::Elementwise(ElementwiseOp::Where(Where { mask })),
+            &[a, b],
+        )
     }
 
     /// Leaky ReLU.

@@ -6,6 +6,7 @@
 use crate::ops_nn_support::{random, rng, uniform};
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::laws::{Program, ProgramNode};
+use tapegrad_core::ops::elementwise::{Add, Mul};
 use tapegrad_core::ops::nn::{
     BatchNorm, Conv2d, Dropout, Embedding, IndexTensor, LayerNorm, MaxPool2d,
     ScaledDotProductAttention,
@@ -50,7 +51,7 @@ fn cnn(r: &mut ChaCha8Rng) -> Program {
     let nodes = vec![
         node(conv, &[0, 1, 2]),                         // 6: (2, 3, 3, 3)
         node(Op::Activation(ActivationOp::Silu), &[6]), // 7
-        node(el(ElementwiseOp::Mul), &[7, 6]),          // 8: fan-out of 6
+        node(el(ElementwiseOp::Mul(Mul)), &[7, 6]),     // 8: fan-out of 6
         node(pool, &[8]),                               // 9: (2, 3, 2, 2)
         node(BatchNorm::new(true), &[9, 3, 4]),         // 10
         node(
@@ -118,7 +119,7 @@ fn transformer(r: &mut ChaCha8Rng) -> Program {
             }),
             &[13],
         ), // 14
-        node(el(ElementwiseOp::Add), &[14, 6]), // 15: residual, fan-out of 6
+        node(el(ElementwiseOp::Add(Add)), &[14, 6]), // 15: residual, fan-out of 6
         node(
             Dropout {
                 p: 0.2,
@@ -127,7 +128,7 @@ fn transformer(r: &mut ChaCha8Rng) -> Program {
             },
             &[15],
         ), // 16
-        node(el(ElementwiseOp::Mul), &[16, 16]), // 17
+        node(el(ElementwiseOp::Mul(Mul)), &[16, 16]), // 17
         node(
             Op::Reduce(ReduceOp::Mean {
                 axes: None,

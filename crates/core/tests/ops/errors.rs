@@ -14,6 +14,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use tapegrad_core::laws::registry::{draft_any, variants};
 use tapegrad_core::laws::{NnKind, OpKind};
+use tapegrad_core::ops::elementwise::{
+    Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
+    Sqrt, Sub, Where,
+};
 use tapegrad_core::ops::nn::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm, Conv1d, Conv2d, Dropout, Embedding, Gather, GroupNorm,
     IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NamedPadding, PaddingMode,
@@ -122,34 +126,34 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
     use OpKind as K;
     let ew = Op::Elementwise;
     match kind {
-        K::Add => ew(E::Add),
-        K::Sub => ew(E::Sub),
-        K::Mul => ew(E::Mul),
-        K::Div => ew(E::Div),
-        K::Neg => ew(E::Neg),
-        K::Scale => ew(E::Scale { factor: value(rng) }),
-        K::Abs => ew(E::Abs),
-        K::Sqrt => ew(E::Sqrt),
-        K::Exp => ew(E::Exp),
-        K::Log => ew(E::Log),
-        K::SafeLog => ew(E::SafeLog { eps: value(rng) }),
-        K::Sin => ew(E::Sin),
-        K::Cos => ew(E::Cos),
-        K::Pow => ew(E::Pow {
+        K::Add => ew(E::Add(Add)),
+        K::Sub => ew(E::Sub(Sub)),
+        K::Mul => ew(E::Mul(Mul)),
+        K::Div => ew(E::Div(Div)),
+        K::Neg => ew(E::Neg(Neg)),
+        K::Scale => ew(E::Scale(Scale { factor: value(rng) })),
+        K::Abs => ew(E::Abs(Abs)),
+        K::Sqrt => ew(E::Sqrt(Sqrt)),
+        K::Exp => ew(E::Exp(Exp)),
+        K::Log => ew(E::Log(Log)),
+        K::SafeLog => ew(E::SafeLog(SafeLog { eps: value(rng) })),
+        K::Sin => ew(E::Sin(Sin)),
+        K::Cos => ew(E::Cos(Cos)),
+        K::Pow => ew(E::Pow(Pow {
             exponent: value(rng),
-        }),
-        K::Clamp => ew(E::Clamp {
+        })),
+        K::Clamp => ew(E::Clamp(Clamp {
             min: rng.random_bool(0.7).then(|| value(rng)),
             max: rng.random_bool(0.7).then(|| value(rng)),
-        }),
-        K::Maximum => ew(E::Maximum),
-        K::Minimum => ew(E::Minimum),
+        })),
+        K::Maximum => ew(E::Maximum(Maximum)),
+        K::Minimum => ew(E::Minimum(Minimum)),
         K::Where => {
             let shape = small_shape(rng);
             let bits = (0..shape.numel()).map(|_| rng.random_bool(0.5)).collect();
-            ew(E::Where {
+            ew(E::Where(Where {
                 mask: Mask::new(shape.dims(), bits).unwrap(),
-            })
+            }))
         }
         K::Relu => Op::Activation(ActivationOp::Relu),
         K::LeakyRelu => Op::Activation(ActivationOp::LeakyRelu {
@@ -586,28 +590,32 @@ fn named_cases() -> Vec<NamedCase> {
     let ew = Op::Elementwise;
     vec![
         (
-            ew(ElementwiseOp::Add),
+            ew(ElementwiseOp::Add(Add)),
             vec![t(&[2, 3]), t(&[4])],
             vec!["add", "[2, 3]", "[4]"],
         ),
-        (ew(ElementwiseOp::Add), vec![t(&[2])], vec!["add", "2", "1"]),
         (
-            ew(ElementwiseOp::Mul),
+            ew(ElementwiseOp::Add(Add)),
+            vec![t(&[2])],
+            vec!["add", "2", "1"],
+        ),
+        (
+            ew(ElementwiseOp::Mul(Mul)),
             vec![t(&[3]), t(&[2, 2])],
             vec!["mul", "[3]", "[2, 2]"],
         ),
         (
-            ew(ElementwiseOp::Clamp {
+            ew(ElementwiseOp::Clamp(Clamp {
                 min: Some(1.0),
                 max: Some(0.0),
-            }),
+            })),
             vec![t(&[2])],
             vec!["clamp", "1", "0"],
         ),
         (
-            ew(ElementwiseOp::Where {
+            ew(ElementwiseOp::Where(Where {
                 mask: Mask::new(&[3], vec![true; 3]).unwrap(),
-            }),
+            })),
             vec![t(&[2]), t(&[2])],
             vec!["where", "[3]", "[2]"],
         ),
@@ -803,7 +811,7 @@ fn tape_apply_with_a_bad_id_names_the_op_and_the_id() {
     let mut tape = Tape::<f64>::new();
     let x = tape.leaf(t(&[2]), true);
     let msg = tape
-        .apply(Op::Elementwise(ElementwiseOp::Add), &[x, 5])
+        .apply(Op::Elementwise(ElementwiseOp::Add(Add)), &[x, 5])
         .unwrap_err()
         .to_string();
     assert!(

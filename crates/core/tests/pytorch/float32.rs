@@ -23,6 +23,7 @@ use crate::ops_nn_support::vjp_with_needs;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tapegrad_core::ops::elementwise::{Cos, Exp, Log, Pow, Sin, Sqrt};
 use tapegrad_core::ops::nn::{
     BatchNorm, Conv2d, GroupNorm, LayerNorm, PaddingMode, ScaledDotProductAttention,
 };
@@ -123,14 +124,14 @@ fn pointwise(op: &Value) -> Op {
             beta: float(op, "beta"),
             threshold: float(op, "threshold"),
         }),
-        "exp" => elt(ElementwiseOp::Exp),
-        "log" => elt(ElementwiseOp::Log),
-        "sqrt" => elt(ElementwiseOp::Sqrt),
-        "pow" => elt(ElementwiseOp::Pow {
+        "exp" => elt(ElementwiseOp::Exp(Exp)),
+        "log" => elt(ElementwiseOp::Log(Log)),
+        "sqrt" => elt(ElementwiseOp::Sqrt(Sqrt)),
+        "pow" => elt(ElementwiseOp::Pow(Pow {
             exponent: float(op, "exponent"),
-        }),
-        "sin" => elt(ElementwiseOp::Sin),
-        "cos" => elt(ElementwiseOp::Cos),
+        })),
+        "sin" => elt(ElementwiseOp::Sin(Sin)),
+        "cos" => elt(ElementwiseOp::Cos(Cos)),
         other => panic!("unknown kind {other}"),
     }
 }

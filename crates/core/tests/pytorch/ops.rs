@@ -16,6 +16,7 @@ use crate::ops_nn_support::{fwd, vjp_with_needs};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tapegrad_core::ops::elementwise::{Maximum, Minimum};
 use tapegrad_core::ops::nn::{BatchNorm, GroupNorm, LayerNorm, ScaledDotProductAttention};
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LossOp, Mask, ReduceOp, Reduction,
@@ -222,8 +223,8 @@ fn op_of(case: &Value) -> Op {
             keepdim: flag(case, "keepdim"),
         }),
         _ => Op::Elementwise(match case["kind"].as_str().unwrap() {
-            "maximum" => ElementwiseOp::Maximum,
-            _ => ElementwiseOp::Minimum,
+            "maximum" => ElementwiseOp::Maximum(Maximum),
+            _ => ElementwiseOp::Minimum(Minimum),
         }),
     }
 }

@@ -16,6 +16,10 @@ use std::sync::Arc;
 use tapegrad_core::laws::{
     random_program as laws_random_program, Program, ProgramConfig, ProgramNode,
 };
+use tapegrad_core::ops::elementwise::{
+    Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
+    Sqrt, Sub, Where,
+};
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, Op, ReduceOp, Reduction,
     StructureOp,
@@ -85,8 +89,14 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
         0 => {
             let a = pick(rng, v, any)?;
             let b = pick(rng, v, |t| broadcasts(v[a].shape(), t.shape()))?;
-            let op =
-                [E::Add, E::Sub, E::Mul, E::Maximum, E::Minimum][rng.random_range(0..5)].clone();
+            let op = [
+                E::Add(Add),
+                E::Sub(Sub),
+                E::Mul(Mul),
+                E::Maximum(Maximum),
+                E::Minimum(Minimum),
+            ][rng.random_range(0..5)]
+            .clone();
             (ew(op), vec![a, b])
         }
         1 => {
@@ -94,7 +104,7 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             let b = pick(rng, v, |t| {
                 broadcasts(v[a].shape(), t.shape()) && all(t, |x| x.abs() > 0.2)
             })?;
-            (ew(E::Div), vec![a, b])
+            (ew(E::Div(Div)), vec![a, b])
         }
         2 => {
             let a = pick(rng, v, any)?;
@@ -106,27 +116,27 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             };
             let data = (0..base.numel()).map(|_| rng.random_bool(0.5)).collect();
             let mask = Mask::new(base.dims(), data).unwrap();
-            (ew(E::Where { mask }), vec![a, b])
+            (ew(E::Where(Where { mask })), vec![a, b])
         }
         3 => {
             let a = pick(rng, v, any)?;
             let lo = rng.random_range(-1.0..0.0);
             let op = match rng.random_range(0..17) {
-                0 => ew(E::Neg),
-                1 => ew(E::Scale {
+                0 => ew(E::Neg(Neg)),
+                1 => ew(E::Scale(Scale {
                     factor: rng.random_range(-2.0..2.0),
-                }),
-                2 => ew(E::Abs),
-                3 => ew(E::Sin),
-                4 => ew(E::Cos),
-                5 => ew(E::Clamp {
+                })),
+                2 => ew(E::Abs(Abs)),
+                3 => ew(E::Sin(Sin)),
+                4 => ew(E::Cos(Cos)),
+                5 => ew(E::Clamp(Clamp {
                     min: Some(lo),
                     max: Some(lo + rng.random_range(0.1..1.5)),
-                }),
-                6 => ew(E::SafeLog { eps: 1e-3 }),
-                7 => ew(E::Pow {
+                })),
+                6 => ew(E::SafeLog(SafeLog { eps: 1e-3 })),
+                7 => ew(E::Pow(Pow {
                     exponent: [2.0, 3.0][rng.random_range(0..2)],
-                }),
+                })),
                 8 => Op::Activation(ActivationOp::Relu),
                 9 => Op::Activation(ActivationOp::LeakyRelu {
                     negative_slope: 0.1,
@@ -144,30 +154,30 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
                     threshold: 20.0,
                 }),
                 15 => Op::Activation(ActivationOp::Silu),
-                _ => ew(E::Clamp {
+                _ => ew(E::Clamp(Clamp {
                     min: None,
                     max: Some(lo),
-                }),
+                })),
             };
             (op, vec![a])
         }
         4 => {
             let a = pick(rng, v, |t| all(t, |x| x > 0.05))?;
             let op = [
-                E::Sqrt,
-                E::Log,
-                E::Pow { exponent: 0.5 },
-                E::Pow { exponent: 1.5 },
+                E::Sqrt(Sqrt),
+                E::Log(Log),
+                E::Pow(Pow { exponent: 0.5 }),
+                E::Pow(Pow { exponent: 1.5 }),
             ][rng.random_range(0..4)]
             .clone();
             (ew(op), vec![a])
         }
         5 => (
-            ew(E::Exp),
+            ew(E::Exp(Exp)),
             vec![pick(rng, v, |t| all(t, |x| x.abs() < 3.0))?],
         ),
         6 => (
-            ew(E::Pow { exponent: -1.0 }),
+            ew(E::Pow(Pow { exponent: -1.0 })),
             vec![pick(rng, v, |t| all(t, |x| x.abs() > 0.2))?],
         ),
         7 => {

@@ -38,6 +38,10 @@ pub struct OpCase {
     pub inputs: Vec<Tensor<f64>>,
 }
 
+use crate::ops::elementwise::{
+    Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
+    Sqrt, Sub, Where,
+};
 use ActivationOp as A;
 use ElementwiseOp as E;
 use LinalgOp as L;
@@ -383,9 +387,9 @@ fn generate<R: Rng + ?Sized>(
     Some(match kind {
         K::Add | K::Sub | K::Mul => {
             let op = match kind {
-                K::Add => E::Add,
-                K::Sub => E::Sub,
-                _ => E::Mul,
+                K::Add => E::Add(Add),
+                K::Sub => E::Sub(Sub),
+                _ => E::Mul(Mul),
             };
             let y = binary(variant, x, rng);
             (
@@ -396,15 +400,15 @@ fn generate<R: Rng + ?Sized>(
         K::Div => {
             let y = binary(variant, x, rng);
             (
-                ew(E::Div),
+                ew(E::Div(Div)),
                 vec![uniform(x, rng, -2.0, 2.0), signed(&y, rng, 0.5, 2.0)],
             )
         }
         K::Maximum | K::Minimum => {
             let op = if kind == K::Maximum {
-                E::Maximum
+                E::Maximum(Maximum)
             } else {
-                E::Minimum
+                E::Minimum(Minimum)
             };
             let y = binary(variant, x, rng);
             let odd = rng.random_bool(0.5);
@@ -421,28 +425,31 @@ fn generate<R: Rng + ?Sized>(
             let bits = (0..m.numel()).map(|_| rng.random_bool(0.5)).collect();
             let mask = Mask::new(m.dims(), bits).ok()?;
             (
-                ew(E::Where { mask }),
+                ew(E::Where(Where { mask })),
                 vec![uniform(x, rng, -2.0, 2.0), uniform(&y, rng, -2.0, 2.0)],
             )
         }
-        K::Neg => (ew(E::Neg), vec![uniform(x, rng, -2.0, 2.0)]),
+        K::Neg => (ew(E::Neg(Neg)), vec![uniform(x, rng, -2.0, 2.0)]),
         K::Scale => {
             let factor = [2.5, -0.5, 0.0][variant];
-            (ew(E::Scale { factor }), vec![uniform(x, rng, -2.0, 2.0)])
+            (
+                ew(E::Scale(Scale { factor })),
+                vec![uniform(x, rng, -2.0, 2.0)],
+            )
         }
-        K::Abs => (ew(E::Abs), vec![signed(x, rng, 0.1, 2.0)]),
-        K::Sqrt => (ew(E::Sqrt), vec![uniform(x, rng, 0.2, 3.0)]),
-        K::Exp => (ew(E::Exp), vec![uniform(x, rng, -2.0, 2.0)]),
-        K::Log => (ew(E::Log), vec![uniform(x, rng, 0.2, 3.0)]),
+        K::Abs => (ew(E::Abs(Abs)), vec![signed(x, rng, 0.1, 2.0)]),
+        K::Sqrt => (ew(E::Sqrt(Sqrt)), vec![uniform(x, rng, 0.2, 3.0)]),
+        K::Exp => (ew(E::Exp(Exp)), vec![uniform(x, rng, -2.0, 2.0)]),
+        K::Log => (ew(E::Log(Log)), vec![uniform(x, rng, 0.2, 3.0)]),
         K::SafeLog => {
             let (eps, lo) = [(1e-3, 0.2), (0.5, -1.0)][variant];
             (
-                ew(E::SafeLog { eps }),
+                ew(E::SafeLog(SafeLog { eps })),
                 vec![away_from(x, rng, lo, 3.0, &[eps])],
             )
         }
-        K::Sin => (ew(E::Sin), vec![uniform(x, rng, -3.0, 3.0)]),
-        K::Cos => (ew(E::Cos), vec![uniform(x, rng, -3.0, 3.0)]),
+        K::Sin => (ew(E::Sin(Sin)), vec![uniform(x, rng, -3.0, 3.0)]),
+        K::Cos => (ew(E::Cos(Cos)), vec![uniform(x, rng, -3.0, 3.0)]),
         K::Pow => {
             let exponent = [2.0, 3.0, 0.5, -1.5, 0.0][variant];
             let base = if variant == 1 {
@@ -450,7 +457,7 @@ fn generate<R: Rng + ?Sized>(
             } else {
                 uniform(x, rng, 0.2, 2.0)
             };
-            (ew(E::Pow { exponent }), vec![base])
+            (ew(E::Pow(Pow { exponent })), vec![base])
         }
         K::Clamp => {
             let (min, max) = [
@@ -460,7 +467,7 @@ fn generate<R: Rng + ?Sized>(
             ][variant];
             let kinks: Vec<f64> = min.into_iter().chain(max).collect();
             (
-                ew(E::Clamp { min, max }),
+                ew(E::Clamp(Clamp { min, max })),
                 vec![away_from(x, rng, -2.0, 2.0, &kinks)],
             )
         }
@@ -878,14 +885,14 @@ pub fn is_generic(op: &Op, inputs: &[&Tensor<f64>]) -> bool {
         (K::Div, _) => all(inputs[1], &|v| v.abs() > DOMAIN_MARGIN),
         (K::Abs | K::Relu | K::LeakyRelu, _) => away(inputs[0], 0.0),
         (K::Sqrt | K::Log, _) => positive(inputs[0]),
-        (K::SafeLog, Op::Elementwise(E::SafeLog { eps })) => {
+        (K::SafeLog, Op::Elementwise(E::SafeLog(SafeLog { eps }))) => {
             away(inputs[0], *eps) && all(inputs[0], &|v| v <= *eps || v > DOMAIN_MARGIN)
         }
-        (K::Pow, Op::Elementwise(E::Pow { exponent })) => {
+        (K::Pow, Op::Elementwise(E::Pow(Pow { exponent }))) => {
             let whole = exponent.fract() == 0.0 && *exponent >= 0.0;
             whole || positive(inputs[0])
         }
-        (K::Clamp, Op::Elementwise(E::Clamp { min, max })) => {
+        (K::Clamp, Op::Elementwise(E::Clamp(Clamp { min, max }))) => {
             min.is_none_or(|m| away(inputs[0], m)) && max.is_none_or(|m| away(inputs[0], m))
         }
         (K::Softplus, Op::Activation(A::Softplus { beta, threshold })) => {
