@@ -8,6 +8,7 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use std::sync::Arc;
+use tapegrad_core::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
 use tapegrad_core::ops::elementwise::{
     Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
     Sqrt, Sub, Where,
@@ -276,10 +277,10 @@ impl<S: Scalar> Run<S> {
                     el(ElementwiseOp::Log(Log)),
                     el(ElementwiseOp::Sin(Sin)),
                     el(ElementwiseOp::Cos(Cos)),
-                    Op::Activation(ActivationOp::Relu),
-                    Op::Activation(ActivationOp::Sigmoid),
-                    Op::Activation(ActivationOp::Tanh),
-                    Op::Activation(ActivationOp::Silu),
+                    Op::Activation(ActivationOp::Relu(Relu)),
+                    Op::Activation(ActivationOp::Sigmoid(Sigmoid)),
+                    Op::Activation(ActivationOp::Tanh(Tanh)),
+                    Op::Activation(ActivationOp::Silu(Silu)),
                 ];
                 let op = ops[usize::from(*which) % ops.len()].clone();
                 self.apply(op, &[*x]);
@@ -326,9 +327,9 @@ impl<S: Scalar> Run<S> {
                 }
             }
             K::LeakyRelu(x, v) => self.apply(
-                Op::Activation(ActivationOp::LeakyRelu {
+                Op::Activation(ActivationOp::LeakyRelu(LeakyRelu {
                     negative_slope: v.get(),
-                }),
+                })),
                 &[*x],
             ),
             K::Gelu(x, tanh) => {
@@ -337,13 +338,13 @@ impl<S: Scalar> Run<S> {
                 } else {
                     GeluApproximate::None
                 };
-                self.apply(Op::Activation(ActivationOp::Gelu { approximate }), &[*x]);
+                self.apply(Op::Activation(ActivationOp::Gelu(Gelu { approximate })), &[*x]);
             }
             K::Softplus(x, beta, threshold) => self.apply(
-                Op::Activation(ActivationOp::Softplus {
+                Op::Activation(ActivationOp::Softplus(Softplus {
                     beta: beta.get(),
                     threshold: threshold.get(),
-                }),
+                })),
                 &[*x],
             ),
             K::Reduce(which, x, axes, keepdim) => {

@@ -182,7 +182,7 @@ op_list! {
             Minimum => "minimum",
             Where => "where",
         }
-        Activation(ActivationOp) {
+        Activation(ActivationOp in activation) {
             Relu => "relu",
             LeakyRelu => "leaky_relu",
             Sigmoid => "sigmoid",

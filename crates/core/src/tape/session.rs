@@ -3,6 +3,7 @@
 //! name. `reset` starts the next step; handles from an earlier step are rejected.
 
 use super::Tape;
+use crate::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
 use crate::ops::elementwise::{
     Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
     Sqrt, Sub, Where,
@@ -338,13 +339,13 @@ unary_methods! {
     /// `cos(x)`.
     cos => Op::Elementwise(ElementwiseOp::Cos(Cos));
     /// `max(x, 0)`.
-    relu => Op::Activation(ActivationOp::Relu);
+    relu => Op::Activation(ActivationOp::Relu(Relu));
     /// Logistic sigmoid.
-    sigmoid => Op::Activation(ActivationOp::Sigmoid);
+    sigmoid => Op::Activation(ActivationOp::Sigmoid(Sigmoid));
     /// Hyperbolic tangent.
-    tanh => Op::Activation(ActivationOp::Tanh);
+    tanh => Op::Activation(ActivationOp::Tanh(Tanh));
     /// `x * sigmoid(x)`.
-    silu => Op::Activation(ActivationOp::Silu);
+    silu => Op::Activation(ActivationOp::Silu(Silu));
     /// Sum of all elements (a scalar).
     sum => Op::Reduce(ReduceOp::Sum { axes: None, keepdim: false });
     /// Mean of all elements (a scalar).
@@ -413,7 +414,7 @@ impl<S: Scalar> Session<S> {
     /// Leaky ReLU.
     pub fn leaky_relu(&mut self, x: Var, negative_slope: f64) -> Result<Var> {
         self.apply(
-            Op::Activation(ActivationOp::LeakyRelu { negative_slope }),
+            Op::Activation(ActivationOp::LeakyRelu(LeakyRelu { negative_slope })),
             &[x],
         )
     }
@@ -425,13 +426,16 @@ impl<S: Scalar> Session<S> {
         } else {
             GeluApproximate::None
         };
-        self.apply(Op::Activation(ActivationOp::Gelu { approximate }), &[x])
+        self.apply(
+            Op::Activation(ActivationOp::Gelu(Gelu { approximate })),
+            &[x],
+        )
     }
 
     /// Softplus with PyTorch's `beta` and `threshold`.
     pub fn softplus(&mut self, x: Var, beta: f64, threshold: f64) -> Result<Var> {
         self.apply(
-            Op::Activation(ActivationOp::Softplus { beta, threshold }),
+            Op::Activation(ActivationOp::Softplus(Softplus { beta, threshold })),
             &[x],
         )
     }

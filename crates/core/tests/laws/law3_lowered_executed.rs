@@ -7,6 +7,7 @@ use crate::graph_support::{inputs, random_like, random_program};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::graph::Graph;
+use tapegrad_core::ops::activation::Relu;
 use tapegrad_core::ops::elementwise::{Exp, Mul};
 use tapegrad_core::ops::{ActivationOp, ElementwiseOp, Op};
 use tapegrad_core::{audit, Error, Scalar, Shape, Tensor};
@@ -58,7 +59,7 @@ fn seeding_an_intermediate_ignores_later_and_unrelated_nodes() {
         .node("a", Op::Elementwise(ElementwiseOp::Mul(Mul)), &[x, y])
         .unwrap();
     let _b = g
-        .node("b", Op::Activation(ActivationOp::Relu), &[y])
+        .node("b", Op::Activation(ActivationOp::Relu(Relu)), &[y])
         .unwrap();
     let _c = g
         .node("c", Op::Elementwise(ElementwiseOp::Exp(Exp)), &[a])

@@ -18,6 +18,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::graph::{tape_kept_bytes, CompiledGraph, Graph};
 use tapegrad_core::laws::Program;
+use tapegrad_core::ops::activation::Relu;
 use tapegrad_core::ops::elementwise::{Add, Exp, Log, Mul, Neg, Scale, Sin};
 use tapegrad_core::ops::{ActivationOp, ElementwiseOp, LinalgOp, Op};
 use tapegrad_core::tape::Rule;
@@ -439,7 +440,7 @@ fn relu_in_place_keeps_values_gradients_and_inputs() {
     let w1 = g.input("w1", Shape::new([4, 3]).unwrap(), true).unwrap();
     let b1 = g.input("b1", Shape::new([4]).unwrap(), true).unwrap();
     let w2 = g.input("w2", Shape::new([2, 4]).unwrap(), true).unwrap();
-    let relu = || Op::Activation(ActivationOp::Relu);
+    let relu = || Op::Activation(ActivationOp::Relu(Relu));
     let direct = g.node("direct", relu(), &[x]).unwrap();
     let h = g
         .node(

@@ -6,6 +6,7 @@
 use crate::ops_nn_support::{random, rng, uniform};
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::laws::{Program, ProgramNode};
+use tapegrad_core::ops::activation::Silu;
 use tapegrad_core::ops::elementwise::{Add, Mul};
 use tapegrad_core::ops::nn::{
     BatchNorm, Conv2d, Dropout, Embedding, IndexTensor, LayerNorm, MaxPool2d,
@@ -49,11 +50,11 @@ fn cnn(r: &mut ChaCha8Rng) -> Program {
         ..MaxPool2d::new([2, 2])
     };
     let nodes = vec![
-        node(conv, &[0, 1, 2]),                         // 6: (2, 3, 3, 3)
-        node(Op::Activation(ActivationOp::Silu), &[6]), // 7
-        node(el(ElementwiseOp::Mul(Mul)), &[7, 6]),     // 8: fan-out of 6
-        node(pool, &[8]),                               // 9: (2, 3, 2, 2)
-        node(BatchNorm::new(true), &[9, 3, 4]),         // 10
+        node(conv, &[0, 1, 2]),                               // 6: (2, 3, 3, 3)
+        node(Op::Activation(ActivationOp::Silu(Silu)), &[6]), // 7
+        node(el(ElementwiseOp::Mul(Mul)), &[7, 6]),           // 8: fan-out of 6
+        node(pool, &[8]),                                     // 9: (2, 3, 2, 2)
+        node(BatchNorm::new(true), &[9, 3, 4]),               // 10
         node(
             Op::Structure(StructureOp::Flatten {
                 start_dim: 1,

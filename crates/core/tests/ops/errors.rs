@@ -14,6 +14,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use tapegrad_core::laws::registry::{draft_any, variants};
 use tapegrad_core::laws::{NnKind, OpKind};
+use tapegrad_core::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
 use tapegrad_core::ops::elementwise::{
     Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
     Sqrt, Sub, Where,
@@ -155,20 +156,20 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
                 mask: Mask::new(shape.dims(), bits).unwrap(),
             }))
         }
-        K::Relu => Op::Activation(ActivationOp::Relu),
-        K::LeakyRelu => Op::Activation(ActivationOp::LeakyRelu {
+        K::Relu => Op::Activation(ActivationOp::Relu(Relu)),
+        K::LeakyRelu => Op::Activation(ActivationOp::LeakyRelu(LeakyRelu {
             negative_slope: value(rng),
-        }),
-        K::Sigmoid => Op::Activation(ActivationOp::Sigmoid),
-        K::Tanh => Op::Activation(ActivationOp::Tanh),
-        K::Gelu => Op::Activation(ActivationOp::Gelu {
+        })),
+        K::Sigmoid => Op::Activation(ActivationOp::Sigmoid(Sigmoid)),
+        K::Tanh => Op::Activation(ActivationOp::Tanh(Tanh)),
+        K::Gelu => Op::Activation(ActivationOp::Gelu(Gelu {
             approximate: pick(rng, &[GeluApproximate::None, GeluApproximate::Tanh]),
-        }),
-        K::Softplus => Op::Activation(ActivationOp::Softplus {
+        })),
+        K::Softplus => Op::Activation(ActivationOp::Softplus(Softplus {
             beta: value(rng),
             threshold: value(rng),
-        }),
-        K::Silu => Op::Activation(ActivationOp::Silu),
+        })),
+        K::Silu => Op::Activation(ActivationOp::Silu(Silu)),
         K::Sum => Op::Reduce(ReduceOp::Sum {
             axes: axes(rng),
             keepdim: rng.random_bool(0.5),

@@ -23,6 +23,7 @@ use crate::ops_nn_support::vjp_with_needs;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tapegrad_core::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
 use tapegrad_core::ops::elementwise::{Cos, Exp, Log, Pow, Sin, Sqrt};
 use tapegrad_core::ops::nn::{
     BatchNorm, Conv2d, GroupNorm, LayerNorm, PaddingMode, ScaledDotProductAttention,
@@ -107,23 +108,23 @@ fn pointwise(op: &Value) -> Op {
     let act = |a: ActivationOp| Op::Activation(a);
     let elt = |e: ElementwiseOp| Op::Elementwise(e);
     match op["kind"].as_str().unwrap() {
-        "relu" => act(ActivationOp::Relu),
-        "leaky_relu" => act(ActivationOp::LeakyRelu {
+        "relu" => act(ActivationOp::Relu(Relu)),
+        "leaky_relu" => act(ActivationOp::LeakyRelu(LeakyRelu {
             negative_slope: float(op, "negative_slope"),
-        }),
-        "sigmoid" => act(ActivationOp::Sigmoid),
-        "tanh" => act(ActivationOp::Tanh),
-        "gelu_none" => act(ActivationOp::Gelu {
+        })),
+        "sigmoid" => act(ActivationOp::Sigmoid(Sigmoid)),
+        "tanh" => act(ActivationOp::Tanh(Tanh)),
+        "gelu_none" => act(ActivationOp::Gelu(Gelu {
             approximate: GeluApproximate::None,
-        }),
-        "gelu_tanh" => act(ActivationOp::Gelu {
+        })),
+        "gelu_tanh" => act(ActivationOp::Gelu(Gelu {
             approximate: GeluApproximate::Tanh,
-        }),
-        "silu" => act(ActivationOp::Silu),
-        "softplus" => act(ActivationOp::Softplus {
+        })),
+        "silu" => act(ActivationOp::Silu(Silu)),
+        "softplus" => act(ActivationOp::Softplus(Softplus {
             beta: float(op, "beta"),
             threshold: float(op, "threshold"),
-        }),
+        })),
         "exp" => elt(ElementwiseOp::Exp(Exp)),
         "log" => elt(ElementwiseOp::Log(Log)),
         "sqrt" => elt(ElementwiseOp::Sqrt(Sqrt)),

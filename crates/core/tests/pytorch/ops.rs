@@ -16,6 +16,7 @@ use crate::ops_nn_support::{fwd, vjp_with_needs};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tapegrad_core::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
 use tapegrad_core::ops::elementwise::{Maximum, Minimum};
 use tapegrad_core::ops::nn::{BatchNorm, GroupNorm, LayerNorm, ScaledDotProductAttention};
 use tapegrad_core::ops::{
@@ -67,23 +68,23 @@ fn reduction(case: &Value) -> Reduction {
 
 fn activation(case: &Value) -> ActivationOp {
     match case["kind"].as_str().unwrap() {
-        "gelu_none" => ActivationOp::Gelu {
+        "gelu_none" => ActivationOp::Gelu(Gelu {
             approximate: GeluApproximate::None,
-        },
-        "gelu_tanh" => ActivationOp::Gelu {
+        }),
+        "gelu_tanh" => ActivationOp::Gelu(Gelu {
             approximate: GeluApproximate::Tanh,
-        },
-        "softplus" => ActivationOp::Softplus {
+        }),
+        "softplus" => ActivationOp::Softplus(Softplus {
             beta: float(case, "beta"),
             threshold: float(case, "threshold"),
-        },
-        "leaky_relu" => ActivationOp::LeakyRelu {
+        }),
+        "leaky_relu" => ActivationOp::LeakyRelu(LeakyRelu {
             negative_slope: float(case, "negative_slope"),
-        },
-        "silu" => ActivationOp::Silu,
-        "sigmoid" => ActivationOp::Sigmoid,
-        "tanh" => ActivationOp::Tanh,
-        _ => ActivationOp::Relu,
+        }),
+        "silu" => ActivationOp::Silu(Silu),
+        "sigmoid" => ActivationOp::Sigmoid(Sigmoid),
+        "tanh" => ActivationOp::Tanh(Tanh),
+        _ => ActivationOp::Relu(Relu),
     }
 }
 

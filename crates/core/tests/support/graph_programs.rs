@@ -16,6 +16,7 @@ use std::sync::Arc;
 use tapegrad_core::laws::{
     random_program as laws_random_program, Program, ProgramConfig, ProgramNode,
 };
+use tapegrad_core::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
 use tapegrad_core::ops::elementwise::{
     Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
     Sqrt, Sub, Where,
@@ -137,23 +138,23 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
                 7 => ew(E::Pow(Pow {
                     exponent: [2.0, 3.0][rng.random_range(0..2)],
                 })),
-                8 => Op::Activation(ActivationOp::Relu),
-                9 => Op::Activation(ActivationOp::LeakyRelu {
+                8 => Op::Activation(ActivationOp::Relu(Relu)),
+                9 => Op::Activation(ActivationOp::LeakyRelu(LeakyRelu {
                     negative_slope: 0.1,
-                }),
-                10 => Op::Activation(ActivationOp::Sigmoid),
-                11 => Op::Activation(ActivationOp::Tanh),
-                12 => Op::Activation(ActivationOp::Gelu {
+                })),
+                10 => Op::Activation(ActivationOp::Sigmoid(Sigmoid)),
+                11 => Op::Activation(ActivationOp::Tanh(Tanh)),
+                12 => Op::Activation(ActivationOp::Gelu(Gelu {
                     approximate: GeluApproximate::None,
-                }),
-                13 => Op::Activation(ActivationOp::Gelu {
+                })),
+                13 => Op::Activation(ActivationOp::Gelu(Gelu {
                     approximate: GeluApproximate::Tanh,
-                }),
-                14 => Op::Activation(ActivationOp::Softplus {
+                })),
+                14 => Op::Activation(ActivationOp::Softplus(Softplus {
                     beta: 1.0,
                     threshold: 20.0,
-                }),
-                15 => Op::Activation(ActivationOp::Silu),
+                })),
+                15 => Op::Activation(ActivationOp::Silu(Silu)),
                 _ => ew(E::Clamp(Clamp {
                     min: None,
                     max: Some(lo),

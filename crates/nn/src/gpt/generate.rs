@@ -10,6 +10,7 @@ use crate::error::{NnError, NnResult};
 use crate::model::Model;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
+use tapegrad_core::ops::activation::Gelu;
 use tapegrad_core::ops::nn::LayerNorm;
 use tapegrad_core::ops::{ActivationOp, GeluApproximate, LinalgOp, NnOp};
 use tapegrad_core::Op;
@@ -187,9 +188,9 @@ impl<S: Scalar> Generator<S> {
             x = add(&x, &y)?;
             let h = layer_norm(&x, &b.ln_2, e)?;
             let h = linear(&h, &b.c_fc)?;
-            let h = Op::Activation(ActivationOp::Gelu {
+            let h = Op::Activation(ActivationOp::Gelu(Gelu {
                 approximate: GeluApproximate::None,
-            })
+            }))
             .forward(&[&h])?
             .value;
             let y = linear(&h, &b.mlp_proj)?;

@@ -38,6 +38,7 @@ pub struct OpCase {
     pub inputs: Vec<Tensor<f64>>,
 }
 
+use crate::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
 use crate::ops::elementwise::{
     Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
     Sqrt, Sub, Where,
@@ -471,31 +472,34 @@ fn generate<R: Rng + ?Sized>(
                 vec![away_from(x, rng, -2.0, 2.0, &kinks)],
             )
         }
-        K::Relu => (act(A::Relu), vec![away_from(x, rng, -2.0, 2.0, &[0.0])]),
+        K::Relu => (
+            act(A::Relu(Relu)),
+            vec![away_from(x, rng, -2.0, 2.0, &[0.0])],
+        ),
         K::LeakyRelu => {
             let negative_slope = [0.01, 0.2][variant];
             (
-                act(A::LeakyRelu { negative_slope }),
+                act(A::LeakyRelu(LeakyRelu { negative_slope })),
                 vec![away_from(x, rng, -2.0, 2.0, &[0.0])],
             )
         }
-        K::Sigmoid => (act(A::Sigmoid), vec![uniform(x, rng, -4.0, 4.0)]),
-        K::Tanh => (act(A::Tanh), vec![uniform(x, rng, -3.0, 3.0)]),
+        K::Sigmoid => (act(A::Sigmoid(Sigmoid)), vec![uniform(x, rng, -4.0, 4.0)]),
+        K::Tanh => (act(A::Tanh(Tanh)), vec![uniform(x, rng, -3.0, 3.0)]),
         K::Gelu => {
             let approximate = [GeluApproximate::None, GeluApproximate::Tanh][variant];
             (
-                act(A::Gelu { approximate }),
+                act(A::Gelu(Gelu { approximate })),
                 vec![uniform(x, rng, -3.0, 3.0)],
             )
         }
         K::Softplus => {
             let (beta, threshold) = [(1.0, 20.0), (2.0, 1.0)][variant];
             (
-                act(A::Softplus { beta, threshold }),
+                act(A::Softplus(Softplus { beta, threshold })),
                 vec![away_from(x, rng, -3.0, 3.0, &[threshold / beta])],
             )
         }
-        K::Silu => (act(A::Silu), vec![uniform(x, rng, -3.0, 3.0)]),
+        K::Silu => (act(A::Silu(Silu)), vec![uniform(x, rng, -3.0, 3.0)]),
         K::Sum | K::Mean | K::Amax | K::LogSumExp => {
             let (axes, keepdim) = match variant {
                 0 => (None, false),
@@ -895,7 +899,7 @@ pub fn is_generic(op: &Op, inputs: &[&Tensor<f64>]) -> bool {
         (K::Clamp, Op::Elementwise(E::Clamp(Clamp { min, max }))) => {
             min.is_none_or(|m| away(inputs[0], m)) && max.is_none_or(|m| away(inputs[0], m))
         }
-        (K::Softplus, Op::Activation(A::Softplus { beta, threshold })) => {
+        (K::Softplus, Op::Activation(A::Softplus(Softplus { beta, threshold }))) => {
             all(inputs[0], &|v| (v * beta - threshold).abs() > KINK_MARGIN)
         }
         (K::Maximum | K::Minimum, _) => {
