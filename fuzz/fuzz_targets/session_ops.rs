@@ -18,6 +18,7 @@ use tapegrad_core::ops::nn::{
     IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NamedPadding, NnOp, PaddingMode,
     ScaledDotProductAttention, ScatterAdd, Select,
 };
+use tapegrad_core::ops::reduce::{LogSoftmax, Softmax};
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, OpKind, ReduceOp,
     Reduction, StructureOp,
@@ -365,9 +366,9 @@ impl<S: Scalar> Run<S> {
             K::Softmax(x, axis, log) => {
                 let axis = isize::from(*axis % 7);
                 let op = if *log {
-                    ReduceOp::LogSoftmax { axis }
+                    ReduceOp::LogSoftmax(LogSoftmax { axis })
                 } else {
-                    ReduceOp::Softmax { axis }
+                    ReduceOp::Softmax(Softmax { axis })
                 };
                 self.apply(Op::Reduce(op), &[*x]);
             }

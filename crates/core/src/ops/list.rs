@@ -191,7 +191,7 @@ op_list! {
             Softplus => "softplus",
             Silu => "silu",
         }
-        Reduce(ReduceOp) {
+        Reduce(ReduceOp in reduce) {
             Sum => "sum",
             Mean => "mean",
             Amax => "amax",

@@ -8,6 +8,7 @@ use crate::ops::elementwise::{
     Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
     Sqrt, Sub, Where,
 };
+use crate::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
 use crate::ops::{
     class_labels, ActivationOp, ClassLabel, ClassLossOptions, ElementwiseOp, GeluApproximate,
     LinalgOp, LossOp, Mask, Op, ReduceOp, Reduction, StructureOp,
@@ -347,9 +348,9 @@ unary_methods! {
     /// `x * sigmoid(x)`.
     silu => Op::Activation(ActivationOp::Silu(Silu));
     /// Sum of all elements (a scalar).
-    sum => Op::Reduce(ReduceOp::Sum { axes: None, keepdim: false });
+    sum => Op::Reduce(ReduceOp::Sum(Sum { axes: None, keepdim: false }));
     /// Mean of all elements (a scalar).
-    mean => Op::Reduce(ReduceOp::Mean { axes: None, keepdim: false });
+    mean => Op::Reduce(ReduceOp::Mean(Mean { axes: None, keepdim: false }));
 }
 
 binary_methods! {
@@ -443,10 +444,10 @@ impl<S: Scalar> Session<S> {
     /// Sum over `axes`.
     pub fn sum_axes(&mut self, x: Var, axes: &[isize], keepdim: bool) -> Result<Var> {
         self.apply(
-            Op::Reduce(ReduceOp::Sum {
+            Op::Reduce(ReduceOp::Sum(Sum {
                 axes: Some(axes.to_vec()),
                 keepdim,
-            }),
+            })),
             &[x],
         )
     }
@@ -454,10 +455,10 @@ impl<S: Scalar> Session<S> {
     /// Mean over `axes`.
     pub fn mean_axes(&mut self, x: Var, axes: &[isize], keepdim: bool) -> Result<Var> {
         self.apply(
-            Op::Reduce(ReduceOp::Mean {
+            Op::Reduce(ReduceOp::Mean(Mean {
                 axes: Some(axes.to_vec()),
                 keepdim,
-            }),
+            })),
             &[x],
         )
     }
@@ -465,10 +466,10 @@ impl<S: Scalar> Session<S> {
     /// Max over `axes` (ties share the gradient).
     pub fn amax(&mut self, x: Var, axes: &[isize], keepdim: bool) -> Result<Var> {
         self.apply(
-            Op::Reduce(ReduceOp::Amax {
+            Op::Reduce(ReduceOp::Amax(Amax {
                 axes: Some(axes.to_vec()),
                 keepdim,
-            }),
+            })),
             &[x],
         )
     }
@@ -476,22 +477,22 @@ impl<S: Scalar> Session<S> {
     /// `log(sum(exp(x)))` over `axes` (torch.logsumexp), shifted by the maximum for stability.
     pub fn logsumexp(&mut self, x: Var, axes: &[isize], keepdim: bool) -> Result<Var> {
         self.apply(
-            Op::Reduce(ReduceOp::LogSumExp {
+            Op::Reduce(ReduceOp::LogSumExp(LogSumExp {
                 axes: Some(axes.to_vec()),
                 keepdim,
-            }),
+            })),
             &[x],
         )
     }
 
     /// Softmax along `axis`.
     pub fn softmax(&mut self, x: Var, axis: isize) -> Result<Var> {
-        self.apply(Op::Reduce(ReduceOp::Softmax { axis }), &[x])
+        self.apply(Op::Reduce(ReduceOp::Softmax(Softmax { axis })), &[x])
     }
 
     /// Log-softmax along `axis`.
     pub fn log_softmax(&mut self, x: Var, axis: isize) -> Result<Var> {
-        self.apply(Op::Reduce(ReduceOp::LogSoftmax { axis }), &[x])
+        self.apply(Op::Reduce(ReduceOp::LogSoftmax(LogSoftmax { axis })), &[x])
     }
 
     /// `x @ w^T + b` (bias optional).

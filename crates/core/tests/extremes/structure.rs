@@ -20,6 +20,7 @@ use tapegrad_core::ops::nn::{
     dropout_mask, BatchNorm, Dropout, Embedding, Gather, GroupNorm, IndexSelect, IndexTensor,
     LayerNorm, ScatterAdd, Select,
 };
+use tapegrad_core::ops::reduce::{Amax, LogSoftmax, Mean, Softmax, Sum};
 use tapegrad_core::ops::{LinalgOp, LossOp, ReduceOp, Reduction, StructureOp};
 use tapegrad_core::{Op, Scalar, Shape, Tensor};
 use tapegrad_tensor::kernels::set_num_threads;
@@ -921,18 +922,18 @@ fn reduce_case(rng: &mut ChaCha8Rng) -> Option<Case> {
         (0..n).map(|_| signed_axis(rng, r)).collect()
     });
     let op = match kind {
-        Reduce::Sum => ReduceOp::Sum {
+        Reduce::Sum => ReduceOp::Sum(Sum {
             axes: axes.clone(),
             keepdim,
-        },
-        Reduce::Mean => ReduceOp::Mean {
+        }),
+        Reduce::Mean => ReduceOp::Mean(Mean {
             axes: axes.clone(),
             keepdim,
-        },
-        Reduce::Amax => ReduceOp::Amax {
+        }),
+        Reduce::Amax => ReduceOp::Amax(Amax {
             axes: axes.clone(),
             keepdim,
-        },
+        }),
     };
     // Reduced axes, normalised (a 0-dim tensor accepts 0 and -1 and reduces nothing); a repeated
     // axis is an error ("dim 0 appears multiple times in the list of dims").
@@ -1032,9 +1033,9 @@ fn softmax_case(rng: &mut ChaCha8Rng) -> Option<Case> {
     };
     let axis = signed_axis(rng, x.len());
     let op = if rng.random_bool(0.5) {
-        ReduceOp::Softmax { axis }
+        ReduceOp::Softmax(Softmax { axis })
     } else {
-        ReduceOp::LogSoftmax { axis }
+        ReduceOp::LogSoftmax(LogSoftmax { axis })
     };
     let expect = match norm_axis(axis, x.len()) {
         Some(_) => Expect::Ok(x.clone(), Box::new(|_| Vec::new())),
@@ -1656,10 +1657,10 @@ fn the_documented_differences_hold() {
     // The JVP of a mean over zero elements: 0 (PyTorch: NaN), the value NaN in both.
     let x = Tensor::<f64>::new(&[0, 3], vec![]).unwrap();
     let losses = [
-        Op::Reduce(ReduceOp::Mean {
+        Op::Reduce(ReduceOp::Mean(Mean {
             axes: None,
             keepdim: false,
-        }),
+        })),
         Op::Loss(LossOp::MseLoss {
             reduction: Reduction::Mean,
         }),

@@ -12,6 +12,7 @@ use tapegrad_core::ops::nn::{
     BatchNorm, Conv2d, Dropout, Embedding, IndexTensor, LayerNorm, MaxPool2d,
     ScaledDotProductAttention,
 };
+use tapegrad_core::ops::reduce::Mean;
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, LinalgOp, LossOp, ReduceOp, Reduction, StructureOp,
 };
@@ -131,10 +132,10 @@ fn transformer(r: &mut ChaCha8Rng) -> Program {
         ), // 16
         node(el(ElementwiseOp::Mul(Mul)), &[16, 16]), // 17
         node(
-            Op::Reduce(ReduceOp::Mean {
+            Op::Reduce(ReduceOp::Mean(Mean {
                 axes: None,
                 keepdim: false,
-            }),
+            })),
             &[17],
         ),
     ];

@@ -24,6 +24,7 @@ use tapegrad_core::ops::nn::{
     IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NamedPadding, PaddingMode,
     ScaledDotProductAttention, ScatterAdd, Select,
 };
+use tapegrad_core::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, ReduceOp, Reduction,
     Saved, StructureOp,
@@ -170,24 +171,24 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
             threshold: value(rng),
         })),
         K::Silu => Op::Activation(ActivationOp::Silu(Silu)),
-        K::Sum => Op::Reduce(ReduceOp::Sum {
+        K::Sum => Op::Reduce(ReduceOp::Sum(Sum {
             axes: axes(rng),
             keepdim: rng.random_bool(0.5),
-        }),
-        K::Mean => Op::Reduce(ReduceOp::Mean {
+        })),
+        K::Mean => Op::Reduce(ReduceOp::Mean(Mean {
             axes: axes(rng),
             keepdim: rng.random_bool(0.5),
-        }),
-        K::Amax => Op::Reduce(ReduceOp::Amax {
+        })),
+        K::Amax => Op::Reduce(ReduceOp::Amax(Amax {
             axes: axes(rng),
             keepdim: rng.random_bool(0.5),
-        }),
-        K::Softmax => Op::Reduce(ReduceOp::Softmax { axis: axis(rng) }),
-        K::LogSoftmax => Op::Reduce(ReduceOp::LogSoftmax { axis: axis(rng) }),
-        K::LogSumExp => Op::Reduce(ReduceOp::LogSumExp {
+        })),
+        K::Softmax => Op::Reduce(ReduceOp::Softmax(Softmax { axis: axis(rng) })),
+        K::LogSoftmax => Op::Reduce(ReduceOp::LogSoftmax(LogSoftmax { axis: axis(rng) })),
+        K::LogSumExp => Op::Reduce(ReduceOp::LogSumExp(LogSumExp {
             axes: axes(rng),
             keepdim: rng.random_bool(0.5),
-        }),
+        })),
         K::Matmul => Op::Linalg(LinalgOp::Matmul),
         K::Linear => Op::Linalg(LinalgOp::Linear {
             bias: rng.random_bool(0.5),
@@ -621,23 +622,23 @@ fn named_cases() -> Vec<NamedCase> {
             vec!["where", "[3]", "[2]"],
         ),
         (
-            Op::Reduce(ReduceOp::Sum {
+            Op::Reduce(ReduceOp::Sum(Sum {
                 axes: Some(vec![5]),
                 keepdim: false,
-            }),
+            })),
             vec![t(&[2, 3])],
             vec!["sum", "5"],
         ),
         (
-            Op::Reduce(ReduceOp::Amax {
+            Op::Reduce(ReduceOp::Amax(Amax {
                 axes: Some(vec![0, 0]),
                 keepdim: true,
-            }),
+            })),
             vec![t(&[2, 3])],
             vec!["amax", "0"],
         ),
         (
-            Op::Reduce(ReduceOp::Softmax { axis: 2 }),
+            Op::Reduce(ReduceOp::Softmax(Softmax { axis: 2 })),
             vec![t(&[3])],
             vec!["softmax", "2"],
         ),

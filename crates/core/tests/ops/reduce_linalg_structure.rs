@@ -5,6 +5,7 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::laws::{check_op, op_vjp, Tolerance};
+use tapegrad_core::ops::reduce::{Amax, LogSoftmax, Mean, Softmax, Sum};
 use tapegrad_core::ops::{LinalgOp, ReduceOp, Saved, Saves, StructureOp};
 use tapegrad_core::{Op, Shape, Tensor};
 
@@ -19,19 +20,19 @@ fn random(rng: &mut ChaCha8Rng, dims: &[usize]) -> Tensor<f64> {
 }
 
 fn sum(axes: Option<Vec<isize>>, keepdim: bool) -> Op {
-    Op::Reduce(ReduceOp::Sum { axes, keepdim })
+    Op::Reduce(ReduceOp::Sum(Sum { axes, keepdim }))
 }
 fn mean(axes: Option<Vec<isize>>, keepdim: bool) -> Op {
-    Op::Reduce(ReduceOp::Mean { axes, keepdim })
+    Op::Reduce(ReduceOp::Mean(Mean { axes, keepdim }))
 }
 fn amax(axes: Option<Vec<isize>>, keepdim: bool) -> Op {
-    Op::Reduce(ReduceOp::Amax { axes, keepdim })
+    Op::Reduce(ReduceOp::Amax(Amax { axes, keepdim }))
 }
 fn softmax(axis: isize) -> Op {
-    Op::Reduce(ReduceOp::Softmax { axis })
+    Op::Reduce(ReduceOp::Softmax(Softmax { axis }))
 }
 fn log_softmax(axis: isize) -> Op {
-    Op::Reduce(ReduceOp::LogSoftmax { axis })
+    Op::Reduce(ReduceOp::LogSoftmax(LogSoftmax { axis }))
 }
 fn matmul() -> Op {
     Op::Linalg(LinalgOp::Matmul)
@@ -359,10 +360,10 @@ fn structure_forward_values() {
 #[test]
 fn forward_in_f32() {
     let x = Tensor::<f32>::from_f64(&[2, 2], &[1., 2., 3., 4.]).unwrap();
-    let y = Op::Reduce(ReduceOp::Sum {
+    let y = Op::Reduce(ReduceOp::Sum(Sum {
         axes: Some(vec![0]),
         keepdim: false,
-    })
+    }))
     .forward(&[&x])
     .unwrap()
     .value;

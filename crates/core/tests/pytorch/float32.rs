@@ -28,6 +28,7 @@ use tapegrad_core::ops::elementwise::{Cos, Exp, Log, Pow, Sin, Sqrt};
 use tapegrad_core::ops::nn::{
     BatchNorm, Conv2d, GroupNorm, LayerNorm, PaddingMode, ScaledDotProductAttention,
 };
+use tapegrad_core::ops::reduce::{LogSoftmax, Mean, Softmax, Sum};
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, ReduceOp, Reduction,
 };
@@ -157,8 +158,8 @@ fn op_of(family: &str, op: &Value) -> Op {
         "softmax" => {
             let axis = op["axis"].as_i64().unwrap() as isize;
             Op::Reduce(match op["kind"].as_str().unwrap() {
-                "softmax" => ReduceOp::Softmax { axis },
-                _ => ReduceOp::LogSoftmax { axis },
+                "softmax" => ReduceOp::Softmax(Softmax { axis }),
+                _ => ReduceOp::LogSoftmax(LogSoftmax { axis }),
             })
         }
         "loss" => loss(op),
@@ -208,14 +209,14 @@ fn op_of(family: &str, op: &Value) -> Op {
         }
         .into(),
         "reduce" => Op::Reduce(match op["kind"].as_str().unwrap() {
-            "sum" => ReduceOp::Sum {
+            "sum" => ReduceOp::Sum(Sum {
                 axes: axes(),
                 keepdim: false,
-            },
-            _ => ReduceOp::Mean {
+            }),
+            _ => ReduceOp::Mean(Mean {
                 axes: axes(),
                 keepdim: false,
-            },
+            }),
         }),
         other => panic!("unknown family {other}"),
     }

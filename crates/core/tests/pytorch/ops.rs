@@ -19,6 +19,7 @@ use std::sync::Arc;
 use tapegrad_core::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
 use tapegrad_core::ops::elementwise::{Maximum, Minimum};
 use tapegrad_core::ops::nn::{BatchNorm, GroupNorm, LayerNorm, ScaledDotProductAttention};
+use tapegrad_core::ops::reduce::{Amax, LogSoftmax, LogSumExp, Softmax};
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LossOp, Mask, ReduceOp, Reduction,
 };
@@ -211,18 +212,18 @@ fn op_of(case: &Value) -> Op {
         "softmax" => {
             let axis = case["axis"].as_i64().unwrap() as isize;
             Op::Reduce(match case["kind"].as_str().unwrap() {
-                "softmax" => ReduceOp::Softmax { axis },
-                _ => ReduceOp::LogSoftmax { axis },
+                "softmax" => ReduceOp::Softmax(Softmax { axis }),
+                _ => ReduceOp::LogSoftmax(LogSoftmax { axis }),
             })
         }
-        "amax" => Op::Reduce(ReduceOp::Amax {
+        "amax" => Op::Reduce(ReduceOp::Amax(Amax {
             axes: Some(serde_json::from_value(case["axes"].clone()).unwrap()),
             keepdim: flag(case, "keepdim"),
-        }),
-        "logsumexp" => Op::Reduce(ReduceOp::LogSumExp {
+        })),
+        "logsumexp" => Op::Reduce(ReduceOp::LogSumExp(LogSumExp {
             axes: Some(serde_json::from_value(case["axes"].clone()).unwrap()),
             keepdim: flag(case, "keepdim"),
-        }),
+        })),
         _ => Op::Elementwise(match case["kind"].as_str().unwrap() {
             "maximum" => ElementwiseOp::Maximum(Maximum),
             _ => ElementwiseOp::Minimum(Minimum),

@@ -9,6 +9,7 @@ use tapegrad_core::ops::elementwise::{Add, Maximum, Minimum, Mul, Scale, Sin, Su
 use tapegrad_core::ops::nn::{
     AvgPool2d, BatchNorm, Conv2d, Embedding, IndexTensor, MaxPool2d, ScaledDotProductAttention,
 };
+use tapegrad_core::ops::reduce::{Amax, Mean, Sum};
 use tapegrad_core::ops::{ElementwiseOp, LinalgOp, Mask, ReduceOp};
 use tapegrad_core::{Op, Tape, Tensor};
 
@@ -123,9 +124,9 @@ fn keepdim_and_not_give_the_same_gradient() {
         for keepdim in [false, true] {
             let axes = Some(vec![1]);
             let reduce = match op {
-                "sum" => ReduceOp::Sum { axes, keepdim },
-                "mean" => ReduceOp::Mean { axes, keepdim },
-                _ => ReduceOp::Amax { axes, keepdim },
+                "sum" => ReduceOp::Sum(Sum { axes, keepdim }),
+                "mean" => ReduceOp::Mean(Mean { axes, keepdim }),
+                _ => ReduceOp::Amax(Amax { axes, keepdim }),
             };
             let mut tape = Tape::new();
             let x = tape.leaf(x_value.clone(), true);
@@ -155,10 +156,10 @@ fn tied_maxima_share_the_gradient() {
     let x = tape.leaf(t(&[2, 3], &[1.0, 3.0, 3.0, 2.0, 2.0, 2.0]), true);
     let rows = tape
         .apply(
-            Op::Reduce(ReduceOp::Amax {
+            Op::Reduce(ReduceOp::Amax(Amax {
                 axes: Some(vec![-1]),
                 keepdim: false,
-            }),
+            })),
             &[x],
         )
         .unwrap();
@@ -168,10 +169,10 @@ fn tied_maxima_share_the_gradient() {
 
     let all = tape
         .apply(
-            Op::Reduce(ReduceOp::Amax {
+            Op::Reduce(ReduceOp::Amax(Amax {
                 axes: None,
                 keepdim: false,
-            }),
+            })),
             &[x],
         )
         .unwrap();

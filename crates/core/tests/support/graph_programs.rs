@@ -21,6 +21,7 @@ use tapegrad_core::ops::elementwise::{
     Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
     Sqrt, Sub, Where,
 };
+use tapegrad_core::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, Op, ReduceOp, Reduction,
     StructureOp,
@@ -185,10 +186,10 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             let a = pick(rng, v, any)?;
             let (axes, keepdim) = (axes(rng, v[a].rank()), rng.random_bool(0.5));
             let op = match rng.random_range(0..4) {
-                0 => ReduceOp::Sum { axes, keepdim },
-                1 => ReduceOp::Mean { axes, keepdim },
-                2 => ReduceOp::Amax { axes, keepdim },
-                _ => ReduceOp::LogSumExp { axes, keepdim },
+                0 => ReduceOp::Sum(Sum { axes, keepdim }),
+                1 => ReduceOp::Mean(Mean { axes, keepdim }),
+                2 => ReduceOp::Amax(Amax { axes, keepdim }),
+                _ => ReduceOp::LogSumExp(LogSumExp { axes, keepdim }),
             };
             (Op::Reduce(op), vec![a])
         }
@@ -197,9 +198,9 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             let r = v[a].rank() as i64;
             let axis = rng.random_range(-r..r) as isize;
             let op = if rng.random_bool(0.5) {
-                ReduceOp::Softmax { axis }
+                ReduceOp::Softmax(Softmax { axis })
             } else {
-                ReduceOp::LogSoftmax { axis }
+                ReduceOp::LogSoftmax(LogSoftmax { axis })
             };
             (Op::Reduce(op), vec![a])
         }

@@ -43,6 +43,7 @@ use crate::ops::elementwise::{
     Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
     Sqrt, Sub, Where,
 };
+use crate::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
 use ActivationOp as A;
 use ElementwiseOp as E;
 use LinalgOp as L;
@@ -511,10 +512,16 @@ fn generate<R: Rng + ?Sized>(
                 _ => return None,
             };
             let (op, value) = match kind {
-                K::Sum => (Red::Sum { axes, keepdim }, uniform(x, rng, -2.0, 2.0)),
-                K::Mean => (Red::Mean { axes, keepdim }, uniform(x, rng, -2.0, 2.0)),
-                K::LogSumExp => (Red::LogSumExp { axes, keepdim }, uniform(x, rng, -3.0, 3.0)),
-                _ => (Red::Amax { axes, keepdim }, distinct(x, rng)),
+                K::Sum => (Red::Sum(Sum { axes, keepdim }), uniform(x, rng, -2.0, 2.0)),
+                K::Mean => (
+                    Red::Mean(Mean { axes, keepdim }),
+                    uniform(x, rng, -2.0, 2.0),
+                ),
+                K::LogSumExp => (
+                    Red::LogSumExp(LogSumExp { axes, keepdim }),
+                    uniform(x, rng, -3.0, 3.0),
+                ),
+                _ => (Red::Amax(Amax { axes, keepdim }), distinct(x, rng)),
             };
             (Op::Reduce(op), vec![value])
         }
@@ -524,9 +531,9 @@ fn generate<R: Rng + ?Sized>(
             }
             let axis = if variant == 0 { -1 } else { 0 };
             let op = if kind == K::Softmax {
-                Red::Softmax { axis }
+                Red::Softmax(Softmax { axis })
             } else {
-                Red::LogSoftmax { axis }
+                Red::LogSoftmax(LogSoftmax { axis })
             };
             (Op::Reduce(op), vec![uniform(x, rng, -3.0, 3.0)])
         }
@@ -916,7 +923,9 @@ pub fn is_generic(op: &Op, inputs: &[&Tensor<f64>]) -> bool {
                 _ => false,
             }
         }
-        (K::Amax, Op::Reduce(Red::Amax { axes, .. })) => no_near_ties(inputs[0], axes.as_deref()),
+        (K::Amax, Op::Reduce(Red::Amax(Amax { axes, .. }))) => {
+            no_near_ties(inputs[0], axes.as_deref())
+        }
         (K::Nn(_), Op::Nn(op)) => nn::is_generic_nn(op, inputs),
         (
             K::Add

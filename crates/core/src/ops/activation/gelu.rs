@@ -2,8 +2,8 @@
 //! kernel's element rule, vectorised for slices) and the tanh approximation (written with
 //! sigmoid, free of cancellation). The derivative is read from the input.
 
-use super::{activation_shell, s, sigmoid, ActivationRules};
-use crate::ops::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
+use super::{activation_shell, sigmoid, ActivationRules};
+use crate::ops::{s, Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::gelu;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};

@@ -11,7 +11,7 @@ pub use gelu::{Gelu, GeluApproximate};
 pub use rectifiers::{LeakyRelu, Relu};
 pub use smooth::{Sigmoid, Silu, Softplus, Tanh};
 
-use super::{dispatch_rules, Arity, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
+use super::{family_dispatch, Arity, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
 use tapegrad_tensor::{Result, Scalar, Shape, Tensor};
 
 /// Elementwise activation functions (one argument, output of the same shape), each variant
@@ -139,20 +139,7 @@ macro_rules! activation_shell {
 }
 use activation_shell;
 
-impl OpRules for ActivationOp {
-    dispatch_rules!(each);
-}
-
-impl std::fmt::Display for ActivationOp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        each!(self, op => write!(f, "{op}"))
-    }
-}
-
-/// A constant attribute in the element type.
-fn s<S: Scalar>(v: f64) -> S {
-    S::from_f64(v)
-}
+family_dispatch!(ActivationOp, each);
 
 /// The logistic function without overflow: `exp` only ever sees a non-positive argument, so
 /// sigmoid(-1000) is 0 and sigmoid(1000) is 1 rather than NaN.

@@ -2,8 +2,8 @@
 //! output and its value and derivative are elementwise selections, so it also has the in-place
 //! hooks, which overwrite a buffer nothing reads again.
 
-use super::{activation_shell, s, ActivationRules};
-use crate::ops::{display_by_name, Arity, Forward, Grads, OpRules, Saves, VjpContext};
+use super::{activation_shell, ActivationRules};
+use crate::ops::{display_by_name, s, Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::par_map::{map_in_place, zip_in_place};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};

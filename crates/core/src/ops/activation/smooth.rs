@@ -2,8 +2,8 @@
 //! and silu. Sigmoid and tanh read their derivative from the output, softplus and silu from the
 //! input; all evaluate the logistic function without overflow (`sigmoid`).
 
-use super::{activation_shell, s, sigmoid, ActivationRules};
-use crate::ops::{display_by_name, Arity, Forward, Grads, OpRules, Saves, VjpContext};
+use super::{activation_shell, sigmoid, ActivationRules};
+use crate::ops::{display_by_name, s, Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 

@@ -2,9 +2,9 @@
 //! and scale read no value: their VJP is also given as a linear map of the cotangent
 //! (`linear_vjp`), which the executed sweep may apply to the cotangent's own buffer.
 
-use super::{elementwise_shell, pass, reduced, s, when_needed, ElementwiseRules};
+use super::{elementwise_shell, pass, reduced, when_needed, ElementwiseRules};
 use crate::ops::{
-    display_by_name, Arity, Forward, Grads, LinearPart, LinearVjp, OpRules, Saves, VjpContext,
+    display_by_name, s, Arity, Forward, Grads, LinearPart, LinearVjp, OpRules, Saves, VjpContext,
 };
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::{binary_map, broadcast_shape, broadcast_to};

@@ -2,8 +2,8 @@
 //! exponent. One argument, an output of its shape, and a diagonal Jacobian (`Diagonal`): each
 //! gives its value and its local derivative, from which `diagonal_shell!` makes the VJP and JVP.
 
-use super::{chain, diagonal_shell, elementwise_shell, s, Diagonal, ElementwiseRules};
-use crate::ops::{display_by_name, Arity, Forward, Grads, OpRules, Saves, VjpContext};
+use super::{chain, diagonal_shell, elementwise_shell, Diagonal, ElementwiseRules};
+use crate::ops::{display_by_name, s, Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 

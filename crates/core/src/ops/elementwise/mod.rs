@@ -10,7 +10,7 @@ pub use arithmetic::{Add, Div, Mul, Neg, Scale, Sub};
 pub use math::{Abs, Cos, Exp, Log, Pow, SafeLog, Sin, Sqrt};
 pub use select::{Clamp, Maximum, Minimum, Where};
 
-use super::{dispatch_rules, Arity, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
+use super::{family_dispatch, Arity, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
 use tapegrad_tensor::kernels::sum_to;
 use tapegrad_tensor::{Result, Scalar, Shape, Tensor};
 
@@ -183,20 +183,7 @@ impl ElementwiseOp {
     }
 }
 
-impl OpRules for ElementwiseOp {
-    dispatch_rules!(each);
-}
-
-impl std::fmt::Display for ElementwiseOp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        each!(self, op => write!(f, "{op}"))
-    }
-}
-
-/// A constant attribute in the element type.
-fn s<S: Scalar>(v: f64) -> S {
-    S::from_f64(v)
-}
+family_dispatch!(ElementwiseOp, each);
 
 /// Applies a per-element derivative: `cot * d(x)` for a unary op.
 fn chain<S: Scalar>(

@@ -2,8 +2,8 @@
 //! and `where` with a fixed mask. Each passes every element's derivative from the argument it
 //! selected; clamp and `where` have shape rules of their own.
 
-use super::{chain, diagonal_shell, elementwise_shell, s, when_needed, Diagonal, ElementwiseRules};
-use crate::ops::{display_by_name, Arity, Forward, Grads, Mask, OpRules, Saves, VjpContext};
+use super::{chain, diagonal_shell, elementwise_shell, when_needed, Diagonal, ElementwiseRules};
+use crate::ops::{display_by_name, s, Arity, Forward, Grads, Mask, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::alloc::ensure_allocatable;
 use tapegrad_tensor::kernels::{binary_map, broadcast_shape, broadcast_to};

@@ -18,7 +18,7 @@ pub use norm::{batch_stats, BatchNorm, BatchStats, GroupNorm, LayerNorm};
 pub use pad::{NamedPadding, PaddingMode};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
 
-use super::{dispatch_rules, Arity, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
+use super::{family_dispatch, Arity, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// Neural-network operations; each variant holds the op's attributes.
@@ -63,15 +63,7 @@ macro_rules! each {
     };
 }
 
-impl OpRules for NnOp {
-    dispatch_rules!(each);
-}
-
-impl std::fmt::Display for NnOp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        each!(self, op => write!(f, "{op}"))
-    }
-}
+family_dispatch!(NnOp, each);
 
 impl From<NnOp> for super::Op {
     fn from(op: NnOp) -> super::Op {
