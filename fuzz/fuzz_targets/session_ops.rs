@@ -19,6 +19,7 @@ use tapegrad_core::ops::nn::{
     ScaledDotProductAttention, ScatterAdd, Select,
 };
 use tapegrad_core::ops::reduce::{LogSoftmax, Softmax};
+use tapegrad_core::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, OpKind, ReduceOp,
     Reduction, StructureOp,
@@ -390,38 +391,38 @@ impl<S: Scalar> Run<S> {
                 &[*x],
             ),
             K::Reshape(x, d) => self.apply(
-                Op::Structure(StructureOp::Reshape {
+                Op::Structure(StructureOp::Reshape(Reshape {
                     shape: d.iter().take(6).map(|&i| isize::from(i % 9)).collect(),
-                }),
+                })),
                 &[*x],
             ),
             K::Flatten(x, s, e) => self.apply(
-                Op::Structure(StructureOp::Flatten {
+                Op::Structure(StructureOp::Flatten(Flatten {
                     start_dim: isize::from(*s % 7),
                     end_dim: isize::from(*e % 7),
-                }),
+                })),
                 &[*x],
             ),
             K::BroadcastTo(x, d) => self.apply(
-                Op::Structure(StructureOp::BroadcastTo { shape: dims(d) }),
+                Op::Structure(StructureOp::BroadcastTo(BroadcastTo { shape: dims(d) })),
                 &[*x],
             ),
             K::Concat(xs, axis) => {
                 let xs: Vec<u8> = xs.iter().take(4).copied().collect();
                 self.apply(
-                    Op::Structure(StructureOp::Concat {
+                    Op::Structure(StructureOp::Concat(Concat {
                         axis: isize::from(*axis % 7),
-                    }),
+                    })),
                     &xs,
                 );
             }
             K::Slice(x, axis, start, end, step) => self.apply(
-                Op::Structure(StructureOp::Slice {
+                Op::Structure(StructureOp::Slice(Slice {
                     axis: isize::from(*axis % 7),
                     start: isize::from(*start % 9),
                     end: isize::from(*end % 9),
                     step: usize::from(*step % 4),
-                }),
+                })),
                 &[*x],
             ),
             K::ClassLoss(x, targets, r, nll) => {

@@ -205,7 +205,7 @@ op_list! {
             Transpose => "transpose",
             Permute => "permute",
         }
-        Structure(StructureOp) {
+        Structure(StructureOp in structure) {
             Reshape => "reshape",
             Flatten => "flatten",
             BroadcastTo => "broadcast_to",

@@ -9,6 +9,7 @@ use crate::ops::elementwise::{
     Sqrt, Sub, Where,
 };
 use crate::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
+use crate::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use crate::ops::{
     class_labels, ActivationOp, ClassLabel, ClassLossOptions, ElementwiseOp, GeluApproximate,
     LinalgOp, LossOp, Mask, Op, ReduceOp, Reduction, StructureOp,
@@ -521,9 +522,9 @@ impl<S: Scalar> Session<S> {
     /// New shape (one -1 is inferred).
     pub fn reshape(&mut self, x: Var, shape: &[isize]) -> Result<Var> {
         self.apply(
-            Op::Structure(StructureOp::Reshape {
+            Op::Structure(StructureOp::Reshape(Reshape {
                 shape: shape.to_vec(),
-            }),
+            })),
             &[x],
         )
     }
@@ -531,7 +532,7 @@ impl<S: Scalar> Session<S> {
     /// Merges axes `start_dim..=end_dim`.
     pub fn flatten(&mut self, x: Var, start_dim: isize, end_dim: isize) -> Result<Var> {
         self.apply(
-            Op::Structure(StructureOp::Flatten { start_dim, end_dim }),
+            Op::Structure(StructureOp::Flatten(Flatten { start_dim, end_dim })),
             &[x],
         )
     }
@@ -539,16 +540,16 @@ impl<S: Scalar> Session<S> {
     /// Broadcasts to `shape`.
     pub fn broadcast_to(&mut self, x: Var, shape: &[usize]) -> Result<Var> {
         self.apply(
-            Op::Structure(StructureOp::BroadcastTo {
+            Op::Structure(StructureOp::BroadcastTo(BroadcastTo {
                 shape: shape.to_vec(),
-            }),
+            })),
             &[x],
         )
     }
 
     /// Concatenates along `axis`.
     pub fn concat(&mut self, xs: &[Var], axis: isize) -> Result<Var> {
-        self.apply(Op::Structure(StructureOp::Concat { axis }), xs)
+        self.apply(Op::Structure(StructureOp::Concat(Concat { axis })), xs)
     }
 
     /// Python-style slice along `axis`.
@@ -561,12 +562,12 @@ impl<S: Scalar> Session<S> {
         step: usize,
     ) -> Result<Var> {
         self.apply(
-            Op::Structure(StructureOp::Slice {
+            Op::Structure(StructureOp::Slice(Slice {
                 axis,
                 start,
                 end,
                 step,
-            }),
+            })),
             &[x],
         )
     }

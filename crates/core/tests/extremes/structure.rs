@@ -21,6 +21,7 @@ use tapegrad_core::ops::nn::{
     LayerNorm, ScatterAdd, Select,
 };
 use tapegrad_core::ops::reduce::{Amax, LogSoftmax, Mean, Softmax, Sum};
+use tapegrad_core::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use tapegrad_core::ops::{LinalgOp, LossOp, ReduceOp, Reduction, StructureOp};
 use tapegrad_core::{Op, Scalar, Shape, Tensor};
 use tapegrad_tensor::kernels::set_num_threads;
@@ -300,12 +301,12 @@ fn slice_case(rng: &mut ChaCha8Rng) -> Option<Case> {
     let len = norm_axis(axis, x.len()).map_or(3, |a| x[a]);
     let (start, end) = (signed_near(rng, len), signed_near(rng, len));
     let step = mixed(rng);
-    let op = StructureOp::Slice {
+    let op = StructureOp::Slice(Slice {
         axis,
         start,
         end,
         step,
-    };
+    });
     let ax = norm_axis(axis, x.len());
     let expect = match ax {
         // torch: "slice() cannot be applied to a 0-dim tensor"; "slice step must be positive".
@@ -415,7 +416,7 @@ fn flatten_case(rng: &mut ChaCha8Rng) -> Option<Case> {
         _ => Expect::Err,
     };
     Some(case(
-        Op::Structure(StructureOp::Flatten { start_dim, end_dim }),
+        Op::Structure(StructureOp::Flatten(Flatten { start_dim, end_dim })),
         vec![x],
         expect,
     ))
@@ -478,7 +479,7 @@ fn reshape_case(rng: &mut ChaCha8Rng) -> Option<Case> {
         }
     };
     Some(case(
-        Op::Structure(StructureOp::Reshape { shape: spec }),
+        Op::Structure(StructureOp::Reshape(Reshape { shape: spec })),
         vec![x],
         expect,
     ))
@@ -523,7 +524,7 @@ fn broadcast_case(rng: &mut ChaCha8Rng) -> Option<Case> {
         )?
     };
     Some(case(
-        Op::Structure(StructureOp::BroadcastTo { shape: target }),
+        Op::Structure(StructureOp::BroadcastTo(BroadcastTo { shape: target })),
         vec![x],
         expect,
     ))
@@ -592,7 +593,7 @@ fn concat_case(rng: &mut ChaCha8Rng) -> Option<Case> {
         _ => Expect::Err,
     };
     Some(case(
-        Op::Structure(StructureOp::Concat { axis }),
+        Op::Structure(StructureOp::Concat(Concat { axis })),
         shapes,
         expect,
     ))

@@ -13,6 +13,7 @@ use tapegrad_core::ops::nn::{
     ScaledDotProductAttention,
 };
 use tapegrad_core::ops::reduce::Mean;
+use tapegrad_core::ops::structure::{Flatten, Reshape};
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, LinalgOp, LossOp, ReduceOp, Reduction, StructureOp,
 };
@@ -57,10 +58,10 @@ fn cnn(r: &mut ChaCha8Rng) -> Program {
         node(pool, &[8]),                                     // 9: (2, 3, 2, 2)
         node(BatchNorm::new(true), &[9, 3, 4]),               // 10
         node(
-            Op::Structure(StructureOp::Flatten {
+            Op::Structure(StructureOp::Flatten(Flatten {
                 start_dim: 1,
                 end_dim: -1,
-            }),
+            })),
             &[10],
         ), // 11: (2, 12)
         node(Op::Linalg(LinalgOp::Linear { bias: false }), &[11, 5]), // 12: (2, 4)
@@ -88,9 +89,9 @@ fn transformer(r: &mut ChaCha8Rng) -> Program {
     ];
     let tokens = IndexTensor::new(&[2, 5], vec![3, 1, 3, 0, 6, 2, 2, 5, 1, 3]).unwrap();
     let linear = || Op::Linalg(LinalgOp::Linear { bias: false });
-    let heads = Op::Structure(StructureOp::Reshape {
+    let heads = Op::Structure(StructureOp::Reshape(Reshape {
         shape: vec![2, 1, 5, 4],
-    });
+    }));
     let nodes = vec![
         node(Embedding::new(tokens), &[0]), // 5: (2, 5, 4)
         node(
@@ -116,9 +117,9 @@ fn transformer(r: &mut ChaCha8Rng) -> Program {
             &[10, 11, 12],
         ), // 13: (2, 1, 5, 4)
         node(
-            Op::Structure(StructureOp::Reshape {
+            Op::Structure(StructureOp::Reshape(Reshape {
                 shape: vec![2, 5, 4],
-            }),
+            })),
             &[13],
         ), // 14
         node(el(ElementwiseOp::Add(Add)), &[14, 6]), // 15: residual, fan-out of 6

@@ -25,6 +25,7 @@ use tapegrad_core::ops::nn::{
     ScaledDotProductAttention, ScatterAdd, Select,
 };
 use tapegrad_core::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
+use tapegrad_core::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, ReduceOp, Reduction,
     Saved, StructureOp,
@@ -200,7 +201,7 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
         K::Permute => Op::Linalg(LinalgOp::Permute {
             dims: (0..rng.random_range(0..=4)).map(|_| axis(rng)).collect(),
         }),
-        K::Reshape => Op::Structure(StructureOp::Reshape {
+        K::Reshape => Op::Structure(StructureOp::Reshape(Reshape {
             shape: (0..rng.random_range(0..=4))
                 .map(|_| {
                     if rng.random_bool(0.05) {
@@ -210,19 +211,19 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
                     }
                 })
                 .collect(),
-        }),
-        K::Flatten => Op::Structure(StructureOp::Flatten {
+        })),
+        K::Flatten => Op::Structure(StructureOp::Flatten(Flatten {
             start_dim: axis(rng),
             end_dim: axis(rng),
-        }),
-        K::BroadcastTo => Op::Structure(StructureOp::BroadcastTo { shape: dims(rng) }),
-        K::Concat => Op::Structure(StructureOp::Concat { axis: axis(rng) }),
-        K::Slice => Op::Structure(StructureOp::Slice {
+        })),
+        K::BroadcastTo => Op::Structure(StructureOp::BroadcastTo(BroadcastTo { shape: dims(rng) })),
+        K::Concat => Op::Structure(StructureOp::Concat(Concat { axis: axis(rng) })),
+        K::Slice => Op::Structure(StructureOp::Slice(Slice {
             axis: axis(rng),
             start: pick(rng, &[isize::MIN, -9, -2, -1, 0, 1, 2, 9, isize::MAX]),
             end: pick(rng, &[isize::MIN, -9, -2, -1, 0, 1, 2, 9, isize::MAX]),
             step: pick(rng, &[0, 1, 2, 5, usize::MAX]),
-        }),
+        })),
         K::MseLoss => Op::Loss(LossOp::MseLoss {
             reduction: reduction(rng),
         }),
@@ -673,42 +674,42 @@ fn named_cases() -> Vec<NamedCase> {
             vec!["permute", "[2, 3]"],
         ),
         (
-            Op::Structure(StructureOp::Reshape { shape: vec![5] }),
+            Op::Structure(StructureOp::Reshape(Reshape { shape: vec![5] })),
             vec![t(&[2, 3])],
             vec!["reshape", "[2, 3]", "5"],
         ),
         (
-            Op::Structure(StructureOp::Reshape {
+            Op::Structure(StructureOp::Reshape(Reshape {
                 shape: vec![-1, -1],
-            }),
+            })),
             vec![t(&[2, 3])],
             vec!["reshape", "-1"],
         ),
         (
-            Op::Structure(StructureOp::BroadcastTo { shape: vec![3] }),
+            Op::Structure(StructureOp::BroadcastTo(BroadcastTo { shape: vec![3] })),
             vec![t(&[2])],
             vec!["broadcast_to", "[2]", "[3]"],
         ),
         (
-            Op::Structure(StructureOp::Concat { axis: 0 }),
+            Op::Structure(StructureOp::Concat(Concat { axis: 0 })),
             vec![t(&[2, 3]), t(&[2, 4])],
             vec!["concat", "[2, 3]", "[2, 4]"],
         ),
         (
-            Op::Structure(StructureOp::Slice {
+            Op::Structure(StructureOp::Slice(Slice {
                 axis: 0,
                 start: 0,
                 end: 2,
                 step: 0,
-            }),
+            })),
             vec![t(&[3])],
             vec!["slice", "step"],
         ),
         (
-            Op::Structure(StructureOp::Flatten {
+            Op::Structure(StructureOp::Flatten(Flatten {
                 start_dim: 1,
                 end_dim: 0,
-            }),
+            })),
             vec![t(&[2, 3])],
             vec!["flatten", "1", "0"],
         ),

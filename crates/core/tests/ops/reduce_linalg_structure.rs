@@ -6,6 +6,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::laws::{check_op, op_vjp, Tolerance};
 use tapegrad_core::ops::reduce::{Amax, LogSoftmax, Mean, Softmax, Sum};
+use tapegrad_core::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use tapegrad_core::ops::{LinalgOp, ReduceOp, Saved, Saves, StructureOp};
 use tapegrad_core::{Op, Shape, Tensor};
 
@@ -49,28 +50,28 @@ fn permute(dims: &[isize]) -> Op {
     })
 }
 fn reshape(shape: &[isize]) -> Op {
-    Op::Structure(StructureOp::Reshape {
+    Op::Structure(StructureOp::Reshape(Reshape {
         shape: shape.to_vec(),
-    })
+    }))
 }
 fn flatten(start_dim: isize, end_dim: isize) -> Op {
-    Op::Structure(StructureOp::Flatten { start_dim, end_dim })
+    Op::Structure(StructureOp::Flatten(Flatten { start_dim, end_dim }))
 }
 fn broadcast_to(shape: &[usize]) -> Op {
-    Op::Structure(StructureOp::BroadcastTo {
+    Op::Structure(StructureOp::BroadcastTo(BroadcastTo {
         shape: shape.to_vec(),
-    })
+    }))
 }
 fn concat(axis: isize) -> Op {
-    Op::Structure(StructureOp::Concat { axis })
+    Op::Structure(StructureOp::Concat(Concat { axis }))
 }
 fn slice(axis: isize, start: isize, end: isize, step: usize) -> Op {
-    Op::Structure(StructureOp::Slice {
+    Op::Structure(StructureOp::Slice(Slice {
         axis,
         start,
         end,
         step,
-    })
+    }))
 }
 
 fn fwd(op: &Op, xs: &[&Tensor<f64>]) -> Tensor<f64> {

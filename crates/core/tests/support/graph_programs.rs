@@ -22,6 +22,7 @@ use tapegrad_core::ops::elementwise::{
     Sqrt, Sub, Where,
 };
 use tapegrad_core::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
+use tapegrad_core::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, Op, ReduceOp, Reduction,
     StructureOp,
@@ -241,12 +242,12 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             let a = pick(rng, v, |t| t.rank() >= 1)?;
             let n = v[a].numel() as isize;
             let op = match rng.random_range(0..3) {
-                0 => StructureOp::Reshape { shape: vec![-1] },
-                1 => StructureOp::Reshape { shape: vec![1, n] },
-                _ => StructureOp::Flatten {
+                0 => StructureOp::Reshape(Reshape { shape: vec![-1] }),
+                1 => StructureOp::Reshape(Reshape { shape: vec![1, n] }),
+                _ => StructureOp::Flatten(Flatten {
                     start_dim: 0,
                     end_dim: -1,
-                },
+                }),
             };
             (Op::Structure(op), vec![a])
         }
@@ -260,13 +261,16 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             if rng.random_bool(0.5) {
                 shape.insert(0, 2);
             }
-            (Op::Structure(StructureOp::BroadcastTo { shape }), vec![a])
+            (
+                Op::Structure(StructureOp::BroadcastTo(BroadcastTo { shape })),
+                vec![a],
+            )
         }
         14 => {
             let a = pick(rng, v, |t| t.rank() >= 1)?;
             let b = pick(rng, v, |t| t.shape() == v[a].shape())?;
             (
-                Op::Structure(StructureOp::Concat { axis: 0 }),
+                Op::Structure(StructureOp::Concat(Concat { axis: 0 })),
                 vec![a, b, a],
             )
         }
@@ -274,12 +278,12 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             let a = pick(rng, v, |t| t.rank() >= 1 && t.dims()[0] >= 2)?;
             let d = v[a].dims()[0] as isize;
             let start = rng.random_range(0..d as i64 - 1) as isize;
-            let op = StructureOp::Slice {
+            let op = StructureOp::Slice(Slice {
                 axis: 0,
                 start,
                 end: d,
                 step: rng.random_range(1..3),
-            };
+            });
             (Op::Structure(op), vec![a])
         }
         16 => {

@@ -44,6 +44,7 @@ use crate::ops::elementwise::{
     Sqrt, Sub, Where,
 };
 use crate::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
+use crate::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use ActivationOp as A;
 use ElementwiseOp as E;
 use LinalgOp as L;
@@ -612,7 +613,7 @@ fn generate<R: Rng + ?Sized>(
                 _ => vec![(n / d) as isize, 1, d as isize],
             };
             (
-                Op::Structure(St::Reshape { shape: target }),
+                Op::Structure(St::Reshape(Reshape { shape: target })),
                 vec![uniform(x, rng, -2.0, 2.0)],
             )
         }
@@ -623,7 +624,7 @@ fn generate<R: Rng + ?Sized>(
                 _ => return None,
             };
             (
-                Op::Structure(St::Flatten { start_dim, end_dim }),
+                Op::Structure(St::Flatten(Flatten { start_dim, end_dim })),
                 vec![uniform(x, rng, -2.0, 2.0)],
             )
         }
@@ -640,7 +641,7 @@ fn generate<R: Rng + ?Sized>(
                     .for_each(|d| *d = rng.random_range(2..=3));
             }
             (
-                Op::Structure(St::BroadcastTo { shape: dims }),
+                Op::Structure(St::BroadcastTo(BroadcastTo { shape: dims })),
                 vec![uniform(x, rng, -2.0, 2.0)],
             )
         }
@@ -655,7 +656,7 @@ fn generate<R: Rng + ?Sized>(
                 let other = with_dim(x, ax, rng.random_range(1..=3));
                 inputs.push(uniform(&other, rng, -2.0, 2.0));
             }
-            (Op::Structure(St::Concat { axis }), inputs)
+            (Op::Structure(St::Concat(Concat { axis })), inputs)
         }
         K::Slice => {
             if rank == 0 {
@@ -686,12 +687,12 @@ fn generate<R: Rng + ?Sized>(
                 }
             };
             (
-                Op::Structure(St::Slice {
+                Op::Structure(St::Slice(Slice {
                     axis,
                     start,
                     end,
                     step,
-                }),
+                })),
                 vec![uniform(x, rng, -2.0, 2.0)],
             )
         }
