@@ -13,6 +13,7 @@ use tapegrad_core::ops::elementwise::{
     Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
     Sqrt, Sub, Where,
 };
+use tapegrad_core::ops::linalg::{Linear, Matmul, Permute, Transpose};
 use tapegrad_core::ops::nn::{
     AdaptiveAvgPool2d, AvgPool2d, Conv1d, Conv2d, Dropout, Embedding, Gather, GroupNorm,
     IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NamedPadding, NnOp, PaddingMode,
@@ -295,7 +296,7 @@ impl<S: Scalar> Run<S> {
                     el(ElementwiseOp::Div(Div)),
                     el(ElementwiseOp::Maximum(Maximum)),
                     el(ElementwiseOp::Minimum(Minimum)),
-                    Op::Linalg(LinalgOp::Matmul),
+                    Op::Linalg(LinalgOp::Matmul(Matmul)),
                 ];
                 let op = ops[usize::from(*which) % ops.len()].clone();
                 self.apply(op, &[*a, *b]);
@@ -374,20 +375,26 @@ impl<S: Scalar> Run<S> {
                 self.apply(Op::Reduce(op), &[*x]);
             }
             K::Linear(x, w, b) => match b {
-                Some(b) => self.apply(Op::Linalg(LinalgOp::Linear { bias: true }), &[*x, *w, *b]),
-                None => self.apply(Op::Linalg(LinalgOp::Linear { bias: false }), &[*x, *w]),
+                Some(b) => self.apply(
+                    Op::Linalg(LinalgOp::Linear(Linear { bias: true })),
+                    &[*x, *w, *b],
+                ),
+                None => self.apply(
+                    Op::Linalg(LinalgOp::Linear(Linear { bias: false })),
+                    &[*x, *w],
+                ),
             },
             K::Transpose(x, d0, d1) => self.apply(
-                Op::Linalg(LinalgOp::Transpose {
+                Op::Linalg(LinalgOp::Transpose(Transpose {
                     dim0: isize::from(*d0 % 7),
                     dim1: isize::from(*d1 % 7),
-                }),
+                })),
                 &[*x],
             ),
             K::Permute(x, d) => self.apply(
-                Op::Linalg(LinalgOp::Permute {
+                Op::Linalg(LinalgOp::Permute(Permute {
                     dims: d.iter().take(6).map(|&i| isize::from(i % 7)).collect(),
-                }),
+                })),
                 &[*x],
             ),
             K::Reshape(x, d) => self.apply(

@@ -199,7 +199,7 @@ op_list! {
             LogSoftmax => "log_softmax",
             LogSumExp => "logsumexp",
         }
-        Linalg(LinalgOp) {
+        Linalg(LinalgOp in linalg) {
             Matmul => "matmul",
             Linear => "linear",
             Transpose => "transpose",

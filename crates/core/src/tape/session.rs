@@ -8,6 +8,7 @@ use crate::ops::elementwise::{
     Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
     Sqrt, Sub, Where,
 };
+use crate::ops::linalg::{Linear, Matmul, Permute, Transpose};
 use crate::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
 use crate::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use crate::ops::{
@@ -368,7 +369,7 @@ binary_methods! {
     /// Elementwise minimum (ties split the gradient).
     minimum => Op::Elementwise(ElementwiseOp::Minimum(Minimum));
     /// `a @ b` (torch.matmul).
-    matmul => Op::Linalg(LinalgOp::Matmul);
+    matmul => Op::Linalg(LinalgOp::Matmul(Matmul));
     /// Mean squared error (mean reduction).
     mse_loss => Op::Loss(LossOp::MseLoss { reduction: Reduction::Mean });
     /// Binary cross entropy with logits (mean reduction).
@@ -499,22 +500,31 @@ impl<S: Scalar> Session<S> {
     /// `x @ w^T + b` (bias optional).
     pub fn linear(&mut self, x: Var, w: Var, b: Option<Var>) -> Result<Var> {
         match b {
-            Some(b) => self.apply(Op::Linalg(LinalgOp::Linear { bias: true }), &[x, w, b]),
-            None => self.apply(Op::Linalg(LinalgOp::Linear { bias: false }), &[x, w]),
+            Some(b) => self.apply(
+                Op::Linalg(LinalgOp::Linear(Linear { bias: true })),
+                &[x, w, b],
+            ),
+            None => self.apply(
+                Op::Linalg(LinalgOp::Linear(Linear { bias: false })),
+                &[x, w],
+            ),
         }
     }
 
     /// Swaps two axes.
     pub fn transpose(&mut self, x: Var, dim0: isize, dim1: isize) -> Result<Var> {
-        self.apply(Op::Linalg(LinalgOp::Transpose { dim0, dim1 }), &[x])
+        self.apply(
+            Op::Linalg(LinalgOp::Transpose(Transpose { dim0, dim1 })),
+            &[x],
+        )
     }
 
     /// Reorders axes.
     pub fn permute(&mut self, x: Var, dims: &[isize]) -> Result<Var> {
         self.apply(
-            Op::Linalg(LinalgOp::Permute {
+            Op::Linalg(LinalgOp::Permute(Permute {
                 dims: dims.to_vec(),
-            }),
+            })),
             &[x],
         )
     }

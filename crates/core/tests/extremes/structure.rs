@@ -16,6 +16,7 @@ use proptest::test_runner::Config;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
+use tapegrad_core::ops::linalg::{Linear, Matmul, Permute, Transpose};
 use tapegrad_core::ops::nn::{
     dropout_mask, BatchNorm, Dropout, Embedding, Gather, GroupNorm, IndexSelect, IndexTensor,
     LayerNorm, ScatterAdd, Select,
@@ -615,7 +616,10 @@ fn permute_case(rng: &mut ChaCha8Rng) -> Option<Case> {
             }
             _ => None,
         };
-        (Op::Linalg(LinalgOp::Transpose { dim0: d0, dim1: d1 }), perm)
+        (
+            Op::Linalg(LinalgOp::Transpose(Transpose { dim0: d0, dim1: d1 })),
+            perm,
+        )
     } else {
         let mut p: Vec<usize> = (0..r).collect();
         for i in (1..r).rev() {
@@ -645,7 +649,7 @@ fn permute_case(rng: &mut ChaCha8Rng) -> Option<Case> {
             s.sort_unstable();
             s == (0..r).collect::<Vec<_>>()
         });
-        (Op::Linalg(LinalgOp::Permute { dims }), perm)
+        (Op::Linalg(LinalgOp::Permute(Permute { dims })), perm)
     };
     let expect = match perm {
         Some(p) => {
@@ -1159,7 +1163,11 @@ fn matmul_case(rng: &mut ChaCha8Rng) -> Option<Case> {
         }
         _ => Expect::Err,
     };
-    Some(case(Op::Linalg(LinalgOp::Matmul), vec![a, b], expect))
+    Some(case(
+        Op::Linalg(LinalgOp::Matmul(Matmul)),
+        vec![a, b],
+        expect,
+    ))
 }
 
 /// linear: x [.., k] by w [n, k] (+ b [n]).
@@ -1206,7 +1214,11 @@ fn linear_case(rng: &mut ChaCha8Rng) -> Option<Case> {
             }),
         )?
     };
-    Some(case(Op::Linalg(LinalgOp::Linear { bias }), shapes, expect))
+    Some(case(
+        Op::Linalg(LinalgOp::Linear(Linear { bias })),
+        shapes,
+        expect,
+    ))
 }
 
 fn dropout_case(rng: &mut ChaCha8Rng) -> Option<Case> {

@@ -20,6 +20,7 @@ use tapegrad_core::graph::{tape_kept_bytes, CompiledGraph, Graph};
 use tapegrad_core::laws::Program;
 use tapegrad_core::ops::activation::Relu;
 use tapegrad_core::ops::elementwise::{Add, Exp, Log, Mul, Neg, Scale, Sin};
+use tapegrad_core::ops::linalg::{Linear, Matmul};
 use tapegrad_core::ops::{ActivationOp, ElementwiseOp, LinalgOp, Op};
 use tapegrad_core::tape::Rule;
 use tapegrad_core::{Error, Scalar, Shape, Tape, Tensor};
@@ -239,7 +240,7 @@ fn a_pass_for_input_gradients_keeps_only_what_they_read() {
     let x = g.input("x", Shape::new([4, 30]).unwrap(), false).unwrap();
     let w1 = g.input("w1", Shape::new([20, 30]).unwrap(), true).unwrap();
     let w2 = g.input("w2", Shape::new([10, 20]).unwrap(), true).unwrap();
-    let linear = Op::Linalg(LinalgOp::Linear { bias: false });
+    let linear = Op::Linalg(LinalgOp::Linear(Linear { bias: false }));
     let h = g.node("h", linear.clone(), &[x, w1]).unwrap();
     g.node("y", linear, &[h, w2]).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(7);
@@ -286,7 +287,8 @@ fn a_pass_for_input_gradients_keeps_each_matmul_operand_only_for_the_other() {
         let b = g
             .input("b", Shape::new(right).unwrap(), !left_grad)
             .unwrap();
-        g.node("y", Op::Linalg(LinalgOp::Matmul), &[a, b]).unwrap();
+        g.node("y", Op::Linalg(LinalgOp::Matmul(Matmul)), &[a, b])
+            .unwrap();
         let xs: Vec<Tensor<f64>> = [left, right]
             .iter()
             .map(|d| random_like(&mut rng, &Shape::new(*d).unwrap()))
@@ -445,13 +447,17 @@ fn relu_in_place_keeps_values_gradients_and_inputs() {
     let h = g
         .node(
             "h",
-            Op::Linalg(LinalgOp::Linear { bias: true }),
+            Op::Linalg(LinalgOp::Linear(Linear { bias: true })),
             &[direct, w1, b1],
         )
         .unwrap();
     let a = g.node("a", relu(), &[h]).unwrap();
     let y = g
-        .node("y", Op::Linalg(LinalgOp::Linear { bias: false }), &[a, w2])
+        .node(
+            "y",
+            Op::Linalg(LinalgOp::Linear(Linear { bias: false })),
+            &[a, w2],
+        )
         .unwrap();
     g.node("z", relu(), &[y]).unwrap();
     let xs = [

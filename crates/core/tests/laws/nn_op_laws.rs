@@ -8,6 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use tapegrad_core::laws::{Program, ProgramNode};
 use tapegrad_core::ops::activation::Silu;
 use tapegrad_core::ops::elementwise::{Add, Mul};
+use tapegrad_core::ops::linalg::Linear;
 use tapegrad_core::ops::nn::{
     BatchNorm, Conv2d, Dropout, Embedding, IndexTensor, LayerNorm, MaxPool2d,
     ScaledDotProductAttention,
@@ -64,7 +65,10 @@ fn cnn(r: &mut ChaCha8Rng) -> Program {
             })),
             &[10],
         ), // 11: (2, 12)
-        node(Op::Linalg(LinalgOp::Linear { bias: false }), &[11, 5]), // 12: (2, 4)
+        node(
+            Op::Linalg(LinalgOp::Linear(Linear { bias: false })),
+            &[11, 5],
+        ), // 12: (2, 4)
         node(
             Op::Loss(LossOp::cross_entropy(vec![1, 3].into(), Reduction::Mean)),
             &[12],
@@ -88,7 +92,7 @@ fn transformer(r: &mut ChaCha8Rng) -> Program {
         random(r, &[4, 4]),
     ];
     let tokens = IndexTensor::new(&[2, 5], vec![3, 1, 3, 0, 6, 2, 2, 5, 1, 3]).unwrap();
-    let linear = || Op::Linalg(LinalgOp::Linear { bias: false });
+    let linear = || Op::Linalg(LinalgOp::Linear(Linear { bias: false }));
     let heads = Op::Structure(StructureOp::Reshape(Reshape {
         shape: vec![2, 1, 5, 4],
     }));

@@ -19,6 +19,7 @@ use tapegrad_core::ops::elementwise::{
     Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
     Sqrt, Sub, Where,
 };
+use tapegrad_core::ops::linalg::{Linear, Matmul, Permute, Transpose};
 use tapegrad_core::ops::nn::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm, Conv1d, Conv2d, Dropout, Embedding, Gather, GroupNorm,
     IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NamedPadding, PaddingMode,
@@ -190,17 +191,17 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
             axes: axes(rng),
             keepdim: rng.random_bool(0.5),
         })),
-        K::Matmul => Op::Linalg(LinalgOp::Matmul),
-        K::Linear => Op::Linalg(LinalgOp::Linear {
+        K::Matmul => Op::Linalg(LinalgOp::Matmul(Matmul)),
+        K::Linear => Op::Linalg(LinalgOp::Linear(Linear {
             bias: rng.random_bool(0.5),
-        }),
-        K::Transpose => Op::Linalg(LinalgOp::Transpose {
+        })),
+        K::Transpose => Op::Linalg(LinalgOp::Transpose(Transpose {
             dim0: axis(rng),
             dim1: axis(rng),
-        }),
-        K::Permute => Op::Linalg(LinalgOp::Permute {
+        })),
+        K::Permute => Op::Linalg(LinalgOp::Permute(Permute {
             dims: (0..rng.random_range(0..=4)).map(|_| axis(rng)).collect(),
-        }),
+        })),
         K::Reshape => Op::Structure(StructureOp::Reshape(Reshape {
             shape: (0..rng.random_range(0..=4))
                 .map(|_| {
@@ -644,32 +645,32 @@ fn named_cases() -> Vec<NamedCase> {
             vec!["softmax", "2"],
         ),
         (
-            Op::Linalg(LinalgOp::Matmul),
+            Op::Linalg(LinalgOp::Matmul(Matmul)),
             vec![t(&[2, 3]), t(&[4, 5])],
             vec!["matmul", "[2, 3]", "[4, 5]"],
         ),
         (
-            Op::Linalg(LinalgOp::Matmul),
+            Op::Linalg(LinalgOp::Matmul(Matmul)),
             vec![t(&[]), t(&[3])],
             vec!["matmul", "[]"],
         ),
         (
-            Op::Linalg(LinalgOp::Linear { bias: true }),
+            Op::Linalg(LinalgOp::Linear(Linear { bias: true })),
             vec![t(&[2, 3]), t(&[4, 5]), t(&[4])],
             vec!["linear", "[2, 3]", "[4, 5]"],
         ),
         (
-            Op::Linalg(LinalgOp::Linear { bias: true }),
+            Op::Linalg(LinalgOp::Linear(Linear { bias: true })),
             vec![t(&[2, 3]), t(&[4, 3]), t(&[5])],
             vec!["linear", "[5]"],
         ),
         (
-            Op::Linalg(LinalgOp::Transpose { dim0: 0, dim1: 2 }),
+            Op::Linalg(LinalgOp::Transpose(Transpose { dim0: 0, dim1: 2 })),
             vec![t(&[2, 3])],
             vec!["transpose", "2"],
         ),
         (
-            Op::Linalg(LinalgOp::Permute { dims: vec![0] }),
+            Op::Linalg(LinalgOp::Permute(Permute { dims: vec![0] })),
             vec![t(&[2, 3])],
             vec!["permute", "[2, 3]"],
         ),
@@ -795,7 +796,7 @@ fn named_failures_mention_the_op_and_what_was_wrong() {
 
 #[test]
 fn vjp_rejects_a_cotangent_of_the_wrong_shape_naming_op_and_shapes() {
-    let op = Op::Linalg(LinalgOp::Matmul);
+    let op = Op::Linalg(LinalgOp::Matmul(Matmul));
     let (a, b) = (t(&[2, 3]), t(&[3, 4]));
     let fwd = op.forward(&[&a, &b]).unwrap();
     let saved = Saved::keep(op.saves(), &[&a, &b], &fwd, vec![true, true]);

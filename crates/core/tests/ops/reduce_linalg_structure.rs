@@ -5,6 +5,7 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::laws::{check_op, op_vjp, Tolerance};
+use tapegrad_core::ops::linalg::{Linear, Matmul, Permute, Transpose};
 use tapegrad_core::ops::reduce::{Amax, LogSoftmax, Mean, Softmax, Sum};
 use tapegrad_core::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use tapegrad_core::ops::{LinalgOp, ReduceOp, Saved, Saves, StructureOp};
@@ -36,18 +37,18 @@ fn log_softmax(axis: isize) -> Op {
     Op::Reduce(ReduceOp::LogSoftmax(LogSoftmax { axis }))
 }
 fn matmul() -> Op {
-    Op::Linalg(LinalgOp::Matmul)
+    Op::Linalg(LinalgOp::Matmul(Matmul))
 }
 fn linear(bias: bool) -> Op {
-    Op::Linalg(LinalgOp::Linear { bias })
+    Op::Linalg(LinalgOp::Linear(Linear { bias }))
 }
 fn transpose(dim0: isize, dim1: isize) -> Op {
-    Op::Linalg(LinalgOp::Transpose { dim0, dim1 })
+    Op::Linalg(LinalgOp::Transpose(Transpose { dim0, dim1 }))
 }
 fn permute(dims: &[isize]) -> Op {
-    Op::Linalg(LinalgOp::Permute {
+    Op::Linalg(LinalgOp::Permute(Permute {
         dims: dims.to_vec(),
-    })
+    }))
 }
 fn reshape(shape: &[isize]) -> Op {
     Op::Structure(StructureOp::Reshape(Reshape {
@@ -369,7 +370,7 @@ fn forward_in_f32() {
     .unwrap()
     .value;
     assert_eq!(y.data(), &[4.0f32, 6.0]);
-    let z = Op::Linalg(LinalgOp::Matmul)
+    let z = Op::Linalg(LinalgOp::Matmul(Matmul))
         .forward(&[&x, &x])
         .unwrap()
         .value;

@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use tapegrad_core::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
 use tapegrad_core::ops::elementwise::{Cos, Exp, Log, Pow, Sin, Sqrt};
+use tapegrad_core::ops::linalg::{Linear, Matmul};
 use tapegrad_core::ops::nn::{
     BatchNorm, Conv2d, GroupNorm, LayerNorm, PaddingMode, ScaledDotProductAttention,
 };
@@ -186,8 +187,8 @@ fn op_of(family: &str, op: &Value) -> Op {
         }
         .into(),
         "matmul" => Op::Linalg(match op["kind"].as_str().unwrap() {
-            "matmul" => LinalgOp::Matmul,
-            _ => LinalgOp::Linear { bias: flag("bias") },
+            "matmul" => LinalgOp::Matmul(Matmul),
+            _ => LinalgOp::Linear(Linear { bias: flag("bias") }),
         }),
         "conv2d" => {
             let p = op["padding"].as_u64().unwrap() as usize;

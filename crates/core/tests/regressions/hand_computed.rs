@@ -6,6 +6,7 @@
 //! (The million-node chain lives in crates/core/tests/tape_regressions.rs.)
 
 use tapegrad_core::ops::elementwise::{Add, Maximum, Minimum, Mul, Scale, Sin, Sub};
+use tapegrad_core::ops::linalg::{Matmul, Transpose};
 use tapegrad_core::ops::nn::{
     AvgPool2d, BatchNorm, Conv2d, Embedding, IndexTensor, MaxPool2d, ScaledDotProductAttention,
 };
@@ -48,9 +49,14 @@ fn x_matmul_x_transposed_gets_both_paths() {
     let mut tape = Tape::new();
     let x = tape.leaf(t(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), true);
     let xt = tape
-        .apply(Op::Linalg(LinalgOp::Transpose { dim0: 0, dim1: 1 }), &[x])
+        .apply(
+            Op::Linalg(LinalgOp::Transpose(Transpose { dim0: 0, dim1: 1 })),
+            &[x],
+        )
         .unwrap();
-    let y = tape.apply(Op::Linalg(LinalgOp::Matmul), &[x, xt]).unwrap();
+    let y = tape
+        .apply(Op::Linalg(LinalgOp::Matmul(Matmul)), &[x, xt])
+        .unwrap();
     assert_eq!(tape.value(y).unwrap().data(), &[14.0, 32.0, 32.0, 77.0]);
     // With seed G, d<G, x xᵀ>/dx = G x + Gᵀ x; for G = ones(2, 2) that is 2 · ones · x.
     let g = grads(&tape, y, &t(&[2, 2], &[1.0; 4]));
@@ -67,7 +73,9 @@ fn x_matmul_x_transposed_gets_both_paths() {
 fn square_matrix_times_itself_gets_both_paths() {
     let mut tape = Tape::new();
     let x = tape.leaf(t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]), true);
-    let y = tape.apply(Op::Linalg(LinalgOp::Matmul), &[x, x]).unwrap();
+    let y = tape
+        .apply(Op::Linalg(LinalgOp::Matmul(Matmul)), &[x, x])
+        .unwrap();
     assert_eq!(tape.value(y).unwrap().data(), &[7.0, 10.0, 15.0, 22.0]);
     // d<G, x x>/dx = G xᵀ + xᵀ G; with G = ones: [[3, 7], [3, 7]] + [[4, 4], [6, 6]].
     let g = grads(&tape, y, &t(&[2, 2], &[1.0; 4]));

@@ -21,6 +21,7 @@ use tapegrad_core::ops::elementwise::{
     Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
     Sqrt, Sub, Where,
 };
+use tapegrad_core::ops::linalg::{Linear, Matmul, Permute, Transpose};
 use tapegrad_core::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
 use tapegrad_core::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use tapegrad_core::ops::{
@@ -209,7 +210,7 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             let a = pick(rng, v, |t| (1..=2).contains(&t.rank()))?;
             let k = *v[a].dims().last()?;
             let b = pick(rng, v, |t| (1..=2).contains(&t.rank()) && t.dims()[0] == k)?;
-            (Op::Linalg(LinalgOp::Matmul), vec![a, b])
+            (Op::Linalg(LinalgOp::Matmul(Matmul)), vec![a, b])
         }
         10 => {
             let x = pick(rng, v, |t| t.rank() == 2)?;
@@ -217,24 +218,28 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             let w = pick(rng, v, |t| t.rank() == 2 && t.dims()[1] == k)?;
             let m = v[w].dims()[0];
             match pick(rng, v, |t| t.dims() == [m]) {
-                Some(b) if rng.random_bool(0.7) => {
-                    (Op::Linalg(LinalgOp::Linear { bias: true }), vec![x, w, b])
-                }
-                _ => (Op::Linalg(LinalgOp::Linear { bias: false }), vec![x, w]),
+                Some(b) if rng.random_bool(0.7) => (
+                    Op::Linalg(LinalgOp::Linear(Linear { bias: true })),
+                    vec![x, w, b],
+                ),
+                _ => (
+                    Op::Linalg(LinalgOp::Linear(Linear { bias: false })),
+                    vec![x, w],
+                ),
             }
         }
         11 => {
             let a = pick(rng, v, |t| t.rank() >= 2)?;
             let r = v[a].rank();
             let op = if rng.random_bool(0.5) {
-                LinalgOp::Transpose {
+                LinalgOp::Transpose(Transpose {
                     dim0: 0,
                     dim1: (r - 1) as isize,
-                }
+                })
             } else {
                 let mut dims: Vec<isize> = (0..r as isize).collect();
                 dims.reverse();
-                LinalgOp::Permute { dims }
+                LinalgOp::Permute(Permute { dims })
             };
             (Op::Linalg(op), vec![a])
         }

@@ -16,6 +16,7 @@ use crate::model::Model;
 use crate::params::ParamId;
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::graph::CompiledGraph;
+use tapegrad_core::ops::linalg::Linear;
 use tapegrad_core::ops::{class_labels, LinalgOp, LossOp, Reduction};
 use tapegrad_core::tape::{Node, Rule};
 use tapegrad_core::{Op, Session, Var};
@@ -230,7 +231,7 @@ pub(crate) fn outer_product_user<S: Scalar>(
     let is_linear = matches!(
         &node.rule,
         Rule::Op {
-            op: Op::Linalg(LinalgOp::Linear { bias: true }),
+            op: Op::Linalg(LinalgOp::Linear(Linear { bias: true })),
             ..
         }
     );

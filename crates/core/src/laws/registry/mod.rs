@@ -43,6 +43,7 @@ use crate::ops::elementwise::{
     Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
     Sqrt, Sub, Where,
 };
+use crate::ops::linalg::{Linear, Matmul, Permute, Transpose};
 use crate::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
 use crate::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use ActivationOp as A;
@@ -555,7 +556,7 @@ fn generate<R: Rng + ?Sized>(
                 _ => return None,
             };
             (
-                Op::Linalg(L::Matmul),
+                Op::Linalg(L::Matmul(Matmul)),
                 vec![uniform(x, rng, -2.0, 2.0), uniform(&y, rng, -2.0, 2.0)],
             )
         }
@@ -572,7 +573,7 @@ fn generate<R: Rng + ?Sized>(
             if bias {
                 inputs.push(uniform(&shape(&[outs]), rng, -1.0, 1.0));
             }
-            (Op::Linalg(L::Linear { bias }), inputs)
+            (Op::Linalg(L::Linear(Linear { bias })), inputs)
         }
         K::Transpose => {
             let r = rank as isize;
@@ -583,7 +584,7 @@ fn generate<R: Rng + ?Sized>(
                 _ => return None,
             };
             (
-                Op::Linalg(L::Transpose { dim0, dim1 }),
+                Op::Linalg(L::Transpose(Transpose { dim0, dim1 })),
                 vec![uniform(x, rng, -2.0, 2.0)],
             )
         }
@@ -599,7 +600,7 @@ fn generate<R: Rng + ?Sized>(
                 dims.iter_mut().for_each(|a| *a -= rank as isize);
             }
             (
-                Op::Linalg(L::Permute { dims }),
+                Op::Linalg(L::Permute(Permute { dims })),
                 vec![uniform(x, rng, -2.0, 2.0)],
             )
         }
