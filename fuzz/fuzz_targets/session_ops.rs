@@ -14,6 +14,7 @@ use tapegrad_core::ops::elementwise::{
     Sqrt, Sub, Where,
 };
 use tapegrad_core::ops::linalg::{Linear, Matmul, Permute, Transpose};
+use tapegrad_core::ops::loss::MseLoss;
 use tapegrad_core::ops::nn::{
     AdaptiveAvgPool2d, AvgPool2d, Conv1d, Conv2d, Dropout, Embedding, Gather, GroupNorm,
     IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NamedPadding, NnOp, PaddingMode,
@@ -453,7 +454,7 @@ impl<S: Scalar> Run<S> {
                 let op = if *bce {
                     LossOp::bce_with_logits(reduction)
                 } else {
-                    LossOp::MseLoss { reduction }
+                    LossOp::MseLoss(MseLoss { reduction })
                 };
                 self.apply(Op::Loss(op), &[*a, *b]);
             }

@@ -4,7 +4,7 @@
 //! and the law tests, which iterate `OpKind::ALL`).
 
 use super::nn::{self, NnOp};
-use super::{ActivationOp, ElementwiseOp, LinalgOp, LossOp, ReduceOp, StructureOp};
+use super::{loss, ActivationOp, ElementwiseOp, LinalgOp, LossOp, ReduceOp, StructureOp};
 
 /// The kind of an op value (generated from the list for every family enum and nn op struct).
 pub trait HasKind {
@@ -17,36 +17,41 @@ macro_rules! variant_pattern {
     ($ty:ident, $kind:ident) => {
         $ty::$kind { .. }
     };
-    ($ty:ident, $kind:ident = $variant:ident { $($fields:tt)* }) => {
-        $ty::$variant { $($fields)* }
+    ($ty:ident, $kind:ident = $variant:ident $pattern:tt) => {
+        $ty::$variant $pattern
     };
 }
 
 /// For a family whose ops are structs (`Family(FamilyEnum in module)`): each struct's kind, and
-/// `From` into its family enum and into `Op`. Nothing for a family without structs.
+/// `From` into its family enum and into `Op`. Nothing for a family without structs, nor for an
+/// entry that spells out its variant (a struct holding two kinds says which it is itself).
 macro_rules! op_structs {
-    ($family:ident($ty:ident) [] $($kind:ident)*) => {};
-    ($family:ident($ty:ident) [$module:ident] $($kind:ident)*) => {
-        $(
-            impl HasKind for super::$module::$kind {
-                #[inline]
-                fn kind(&self) -> OpKind {
-                    OpKind::$kind
-                }
+    ($family:ident($ty:ident) [] $($entries:tt)*) => {};
+    ($family:ident($ty:ident) [$module:ident]) => {};
+    ($family:ident($ty:ident) [$module:ident] $kind:ident = $variant:ident, $($rest:tt)*) => {
+        op_structs!($family($ty) [$module] $($rest)*);
+    };
+    ($family:ident($ty:ident) [$module:ident] $kind:ident, $($rest:tt)*) => {
+        impl HasKind for super::$module::$kind {
+            #[inline]
+            fn kind(&self) -> OpKind {
+                OpKind::$kind
             }
+        }
 
-            impl From<super::$module::$kind> for $ty {
-                fn from(op: super::$module::$kind) -> $ty {
-                    $ty::$kind(op)
-                }
+        impl From<super::$module::$kind> for $ty {
+            fn from(op: super::$module::$kind) -> $ty {
+                $ty::$kind(op)
             }
+        }
 
-            impl From<super::$module::$kind> for super::Op {
-                fn from(op: super::$module::$kind) -> super::Op {
-                    super::Op::$family($ty::$kind(op))
-                }
+        impl From<super::$module::$kind> for super::Op {
+            fn from(op: super::$module::$kind) -> super::Op {
+                super::Op::$family($ty::$kind(op))
             }
-        )*
+        }
+
+        op_structs!($family($ty) [$module] $($rest)*);
     };
 }
 
@@ -55,7 +60,7 @@ macro_rules! op_list {
         core {
             $(
                 $family:ident($ty:ident $(in $module:ident)?) {
-                    $( $kind:ident $(= $variant:ident { $($fields:tt)* })? => $label:literal, )*
+                    $( $kind:ident $(= $variant:ident $pattern:tt)? => $label:literal, )*
                 }
             )*
         }
@@ -117,14 +122,14 @@ macro_rules! op_list {
                 #[inline]
                 fn kind(&self) -> OpKind {
                     match self {
-                        $(variant_pattern!($ty, $kind $(= $variant { $($fields)* })?)
+                        $(variant_pattern!($ty, $kind $(= $variant $pattern)?)
                             => OpKind::$kind,)*
                     }
                 }
             }
         )*
 
-        $( op_structs!($family($ty) [$($module)?] $($kind)*); )*
+        $( op_structs!($family($ty) [$($module)?] $($kind $(= $variant)?,)*); )*
 
         impl HasKind for NnOp {
             #[inline]
@@ -156,10 +161,9 @@ macro_rules! op_list {
     };
 }
 
-// One line per op: `Kind => "pytorch_name"`, in its family (`Family(FamilyEnum)`, or
-// `Family(FamilyEnum in module)` where each op is a struct of `ops/module/` held by the variant of
-// its name), the kind named as the family enum's variant (or `Kind = Variant { pattern }` where one
-// variant holds two kinds).
+// One line per op: `Kind => "pytorch_name"`, in its family (`Family(FamilyEnum in module)`: each
+// op a struct of `ops/module/`, held by the enum's variant of its name), the kind named as its
+// variant and struct (or `Kind = Variant(pattern)` where one variant holds two kinds).
 op_list! {
     core {
         Elementwise(ElementwiseOp in elementwise) {
@@ -212,16 +216,17 @@ op_list! {
             Concat => "concat",
             Slice => "slice",
         }
-        Loss(LossOp) {
+        Loss(LossOp in loss) {
             MseLoss => "mse_loss",
             CrossEntropy => "cross_entropy",
-            BinaryCrossEntropyWithLogits = BinaryCrossEntropyWithLogits { weight: None, .. }
-                => "binary_cross_entropy_with_logits",
+            BinaryCrossEntropyWithLogits = BinaryCrossEntropyWithLogits(
+                loss::BinaryCrossEntropyWithLogits { weight: None, .. }
+            ) => "binary_cross_entropy_with_logits",
             NllLoss => "nll_loss",
             CrossEntropyProbs => "cross_entropy_probs",
-            WeightedBinaryCrossEntropyWithLogits =
-                BinaryCrossEntropyWithLogits { weight: Some(_), .. }
-                => "binary_cross_entropy_with_logits",
+            WeightedBinaryCrossEntropyWithLogits = BinaryCrossEntropyWithLogits(
+                loss::BinaryCrossEntropyWithLogits { weight: Some(_), .. }
+            ) => "binary_cross_entropy_with_logits",
         }
     }
     // Each a struct of `ops/nn/` (implementing `OpRules`) and the `NnOp` variant of its name.

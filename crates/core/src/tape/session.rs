@@ -9,6 +9,9 @@ use crate::ops::elementwise::{
     Sqrt, Sub, Where,
 };
 use crate::ops::linalg::{Linear, Matmul, Permute, Transpose};
+use crate::ops::loss::{
+    BinaryCrossEntropyWithLogits, CrossEntropy, CrossEntropyProbs, MseLoss, NllLoss,
+};
 use crate::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
 use crate::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use crate::ops::{
@@ -371,7 +374,7 @@ binary_methods! {
     /// `a @ b` (torch.matmul).
     matmul => Op::Linalg(LinalgOp::Matmul(Matmul));
     /// Mean squared error (mean reduction).
-    mse_loss => Op::Loss(LossOp::MseLoss { reduction: Reduction::Mean });
+    mse_loss => Op::Loss(LossOp::MseLoss(MseLoss { reduction: Reduction::Mean }));
     /// Binary cross entropy with logits (mean reduction).
     binary_cross_entropy_with_logits => Op::Loss(LossOp::bce_with_logits(Reduction::Mean));
 }
@@ -598,13 +601,13 @@ impl<S: Scalar> Session<S> {
         targets: &[L],
         options: &ClassLossOptions,
     ) -> Result<Var> {
-        let op = LossOp::CrossEntropy {
+        let op = LossOp::CrossEntropy(CrossEntropy {
             targets: class_labels(targets),
             reduction: options.reduction,
             weight: options.weight.clone().map(Arc::new),
             ignore_index: options.ignore_index,
             label_smoothing: options.label_smoothing,
-        };
+        });
         self.apply(Op::Loss(op), &[logits])
     }
 
@@ -629,11 +632,11 @@ impl<S: Scalar> Session<S> {
                 format!("ignore_index ({i}) is not supported with probability targets"),
             ));
         }
-        let op = LossOp::CrossEntropyProbs {
+        let op = LossOp::CrossEntropyProbs(CrossEntropyProbs {
             reduction: options.reduction,
             weight: options.weight.clone().map(Arc::new),
             label_smoothing: options.label_smoothing,
-        };
+        });
         self.apply(Op::Loss(op), &[logits, target_probs])
     }
 
@@ -647,11 +650,11 @@ impl<S: Scalar> Session<S> {
         reduction: Reduction,
         pos_weight: Option<&Tensor<f64>>,
     ) -> Result<Var> {
-        let op = LossOp::BinaryCrossEntropyWithLogits {
+        let op = LossOp::BinaryCrossEntropyWithLogits(BinaryCrossEntropyWithLogits {
             reduction,
             pos_weight: pos_weight.map(|w| Arc::new(w.clone())),
             weight: None,
-        };
+        });
         self.apply(Op::Loss(op), &[logits, targets])
     }
 
@@ -688,12 +691,12 @@ impl<S: Scalar> Session<S> {
                 ),
             ));
         }
-        let op = LossOp::NllLoss {
+        let op = LossOp::NllLoss(NllLoss {
             targets: class_labels(targets),
             reduction: options.reduction,
             weight: options.weight.clone().map(Arc::new),
             ignore_index: options.ignore_index,
-        };
+        });
         self.apply(Op::Loss(op), &[log_probs])
     }
 

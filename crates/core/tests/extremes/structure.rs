@@ -17,6 +17,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 use tapegrad_core::ops::linalg::{Linear, Matmul, Permute, Transpose};
+use tapegrad_core::ops::loss::{CrossEntropy, MseLoss, NllLoss};
 use tapegrad_core::ops::nn::{
     dropout_mask, BatchNorm, Dropout, Embedding, Gather, GroupNorm, IndexSelect, IndexTensor,
     LayerNorm, ScatterAdd, Select,
@@ -1286,7 +1287,7 @@ fn loss_case(rng: &mut ChaCha8Rng) -> Option<Case> {
                 empty_dims(rng, r)
             };
             let op = if rng.random_bool(0.5) {
-                LossOp::MseLoss { reduction: red }
+                LossOp::MseLoss(MseLoss { reduction: red })
             } else {
                 LossOp::bce_with_logits(red)
             };
@@ -1302,20 +1303,20 @@ fn loss_case(rng: &mut ChaCha8Rng) -> Option<Case> {
             // PyTorch's options change nothing on an empty batch (a mean is still 0/0).
             let ignore_index = rng.random_bool(0.5).then_some(i64::MAX);
             let op = if rng.random_bool(0.5) {
-                LossOp::CrossEntropy {
+                LossOp::CrossEntropy(CrossEntropy {
                     targets,
                     reduction: red,
                     weight: None,
                     ignore_index,
                     label_smoothing: if rng.random_bool(0.5) { 0.5 } else { 0.0 },
-                }
+                })
             } else {
-                LossOp::NllLoss {
+                LossOp::NllLoss(NllLoss {
                     targets,
                     reduction: red,
                     weight: None,
                     ignore_index,
-                }
+                })
             };
             (op, vec![vec![0, c]], vec![0])
         }
@@ -1674,9 +1675,9 @@ fn the_documented_differences_hold() {
             axes: None,
             keepdim: false,
         })),
-        Op::Loss(LossOp::MseLoss {
+        Op::Loss(LossOp::MseLoss(MseLoss {
             reduction: Reduction::Mean,
-        }),
+        })),
     ];
     for op in losses {
         let args: Vec<&Tensor<f64>> = if op.name() == "mean" {

@@ -6,6 +6,7 @@ use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 use tapegrad_core::laws::{check_op, op_vjp, Tolerance};
 use tapegrad_core::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
+use tapegrad_core::ops::loss::MseLoss;
 use tapegrad_core::ops::{ActivationOp, GeluApproximate, LossOp, OpRules, Reduction, Saved, Saves};
 use tapegrad_core::{Error, Op, Shape, Tensor};
 
@@ -173,7 +174,7 @@ fn elementwise_losses_pass_gradient_and_adjoint_checks() {
     let mut rng = ChaCha8Rng::seed_from_u64(12);
     for reduction in REDUCTIONS {
         for op in [
-            loss(LossOp::MseLoss { reduction }),
+            loss(LossOp::MseLoss(MseLoss { reduction })),
             loss(LossOp::bce_with_logits(reduction)),
         ] {
             for dims in PAIR_SHAPES {
@@ -365,7 +366,7 @@ fn activation_gradient_conventions_at_kinks() {
 fn loss_forward_values() {
     let x = t64(&[3], &[1.0, 2.0, 3.0]);
     let y = t64(&[3], &[1.0, 0.0, 0.0]);
-    let mse = |reduction| fwd(&loss(LossOp::MseLoss { reduction }), &[&x, &y]);
+    let mse = |reduction| fwd(&loss(LossOp::MseLoss(MseLoss { reduction })), &[&x, &y]);
     assert_eq!(mse(Reduction::None), vec![0.0, 4.0, 9.0]);
     assert_eq!(mse(Reduction::Sum), vec![13.0]);
     assert_eq!(mse(Reduction::Mean), vec![13.0 / 3.0]);
@@ -433,9 +434,9 @@ fn class_loss_gradients_match_hand_computation() {
     let x = t64(&[2], &[1.0, 0.0]);
     let y = t64(&[2], &[0.0, 0.25]);
     let g = op_vjp(
-        &loss(LossOp::MseLoss {
+        &loss(LossOp::MseLoss(MseLoss {
             reduction: Reduction::Mean,
-        }),
+        })),
         &[&x, &y],
         &Tensor::scalar(1.0),
     )
@@ -468,9 +469,9 @@ fn empty_batches_follow_pytorch() {
     }
     let e = t64(&[2, 0], &[]);
     let mean = fwd(
-        &loss(LossOp::MseLoss {
+        &loss(LossOp::MseLoss(MseLoss {
             reduction: Reduction::Mean,
-        }),
+        })),
         &[&e, &e],
     );
     assert!(mean[0].is_nan());
@@ -508,7 +509,10 @@ fn f32_forward_agrees_with_f64() {
         for _ in 0..4 {
             let x = r32(&mut rng, &[4, 3], -4.0, 4.0, &[]);
             let y = r32(&mut rng, &[4, 3], -4.0, 4.0, &[]);
-            assert_f32_matches_f64(&loss(LossOp::MseLoss { reduction }), &[x.clone(), y]);
+            assert_f32_matches_f64(
+                &loss(LossOp::MseLoss(MseLoss { reduction })),
+                &[x.clone(), y],
+            );
             let p = r32(&mut rng, &[4, 3], 0.0, 1.0, &[]);
             assert_f32_matches_f64(&loss(LossOp::bce_with_logits(reduction)), &[x, p]);
             for ce in [true, false] {
@@ -530,7 +534,7 @@ fn shape_errors_name_the_op_and_shapes() {
     let b = t64(&[3, 2], &[0.0; 6]);
     for reduction in REDUCTIONS {
         for op in [
-            loss(LossOp::MseLoss { reduction }),
+            loss(LossOp::MseLoss(MseLoss { reduction })),
             loss(LossOp::bce_with_logits(reduction)),
         ] {
             let msg = message(op.forward(&[&a, &b]).unwrap_err());
@@ -637,9 +641,9 @@ fn invalid_attributes_and_direct_rule_calls_are_errors() {
     let relu = ActivationOp::Relu(Relu);
     assert!(relu.forward::<f64>(&[]).is_err());
     assert!(relu.output_shape(&[]).is_err());
-    let mse = LossOp::MseLoss {
+    let mse = LossOp::MseLoss(MseLoss {
         reduction: Reduction::Sum,
-    };
+    });
     assert!(mse.forward(&[&x]).is_err());
     assert!(mse.output_shape(&[x.shape()]).is_err());
     let y = t64(&[3], &[0.0; 3]);
@@ -686,7 +690,7 @@ fn zero_cotangents_give_exact_zeros() {
     }
     for reduction in REDUCTIONS {
         for op in [
-            loss(LossOp::MseLoss { reduction }),
+            loss(LossOp::MseLoss(MseLoss { reduction })),
             loss(LossOp::bce_with_logits(reduction)),
         ] {
             let y = t64(&[6], &[1.0, 0.0, 0.5, 1.0, 0.0, 1.0]);
@@ -764,7 +768,7 @@ fn only_arguments_that_need_a_gradient_get_one() {
     let y = t64(&[2], &[1.0, 0.0]);
     for reduction in REDUCTIONS {
         for op in [
-            loss(LossOp::MseLoss { reduction }),
+            loss(LossOp::MseLoss(MseLoss { reduction })),
             loss(LossOp::bce_with_logits(reduction)),
         ] {
             let fwd = op.forward(&[&x, &y]).unwrap();
@@ -793,9 +797,9 @@ fn saves_are_minimal() {
     }
     assert_eq!(act(ActivationOp::Silu(Silu)).saves(), Saves::inputs(&[0]));
     assert_eq!(
-        loss(LossOp::MseLoss {
+        loss(LossOp::MseLoss(MseLoss {
             reduction: Reduction::Mean
-        })
+        }))
         .saves(),
         Saves::inputs(&[0, 1])
     );
@@ -849,9 +853,9 @@ fn display_shows_attributes() {
             "softplus(beta=1, threshold=20)",
         ),
         (
-            loss(LossOp::MseLoss {
+            loss(LossOp::MseLoss(MseLoss {
                 reduction: Reduction::Mean,
-            }),
+            })),
             "mse_loss(reduction='mean')",
         ),
         (

@@ -20,6 +20,9 @@ use tapegrad_core::ops::elementwise::{
     Sqrt, Sub, Where,
 };
 use tapegrad_core::ops::linalg::{Linear, Matmul, Permute, Transpose};
+use tapegrad_core::ops::loss::{
+    BinaryCrossEntropyWithLogits, CrossEntropy, CrossEntropyProbs, MseLoss, NllLoss,
+};
 use tapegrad_core::ops::nn::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm, Conv1d, Conv2d, Dropout, Embedding, Gather, GroupNorm,
     IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NamedPadding, PaddingMode,
@@ -225,10 +228,10 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
             end: pick(rng, &[isize::MIN, -9, -2, -1, 0, 1, 2, 9, isize::MAX]),
             step: pick(rng, &[0, 1, 2, 5, usize::MAX]),
         })),
-        K::MseLoss => Op::Loss(LossOp::MseLoss {
+        K::MseLoss => Op::Loss(LossOp::MseLoss(MseLoss {
             reduction: reduction(rng),
-        }),
-        K::CrossEntropy => Op::Loss(LossOp::CrossEntropy {
+        })),
+        K::CrossEntropy => Op::Loss(LossOp::CrossEntropy(CrossEntropy {
             targets: labels(rng),
             reduction: reduction(rng),
             weight: class_weights(rng),
@@ -238,19 +241,21 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
             } else {
                 value(rng)
             },
-        }),
-        K::BinaryCrossEntropyWithLogits => Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-            reduction: reduction(rng),
-            pos_weight: pos_weight(rng),
-            weight: None,
-        }),
-        K::NllLoss => Op::Loss(LossOp::NllLoss {
+        })),
+        K::BinaryCrossEntropyWithLogits => Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+            BinaryCrossEntropyWithLogits {
+                reduction: reduction(rng),
+                pos_weight: pos_weight(rng),
+                weight: None,
+            },
+        )),
+        K::NllLoss => Op::Loss(LossOp::NllLoss(NllLoss {
             targets: labels(rng),
             reduction: reduction(rng),
             weight: class_weights(rng),
             ignore_index: ignore_index(rng),
-        }),
-        K::CrossEntropyProbs => Op::Loss(LossOp::CrossEntropyProbs {
+        })),
+        K::CrossEntropyProbs => Op::Loss(LossOp::CrossEntropyProbs(CrossEntropyProbs {
             reduction: reduction(rng),
             weight: class_weights(rng),
             label_smoothing: if rng.random_bool(0.5) {
@@ -258,15 +263,17 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
             } else {
                 value(rng)
             },
-        }),
+        })),
         K::WeightedBinaryCrossEntropyWithLogits => {
             let shape = small_shape(rng);
             let values = (0..shape.numel()).map(|_| value(rng)).collect();
-            Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-                reduction: reduction(rng),
-                pos_weight: pos_weight(rng),
-                weight: Some(Arc::new(Tensor::new(shape.dims(), values).unwrap())),
-            })
+            Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+                BinaryCrossEntropyWithLogits {
+                    reduction: reduction(rng),
+                    pos_weight: pos_weight(rng),
+                    weight: Some(Arc::new(Tensor::new(shape.dims(), values).unwrap())),
+                },
+            ))
         }
         K::Nn(n) => hostile_nn(n, rng),
     }
@@ -715,9 +722,9 @@ fn named_cases() -> Vec<NamedCase> {
             vec!["flatten", "1", "0"],
         ),
         (
-            Op::Loss(LossOp::MseLoss {
+            Op::Loss(LossOp::MseLoss(MseLoss {
                 reduction: Reduction::Mean,
-            }),
+            })),
             vec![t(&[2]), t(&[3])],
             vec!["mse_loss", "[2]", "[3]"],
         ),
@@ -743,12 +750,12 @@ fn named_cases() -> Vec<NamedCase> {
         ),
         (
             // A negative label other than the ignored one.
-            Op::Loss(LossOp::NllLoss {
+            Op::Loss(LossOp::NllLoss(NllLoss {
                 targets: Arc::new(vec![-100, -2]),
                 reduction: Reduction::Mean,
                 weight: None,
                 ignore_index: Some(-100),
-            }),
+            })),
             vec![t(&[2, 3])],
             vec!["nll_loss", "class label -2", "-100"],
         ),

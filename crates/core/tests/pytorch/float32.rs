@@ -26,6 +26,7 @@ use std::sync::Arc;
 use tapegrad_core::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
 use tapegrad_core::ops::elementwise::{Cos, Exp, Log, Pow, Sin, Sqrt};
 use tapegrad_core::ops::linalg::{Linear, Matmul};
+use tapegrad_core::ops::loss::MseLoss;
 use tapegrad_core::ops::nn::{
     BatchNorm, Conv2d, GroupNorm, LayerNorm, PaddingMode, ScaledDotProductAttention,
 };
@@ -145,9 +146,9 @@ fn loss(op: &Value) -> Op {
         "cross_entropy" => LossOp::cross_entropy(targets(), reduction(op)),
         "nll_loss" => LossOp::nll_loss(targets(), reduction(op)),
         "bce_with_logits" => LossOp::bce_with_logits(reduction(op)),
-        _ => LossOp::MseLoss {
+        _ => LossOp::MseLoss(MseLoss {
             reduction: reduction(op),
-        },
+        }),
     })
 }
 

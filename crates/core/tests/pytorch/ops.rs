@@ -18,6 +18,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use tapegrad_core::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
 use tapegrad_core::ops::elementwise::{Maximum, Minimum};
+use tapegrad_core::ops::loss::{
+    BinaryCrossEntropyWithLogits, CrossEntropy, CrossEntropyProbs, MseLoss, NllLoss,
+};
 use tapegrad_core::ops::nn::{BatchNorm, GroupNorm, LayerNorm, ScaledDotProductAttention};
 use tapegrad_core::ops::reduce::{Amax, LogSoftmax, LogSumExp, Softmax};
 use tapegrad_core::ops::{
@@ -119,7 +122,7 @@ fn class_options(case: &Value, targets: Arc<Vec<i64>>) -> LossOp {
     let weight = case.get("weight").map(|w| Arc::new(numbers(w)));
     let ignore_index = case.get("ignore_index").map(|i| i.as_i64().unwrap());
     match case["kind"].as_str().unwrap() {
-        "cross_entropy" => LossOp::CrossEntropy {
+        "cross_entropy" => LossOp::CrossEntropy(CrossEntropy {
             targets,
             reduction: reduction(case),
             weight,
@@ -127,13 +130,13 @@ fn class_options(case: &Value, targets: Arc<Vec<i64>>) -> LossOp {
             label_smoothing: case
                 .get("label_smoothing")
                 .map_or(0.0, |_| float(case, "label_smoothing")),
-        },
-        _ => LossOp::NllLoss {
+        }),
+        _ => LossOp::NllLoss(NllLoss {
             targets,
             reduction: reduction(case),
             weight,
             ignore_index,
-        },
+        }),
     }
 }
 
@@ -167,20 +170,20 @@ fn op_of(case: &Value) -> Op {
             "cross_entropy" => LossOp::cross_entropy(targets(), reduction(case)),
             "nll_loss" => LossOp::nll_loss(targets(), reduction(case)),
             "bce_with_logits" => LossOp::bce_with_logits(reduction(case)),
-            _ => LossOp::MseLoss {
+            _ => LossOp::MseLoss(MseLoss {
                 reduction: reduction(case),
-            },
+            }),
         }),
         "class_options" | "spatial" | "negative_ignore" => {
             Op::Loss(class_options(case, labels(case)))
         }
-        "prob_targets" => Op::Loss(LossOp::CrossEntropyProbs {
+        "prob_targets" => Op::Loss(LossOp::CrossEntropyProbs(CrossEntropyProbs {
             reduction: reduction(case),
             weight: case.get("weight").map(|w| Arc::new(numbers(w))),
             label_smoothing: case
                 .get("label_smoothing")
                 .map_or(0.0, |_| float(case, "label_smoothing")),
-        }),
+        })),
         "bce_weight" => Op::Loss(LossOp::bce_with_logits_weighted(
             reduction(case),
             Tensor::new(&dims(&case["weight_shape"]), numbers(&case["weight"])).unwrap(),
@@ -189,25 +192,29 @@ fn op_of(case: &Value) -> Op {
                 Tensor::new(&[p.len()], p).unwrap()
             }),
         )),
-        "bce_pos_weight" => Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-            reduction: reduction(case),
-            pos_weight: Some(Arc::new({
-                let p = numbers(&case["pos_weight"]);
-                Tensor::new(&[p.len()], p).unwrap()
-            })),
-            weight: None,
-        }),
-        "bce_pos_weight_broadcast" => Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-            reduction: reduction(case),
-            pos_weight: Some(Arc::new(
-                Tensor::new(
-                    &dims(&case["pos_weight_shape"]),
-                    numbers(&case["pos_weight"]),
-                )
-                .unwrap(),
-            )),
-            weight: None,
-        }),
+        "bce_pos_weight" => Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+            BinaryCrossEntropyWithLogits {
+                reduction: reduction(case),
+                pos_weight: Some(Arc::new({
+                    let p = numbers(&case["pos_weight"]);
+                    Tensor::new(&[p.len()], p).unwrap()
+                })),
+                weight: None,
+            },
+        )),
+        "bce_pos_weight_broadcast" => Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+            BinaryCrossEntropyWithLogits {
+                reduction: reduction(case),
+                pos_weight: Some(Arc::new(
+                    Tensor::new(
+                        &dims(&case["pos_weight_shape"]),
+                        numbers(&case["pos_weight"]),
+                    )
+                    .unwrap(),
+                )),
+                weight: None,
+            },
+        )),
         "activation" => Op::Activation(activation(case)),
         "softmax" => {
             let axis = case["axis"].as_i64().unwrap() as isize;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tapegrad_core::graph::{distinct_bytes, CompiledGraph, Graph};
 use tapegrad_core::laws::{random_program, ProgramConfig};
 use tapegrad_core::ops::elementwise::{Exp, Neg, Scale, Sin, Where};
+use tapegrad_core::ops::loss::CrossEntropyProbs;
 use tapegrad_core::ops::nn::MaxPool2d;
 use tapegrad_core::ops::{Aux, ElementwiseOp, LossOp, Mask, Reduction, Saved};
 use tapegrad_core::tape::{CustomVjp, FindingKind};
@@ -266,11 +267,11 @@ fn saved_and_value_bytes_count_what_each_vjp_reads() {
     let frozen = tape
         .apply(Op::Elementwise(ElementwiseOp::Sin(Sin)), &[p])
         .unwrap();
-    let probs = Op::Loss(LossOp::CrossEntropyProbs {
+    let probs = Op::Loss(LossOp::CrossEntropyProbs(CrossEntropyProbs {
         reduction: Reduction::Sum,
         weight: None,
         label_smoothing: 0.0,
-    });
+    }));
     let loss = tape.apply(probs.clone(), &[s, p]).unwrap();
     let frozen_loss = tape.apply(probs, &[frozen, p]).unwrap();
     let per: Vec<usize> = (0..tape.len())

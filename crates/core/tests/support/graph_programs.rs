@@ -22,6 +22,7 @@ use tapegrad_core::ops::elementwise::{
     Sqrt, Sub, Where,
 };
 use tapegrad_core::ops::linalg::{Linear, Matmul, Permute, Transpose};
+use tapegrad_core::ops::loss::{BinaryCrossEntropyWithLogits, CrossEntropy, MseLoss, NllLoss};
 use tapegrad_core::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
 use tapegrad_core::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use tapegrad_core::ops::{
@@ -295,18 +296,18 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             let a = pick(rng, v, any)?;
             let b = pick(rng, v, |t| t.shape() == v[a].shape())?;
             let op = if rng.random_bool(0.5) {
-                LossOp::MseLoss {
+                LossOp::MseLoss(MseLoss {
                     reduction: reduction(rng),
-                }
+                })
             } else {
                 // Now and then PyTorch's pos_weight and weight, of any shape that broadcasts into
                 // the input's ([C] along the last axis, [C, 1, 1], 0-d, ...).
                 let dims = v[a].dims().to_vec();
-                LossOp::BinaryCrossEntropyWithLogits {
+                LossOp::BinaryCrossEntropyWithLogits(BinaryCrossEntropyWithLogits {
                     reduction: reduction(rng),
                     pos_weight: rng.random_bool(0.3).then(|| broadcast_factor(rng, &dims)),
                     weight: rng.random_bool(0.3).then(|| broadcast_factor(rng, &dims)),
-                }
+                })
             };
             (Op::Loss(op), vec![a, b])
         }
@@ -326,20 +327,20 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             });
             let targets = Arc::new(targets);
             let op = if rng.random_bool(0.5) {
-                LossOp::CrossEntropy {
+                LossOp::CrossEntropy(CrossEntropy {
                     targets,
                     reduction: reduction(rng),
                     weight,
                     ignore_index,
                     label_smoothing: if rng.random_bool(0.3) { 0.2 } else { 0.0 },
-                }
+                })
             } else {
-                LossOp::NllLoss {
+                LossOp::NllLoss(NllLoss {
                     targets,
                     reduction: reduction(rng),
                     weight,
                     ignore_index,
-                }
+                })
             };
             (Op::Loss(op), vec![a])
         }

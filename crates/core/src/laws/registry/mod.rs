@@ -44,6 +44,9 @@ use crate::ops::elementwise::{
     Sqrt, Sub, Where,
 };
 use crate::ops::linalg::{Linear, Matmul, Permute, Transpose};
+use crate::ops::loss::{
+    BinaryCrossEntropyWithLogits, CrossEntropy, CrossEntropyProbs, MseLoss, NllLoss,
+};
 use crate::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
 use crate::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use ActivationOp as A;
@@ -703,7 +706,10 @@ fn generate<R: Rng + ?Sized>(
             }
             let reduction = [Reduction::Mean, Reduction::Sum, Reduction::None][variant % 3];
             let (op, target) = if kind == K::MseLoss {
-                (Lo::MseLoss { reduction }, uniform(x, rng, -2.0, 2.0))
+                (
+                    Lo::MseLoss(MseLoss { reduction }),
+                    uniform(x, rng, -2.0, 2.0),
+                )
             } else {
                 let classes = if variant == 3 {
                     x.dims().last().copied().unwrap_or(1)
@@ -723,11 +729,11 @@ fn generate<R: Rng + ?Sized>(
                     reduction
                 };
                 (
-                    Lo::BinaryCrossEntropyWithLogits {
+                    Lo::BinaryCrossEntropyWithLogits(BinaryCrossEntropyWithLogits {
                         reduction,
                         pos_weight,
                         weight: None,
-                    },
+                    }),
                     uniform(x, rng, 0.0, 1.0),
                 )
             };
@@ -799,20 +805,20 @@ fn generate<R: Rng + ?Sized>(
                 _ => (None, None, 0.0),
             };
             let op = if kind == K::CrossEntropy {
-                Lo::CrossEntropy {
+                Lo::CrossEntropy(CrossEntropy {
                     targets,
                     reduction,
                     weight,
                     ignore_index,
                     label_smoothing,
-                }
+                })
             } else {
-                Lo::NllLoss {
+                Lo::NllLoss(NllLoss {
                     targets,
                     reduction,
                     weight,
                     ignore_index,
-                }
+                })
             };
             (Op::Loss(op), vec![uniform(x, rng, -3.0, 3.0)])
         }
@@ -834,11 +840,11 @@ fn generate<R: Rng + ?Sized>(
             } else {
                 (None, 0.0)
             };
-            let op = Lo::CrossEntropyProbs {
+            let op = Lo::CrossEntropyProbs(CrossEntropyProbs {
                 reduction,
                 weight,
                 label_smoothing,
-            };
+            });
             // Targets need not sum to 1 (PyTorch does not ask it); the loss is smooth in both.
             (
                 Op::Loss(op),
@@ -858,11 +864,11 @@ fn generate<R: Rng + ?Sized>(
             } else {
                 broadcast_into(x, rng)
             };
-            let op = Lo::BinaryCrossEntropyWithLogits {
+            let op = Lo::BinaryCrossEntropyWithLogits(BinaryCrossEntropyWithLogits {
                 reduction: [Reduction::Mean, Reduction::Sum, Reduction::None][variant],
                 pos_weight,
                 weight: Some(Arc::new(uniform(&w_shape, rng, 0.25, 2.0))),
-            };
+            });
             (
                 Op::Loss(op),
                 vec![uniform(x, rng, -3.0, 3.0), uniform(x, rng, 0.0, 1.0)],
