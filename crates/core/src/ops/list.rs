@@ -1,12 +1,12 @@
 //! The one list of ops: every op kind with its PyTorch name, family by family. `OpKind`, its
-//! labels and families, `Op::kind`, every op's `name` and the nn structs' `into()` derive from it,
-//! and so do the graph-file format's names and the law registry's kinds (hence `tapegrad check`
-//! and the law tests, which iterate `OpKind::ALL`).
+//! labels and families, `Op::kind`, every op struct's `name` and `into()` derive from it, and so
+//! do the graph-file format's names and the law registry's kinds (hence `tapegrad check` and the
+//! law tests, which iterate `OpKind::ALL`).
 
 use super::nn::{self, NnOp};
 use super::{loss, ActivationOp, ElementwiseOp, LinalgOp, LossOp, ReduceOp, StructureOp};
 
-/// The kind of an op value (generated from the list for every family enum and nn op struct).
+/// The kind of an op value (generated from the list for every family enum and op struct).
 pub trait HasKind {
     /// The op's entry in the list.
     fn kind(&self) -> OpKind;
@@ -22,11 +22,10 @@ macro_rules! variant_pattern {
     };
 }
 
-/// For a family whose ops are structs (`Family(FamilyEnum in module)`): each struct's kind, and
-/// `From` into its family enum and into `Op`. Nothing for a family without structs, nor for an
-/// entry that spells out its variant (a struct holding two kinds says which it is itself).
+/// For each op struct of a core family (`Family(FamilyEnum in module)`): its kind, and `From` into
+/// its family enum and into `Op`. Not for an entry that spells out its variant: a struct holding
+/// two kinds says which it is itself.
 macro_rules! op_structs {
-    ($family:ident($ty:ident) [] $($entries:tt)*) => {};
     ($family:ident($ty:ident) [$module:ident]) => {};
     ($family:ident($ty:ident) [$module:ident] $kind:ident = $variant:ident, $($rest:tt)*) => {
         op_structs!($family($ty) [$module] $($rest)*);
@@ -59,7 +58,7 @@ macro_rules! op_list {
     (
         core {
             $(
-                $family:ident($ty:ident $(in $module:ident)?) {
+                $family:ident($ty:ident in $module:ident) {
                     $( $kind:ident $(= $variant:ident $pattern:tt)? => $label:literal, )*
                 }
             )*
@@ -129,7 +128,7 @@ macro_rules! op_list {
             }
         )*
 
-        $( op_structs!($family($ty) [$($module)?] $($kind $(= $variant)?,)*); )*
+        $( op_structs!($family($ty) [$module] $($kind $(= $variant)?,)*); )*
 
         impl HasKind for NnOp {
             #[inline]
@@ -163,7 +162,7 @@ macro_rules! op_list {
 
 // One line per op: `Kind => "pytorch_name"`, in its family (`Family(FamilyEnum in module)`: each
 // op a struct of `ops/module/`, held by the enum's variant of its name), the kind named as its
-// variant and struct (or `Kind = Variant(pattern)` where one variant holds two kinds).
+// struct and variant (or `Kind = Variant(pattern)` where one struct holds two kinds).
 op_list! {
     core {
         Elementwise(ElementwiseOp in elementwise) {

@@ -102,6 +102,26 @@ macro_rules! family_dispatch {
 }
 pub(crate) use family_dispatch;
 
+/// The saves and JVP of a linear op whose VJP needs only shapes and attributes (the structural
+/// and indexing ops): it keeps nothing, and its JVP is the op applied to the tangents. Expands to
+/// those `OpRules` methods, in the op's `impl OpRules`.
+macro_rules! linear_shell {
+    () => {
+        fn saves(&self) -> Saves {
+            Saves::NOTHING
+        }
+        fn jvp<S: Scalar>(
+            &self,
+            _x: &[&Tensor<S>],
+            _out: &Forward<S>,
+            t: &[&Tensor<S>],
+        ) -> Result<Tensor<S>> {
+            Ok(self.forward(t)?.value)
+        }
+    };
+}
+pub(crate) use linear_shell;
+
 /// A constant attribute in an op's element type.
 fn s<S: Scalar>(v: f64) -> S {
     S::from_f64(v)

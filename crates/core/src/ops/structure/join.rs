@@ -2,8 +2,8 @@
 //! (`Span`: negative bounds count from the end, out-of-range bounds clamp). The VJP of each
 //! takes back its arguments' parts: concat slices the cotangent, slice scatters it into zeros.
 
-use super::{linear_shell, resolve_axis};
-use crate::ops::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
+use super::resolve_axis;
+use crate::ops::{linear_shell, Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::layout::concat_shape;
 use tapegrad_tensor::kernels::softmax::split_at_axis;

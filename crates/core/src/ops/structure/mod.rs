@@ -36,26 +36,6 @@ macro_rules! each {
 
 family_dispatch!(StructureOp, each);
 
-/// The saves and JVP every structural op shares: it is linear, so its VJP keeps nothing and its
-/// JVP is the op applied to the tangents. Expands to those `OpRules` methods, in the op's
-/// `impl OpRules`.
-macro_rules! linear_shell {
-    () => {
-        fn saves(&self) -> Saves {
-            Saves::NOTHING
-        }
-        fn jvp<S: Scalar>(
-            &self,
-            _x: &[&Tensor<S>],
-            _out: &Forward<S>,
-            t: &[&Tensor<S>],
-        ) -> Result<Tensor<S>> {
-            Ok(self.forward(t)?.value)
-        }
-    };
-}
-use linear_shell;
-
 /// Normalises a signed axis; a rank-0 shape accepts 0 and -1 when `scalar_ok` (torch.flatten).
 fn resolve_axis(
     op: &'static str,

@@ -2,8 +2,8 @@
 //! flatten (torch.flatten) and broadcast_to. Reshape and flatten are views of the same data,
 //! their VJP the cotangent reshaped back; broadcast_to's VJP sums the broadcast axes back.
 
-use super::{linear_shell, resolve_axis};
-use crate::ops::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
+use super::resolve_axis;
+use crate::ops::{linear_shell, Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::{broadcast_shape, broadcast_to, sum_to};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
