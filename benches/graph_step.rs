@@ -9,6 +9,8 @@ use rand_chacha::ChaCha8Rng;
 use std::hint::black_box;
 use std::sync::Arc;
 use tapegrad::core::graph::{tape_kept_bytes, CompiledGraph, Graph};
+use tapegrad::ops::activation::Relu;
+use tapegrad::ops::linalg::Linear;
 use tapegrad::ops::{ActivationOp, LinalgOp, LossOp, Op, Reduction};
 use tapegrad::{Shape, Tape, Tensor};
 
@@ -48,8 +50,8 @@ fn mlp(batch: usize) -> Mlp {
         requires_grad.extend([true, true]);
     }
     let targets = Arc::new((0..batch).map(|_| rng.random_range(0..10)).collect());
-    let linear = Op::Linalg(LinalgOp::Linear { bias: true });
-    let relu = Op::Activation(ActivationOp::Relu);
+    let linear = Op::Linalg(LinalgOp::Linear(Linear { bias: true }));
+    let relu = Op::Activation(ActivationOp::Relu(Relu));
     let loss = Op::Loss(LossOp::cross_entropy(targets, Reduction::Mean));
     let ops = vec![
         (linear.clone(), vec![0, 1, 2]),

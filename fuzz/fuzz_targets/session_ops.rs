@@ -8,11 +8,20 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use std::sync::Arc;
+use tapegrad_core::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
+use tapegrad_core::ops::elementwise::{
+    Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
+    Sqrt, Sub, Where,
+};
+use tapegrad_core::ops::linalg::{Linear, Matmul, Permute, Transpose};
+use tapegrad_core::ops::loss::MseLoss;
 use tapegrad_core::ops::nn::{
     AdaptiveAvgPool2d, AvgPool2d, Conv1d, Conv2d, Dropout, Embedding, Gather, GroupNorm,
     IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NamedPadding, NnOp, PaddingMode,
     ScaledDotProductAttention, ScatterAdd, Select,
 };
+use tapegrad_core::ops::reduce::{LogSoftmax, Softmax};
+use tapegrad_core::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, OpKind, ReduceOp,
     Reduction, StructureOp,
@@ -265,42 +274,48 @@ impl<S: Scalar> Run<S> {
             K::Leaf(leaf) => self.leaf(leaf),
             K::Unary(which, x) => {
                 let ops = [
-                    el(ElementwiseOp::Neg),
-                    el(ElementwiseOp::Abs),
-                    el(ElementwiseOp::Sqrt),
-                    el(ElementwiseOp::Exp),
-                    el(ElementwiseOp::Log),
-                    el(ElementwiseOp::Sin),
-                    el(ElementwiseOp::Cos),
-                    Op::Activation(ActivationOp::Relu),
-                    Op::Activation(ActivationOp::Sigmoid),
-                    Op::Activation(ActivationOp::Tanh),
-                    Op::Activation(ActivationOp::Silu),
+                    el(ElementwiseOp::Neg(Neg)),
+                    el(ElementwiseOp::Abs(Abs)),
+                    el(ElementwiseOp::Sqrt(Sqrt)),
+                    el(ElementwiseOp::Exp(Exp)),
+                    el(ElementwiseOp::Log(Log)),
+                    el(ElementwiseOp::Sin(Sin)),
+                    el(ElementwiseOp::Cos(Cos)),
+                    Op::Activation(ActivationOp::Relu(Relu)),
+                    Op::Activation(ActivationOp::Sigmoid(Sigmoid)),
+                    Op::Activation(ActivationOp::Tanh(Tanh)),
+                    Op::Activation(ActivationOp::Silu(Silu)),
                 ];
                 let op = ops[usize::from(*which) % ops.len()].clone();
                 self.apply(op, &[*x]);
             }
             K::Binary(which, a, b) => {
                 let ops = [
-                    el(ElementwiseOp::Add),
-                    el(ElementwiseOp::Sub),
-                    el(ElementwiseOp::Mul),
-                    el(ElementwiseOp::Div),
-                    el(ElementwiseOp::Maximum),
-                    el(ElementwiseOp::Minimum),
-                    Op::Linalg(LinalgOp::Matmul),
+                    el(ElementwiseOp::Add(Add)),
+                    el(ElementwiseOp::Sub(Sub)),
+                    el(ElementwiseOp::Mul(Mul)),
+                    el(ElementwiseOp::Div(Div)),
+                    el(ElementwiseOp::Maximum(Maximum)),
+                    el(ElementwiseOp::Minimum(Minimum)),
+                    Op::Linalg(LinalgOp::Matmul(Matmul)),
                 ];
                 let op = ops[usize::from(*which) % ops.len()].clone();
                 self.apply(op, &[*a, *b]);
             }
-            K::Scale(x, v) => self.apply(el(ElementwiseOp::Scale { factor: v.get() }), &[*x]),
-            K::SafeLog(x, v) => self.apply(el(ElementwiseOp::SafeLog { eps: v.get() }), &[*x]),
-            K::Pow(x, v) => self.apply(el(ElementwiseOp::Pow { exponent: v.get() }), &[*x]),
+            K::Scale(x, v) => {
+                self.apply(el(ElementwiseOp::Scale(Scale { factor: v.get() })), &[*x])
+            }
+            K::SafeLog(x, v) => {
+                self.apply(el(ElementwiseOp::SafeLog(SafeLog { eps: v.get() })), &[*x])
+            }
+            K::Pow(x, v) => {
+                self.apply(el(ElementwiseOp::Pow(Pow { exponent: v.get() })), &[*x])
+            }
             K::Clamp(x, lo, hi) => self.apply(
-                el(ElementwiseOp::Clamp {
+                el(ElementwiseOp::Clamp(Clamp {
                     min: lo.map(Val::get),
                     max: hi.map(Val::get),
-                }),
+                })),
                 &[*x],
             ),
             K::Where(m, t, a, b) => {
@@ -308,17 +323,17 @@ impl<S: Scalar> Run<S> {
                 let Ok(mask) = self.s.gt(m, t.get()) else {
                     return;
                 };
-                self.apply(el(ElementwiseOp::Where { mask }), &[*a, *b]);
+                self.apply(el(ElementwiseOp::Where(Where { mask })), &[*a, *b]);
             }
             K::WhereRaw(mask, a, b) => {
                 if let Some(mask) = mask.get() {
-                    self.apply(el(ElementwiseOp::Where { mask }), &[*a, *b]);
+                    self.apply(el(ElementwiseOp::Where(Where { mask })), &[*a, *b]);
                 }
             }
             K::LeakyRelu(x, v) => self.apply(
-                Op::Activation(ActivationOp::LeakyRelu {
+                Op::Activation(ActivationOp::LeakyRelu(LeakyRelu {
                     negative_slope: v.get(),
-                }),
+                })),
                 &[*x],
             ),
             K::Gelu(x, tanh) => {
@@ -327,13 +342,13 @@ impl<S: Scalar> Run<S> {
                 } else {
                     GeluApproximate::None
                 };
-                self.apply(Op::Activation(ActivationOp::Gelu { approximate }), &[*x]);
+                self.apply(Op::Activation(ActivationOp::Gelu(Gelu { approximate })), &[*x]);
             }
             K::Softplus(x, beta, threshold) => self.apply(
-                Op::Activation(ActivationOp::Softplus {
+                Op::Activation(ActivationOp::Softplus(Softplus {
                     beta: beta.get(),
                     threshold: threshold.get(),
-                }),
+                })),
                 &[*x],
             ),
             K::Reduce(which, x, axes, keepdim) => {
@@ -354,62 +369,68 @@ impl<S: Scalar> Run<S> {
             K::Softmax(x, axis, log) => {
                 let axis = isize::from(*axis % 7);
                 let op = if *log {
-                    ReduceOp::LogSoftmax { axis }
+                    ReduceOp::LogSoftmax(LogSoftmax { axis })
                 } else {
-                    ReduceOp::Softmax { axis }
+                    ReduceOp::Softmax(Softmax { axis })
                 };
                 self.apply(Op::Reduce(op), &[*x]);
             }
             K::Linear(x, w, b) => match b {
-                Some(b) => self.apply(Op::Linalg(LinalgOp::Linear { bias: true }), &[*x, *w, *b]),
-                None => self.apply(Op::Linalg(LinalgOp::Linear { bias: false }), &[*x, *w]),
+                Some(b) => self.apply(
+                    Op::Linalg(LinalgOp::Linear(Linear { bias: true })),
+                    &[*x, *w, *b],
+                ),
+                None => self.apply(
+                    Op::Linalg(LinalgOp::Linear(Linear { bias: false })),
+                    &[*x, *w],
+                ),
             },
             K::Transpose(x, d0, d1) => self.apply(
-                Op::Linalg(LinalgOp::Transpose {
+                Op::Linalg(LinalgOp::Transpose(Transpose {
                     dim0: isize::from(*d0 % 7),
                     dim1: isize::from(*d1 % 7),
-                }),
+                })),
                 &[*x],
             ),
             K::Permute(x, d) => self.apply(
-                Op::Linalg(LinalgOp::Permute {
+                Op::Linalg(LinalgOp::Permute(Permute {
                     dims: d.iter().take(6).map(|&i| isize::from(i % 7)).collect(),
-                }),
+                })),
                 &[*x],
             ),
             K::Reshape(x, d) => self.apply(
-                Op::Structure(StructureOp::Reshape {
+                Op::Structure(StructureOp::Reshape(Reshape {
                     shape: d.iter().take(6).map(|&i| isize::from(i % 9)).collect(),
-                }),
+                })),
                 &[*x],
             ),
             K::Flatten(x, s, e) => self.apply(
-                Op::Structure(StructureOp::Flatten {
+                Op::Structure(StructureOp::Flatten(Flatten {
                     start_dim: isize::from(*s % 7),
                     end_dim: isize::from(*e % 7),
-                }),
+                })),
                 &[*x],
             ),
             K::BroadcastTo(x, d) => self.apply(
-                Op::Structure(StructureOp::BroadcastTo { shape: dims(d) }),
+                Op::Structure(StructureOp::BroadcastTo(BroadcastTo { shape: dims(d) })),
                 &[*x],
             ),
             K::Concat(xs, axis) => {
                 let xs: Vec<u8> = xs.iter().take(4).copied().collect();
                 self.apply(
-                    Op::Structure(StructureOp::Concat {
+                    Op::Structure(StructureOp::Concat(Concat {
                         axis: isize::from(*axis % 7),
-                    }),
+                    })),
                     &xs,
                 );
             }
             K::Slice(x, axis, start, end, step) => self.apply(
-                Op::Structure(StructureOp::Slice {
+                Op::Structure(StructureOp::Slice(Slice {
                     axis: isize::from(*axis % 7),
                     start: isize::from(*start % 9),
                     end: isize::from(*end % 9),
                     step: usize::from(*step % 4),
-                }),
+                })),
                 &[*x],
             ),
             K::ClassLoss(x, targets, r, nll) => {
@@ -433,7 +454,7 @@ impl<S: Scalar> Run<S> {
                 let op = if *bce {
                     LossOp::bce_with_logits(reduction)
                 } else {
-                    LossOp::MseLoss { reduction }
+                    LossOp::MseLoss(MseLoss { reduction })
                 };
                 self.apply(Op::Loss(op), &[*a, *b]);
             }

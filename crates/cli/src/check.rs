@@ -224,6 +224,7 @@ fn to_json<T: Serialize>(value: &T) -> Result<String, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tapegrad_core::ops::elementwise::Add;
     use tapegrad_core::ops::{ElementwiseOp, OpKind};
     use tapegrad_core::Op;
 
@@ -240,7 +241,7 @@ mod tests {
     fn a_case_whose_op_errors_fails_and_keeps_the_message() {
         let case = OpCase {
             label: "add (one argument)".into(),
-            op: Op::Elementwise(ElementwiseOp::Add),
+            op: Op::Elementwise(ElementwiseOp::Add(Add)),
             inputs: vec![Tensor::from_f64(&[2], &[1.0, 2.0]).unwrap()],
         };
         let mut row = Row::new(&case);

@@ -1,12 +1,12 @@
 //! The one list of ops: every op kind with its PyTorch name, family by family. `OpKind`, its
-//! labels and families, `Op::kind`, every op's `name` and the nn structs' `into()` derive from it,
-//! and so do the graph-file format's names and the law registry's kinds (hence `tapegrad check`
-//! and the law tests, which iterate `OpKind::ALL`).
+//! labels and families, `Op::kind`, every op struct's `name` and `into()` derive from it, and so
+//! do the graph-file format's names and the law registry's kinds (hence `tapegrad check` and the
+//! law tests, which iterate `OpKind::ALL`).
 
 use super::nn::{self, NnOp};
-use super::{ActivationOp, ElementwiseOp, LinalgOp, LossOp, ReduceOp, StructureOp};
+use super::{loss, ActivationOp, ElementwiseOp, LinalgOp, LossOp, ReduceOp, StructureOp};
 
-/// The kind of an op value (generated from the list for every family enum and nn op struct).
+/// The kind of an op value (generated from the list for every family enum and op struct).
 pub trait HasKind {
     /// The op's entry in the list.
     fn kind(&self) -> OpKind;
@@ -17,8 +17,40 @@ macro_rules! variant_pattern {
     ($ty:ident, $kind:ident) => {
         $ty::$kind { .. }
     };
-    ($ty:ident, $kind:ident = $variant:ident { $($fields:tt)* }) => {
-        $ty::$variant { $($fields)* }
+    ($ty:ident, $kind:ident = $variant:ident $pattern:tt) => {
+        $ty::$variant $pattern
+    };
+}
+
+/// For each op struct of a core family (`Family(FamilyEnum in module)`): its kind, and `From` into
+/// its family enum and into `Op`. Not for an entry that spells out its variant: a struct holding
+/// two kinds says which it is itself.
+macro_rules! op_structs {
+    ($family:ident($ty:ident) [$module:ident]) => {};
+    ($family:ident($ty:ident) [$module:ident] $kind:ident = $variant:ident, $($rest:tt)*) => {
+        op_structs!($family($ty) [$module] $($rest)*);
+    };
+    ($family:ident($ty:ident) [$module:ident] $kind:ident, $($rest:tt)*) => {
+        impl HasKind for super::$module::$kind {
+            #[inline]
+            fn kind(&self) -> OpKind {
+                OpKind::$kind
+            }
+        }
+
+        impl From<super::$module::$kind> for $ty {
+            fn from(op: super::$module::$kind) -> $ty {
+                $ty::$kind(op)
+            }
+        }
+
+        impl From<super::$module::$kind> for super::Op {
+            fn from(op: super::$module::$kind) -> super::Op {
+                super::Op::$family($ty::$kind(op))
+            }
+        }
+
+        op_structs!($family($ty) [$module] $($rest)*);
     };
 }
 
@@ -26,8 +58,8 @@ macro_rules! op_list {
     (
         core {
             $(
-                $family:ident($ty:ident) {
-                    $( $kind:ident $(= $variant:ident { $($fields:tt)* })? => $label:literal, )*
+                $family:ident($ty:ident in $module:ident) {
+                    $( $kind:ident $(= $variant:ident $pattern:tt)? => $label:literal, )*
                 }
             )*
         }
@@ -89,12 +121,14 @@ macro_rules! op_list {
                 #[inline]
                 fn kind(&self) -> OpKind {
                     match self {
-                        $(variant_pattern!($ty, $kind $(= $variant { $($fields)* })?)
+                        $(variant_pattern!($ty, $kind $(= $variant $pattern)?)
                             => OpKind::$kind,)*
                     }
                 }
             }
         )*
+
+        $( op_structs!($family($ty) [$module] $($kind $(= $variant)?,)*); )*
 
         impl HasKind for NnOp {
             #[inline]
@@ -126,11 +160,12 @@ macro_rules! op_list {
     };
 }
 
-// One line per op: `Kind => "pytorch_name"`, in its family (`Family(FamilyEnum)`), the kind named
-// as the family enum's variant (or `Kind = Variant { pattern }` where one variant holds two kinds).
+// One line per op: `Kind => "pytorch_name"`, in its family (`Family(FamilyEnum in module)`: each
+// op a struct of `ops/module/`, held by the enum's variant of its name), the kind named as its
+// struct and variant (or `Kind = Variant(pattern)` where one struct holds two kinds).
 op_list! {
     core {
-        Elementwise(ElementwiseOp) {
+        Elementwise(ElementwiseOp in elementwise) {
             Add => "add",
             Sub => "sub",
             Mul => "mul",
@@ -150,7 +185,7 @@ op_list! {
             Minimum => "minimum",
             Where => "where",
         }
-        Activation(ActivationOp) {
+        Activation(ActivationOp in activation) {
             Relu => "relu",
             LeakyRelu => "leaky_relu",
             Sigmoid => "sigmoid",
@@ -159,7 +194,7 @@ op_list! {
             Softplus => "softplus",
             Silu => "silu",
         }
-        Reduce(ReduceOp) {
+        Reduce(ReduceOp in reduce) {
             Sum => "sum",
             Mean => "mean",
             Amax => "amax",
@@ -167,29 +202,30 @@ op_list! {
             LogSoftmax => "log_softmax",
             LogSumExp => "logsumexp",
         }
-        Linalg(LinalgOp) {
+        Linalg(LinalgOp in linalg) {
             Matmul => "matmul",
             Linear => "linear",
             Transpose => "transpose",
             Permute => "permute",
         }
-        Structure(StructureOp) {
+        Structure(StructureOp in structure) {
             Reshape => "reshape",
             Flatten => "flatten",
             BroadcastTo => "broadcast_to",
             Concat => "concat",
             Slice => "slice",
         }
-        Loss(LossOp) {
+        Loss(LossOp in loss) {
             MseLoss => "mse_loss",
             CrossEntropy => "cross_entropy",
-            BinaryCrossEntropyWithLogits = BinaryCrossEntropyWithLogits { weight: None, .. }
-                => "binary_cross_entropy_with_logits",
+            BinaryCrossEntropyWithLogits = BinaryCrossEntropyWithLogits(
+                loss::BinaryCrossEntropyWithLogits { weight: None, .. }
+            ) => "binary_cross_entropy_with_logits",
             NllLoss => "nll_loss",
             CrossEntropyProbs => "cross_entropy_probs",
-            WeightedBinaryCrossEntropyWithLogits =
-                BinaryCrossEntropyWithLogits { weight: Some(_), .. }
-                => "binary_cross_entropy_with_logits",
+            WeightedBinaryCrossEntropyWithLogits = BinaryCrossEntropyWithLogits(
+                loss::BinaryCrossEntropyWithLogits { weight: Some(_), .. }
+            ) => "binary_cross_entropy_with_logits",
         }
     }
     // Each a struct of `ops/nn/` (implementing `OpRules`) and the `NnOp` variant of its name.

@@ -31,6 +31,102 @@ use smallvec::SmallVec;
 use tapegrad_tensor::kernels::alloc::ensure_allocatable;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
+/// `Display` as the op's name alone, for the op structs without attributes.
+macro_rules! display_by_name {
+    ($($op:ty),* $(,)?) => {
+        $(
+            impl std::fmt::Display for $op {
+                fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str(self.name())
+                }
+            }
+        )*
+    };
+}
+pub(crate) use display_by_name;
+
+/// The op contract and `Display` of a family enum whose every variant holds an op struct: each
+/// rule and hook dispatched by the family's `each!` macro (one plain `match`).
+macro_rules! family_dispatch {
+    ($family:ty, $each:ident) => {
+        impl OpRules for $family {
+            fn arity(&self) -> Arity {
+                $each!(self, op => op.arity())
+            }
+            fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
+                $each!(self, op => op.output_shape(inputs))
+            }
+            fn saves(&self) -> Saves {
+                $each!(self, op => op.saves())
+            }
+            fn saves_for(&self, needs: &[bool]) -> Saves {
+                $each!(self, op => op.saves_for(needs))
+            }
+            fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
+                $each!(self, op => op.forward(x))
+            }
+            fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
+                $each!(self, op => op.vjp(ctx, cot))
+            }
+            fn jvp<S: Scalar>(
+                &self,
+                x: &[&Tensor<S>],
+                out: &Forward<S>,
+                t: &[&Tensor<S>],
+            ) -> Result<Tensor<S>> {
+                $each!(self, op => op.jvp(x, out, t))
+            }
+            fn check_domain<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<()> {
+                $each!(self, op => op.check_domain(x))
+            }
+            #[inline]
+            fn linear_vjp(&self) -> Option<LinearVjp> {
+                $each!(self, op => op.linear_vjp())
+            }
+            #[inline]
+            fn forward_in_place<S: Scalar>(&self, x: &mut Tensor<S>) -> bool {
+                $each!(self, op => op.forward_in_place(x))
+            }
+            #[inline]
+            fn vjp_in_place<S: Scalar>(&self, y: &Tensor<S>, cot: &mut Tensor<S>) -> bool {
+                $each!(self, op => op.vjp_in_place(y, cot))
+            }
+        }
+
+        impl std::fmt::Display for $family {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                $each!(self, op => write!(f, "{op}"))
+            }
+        }
+    };
+}
+pub(crate) use family_dispatch;
+
+/// The saves and JVP of a linear op whose VJP needs only shapes and attributes (the structural
+/// and indexing ops): it keeps nothing, and its JVP is the op applied to the tangents. Expands to
+/// those `OpRules` methods, in the op's `impl OpRules`.
+macro_rules! linear_shell {
+    () => {
+        fn saves(&self) -> Saves {
+            Saves::NOTHING
+        }
+        fn jvp<S: Scalar>(
+            &self,
+            _x: &[&Tensor<S>],
+            _out: &Forward<S>,
+            t: &[&Tensor<S>],
+        ) -> Result<Tensor<S>> {
+            Ok(self.forward(t)?.value)
+        }
+    };
+}
+pub(crate) use linear_shell;
+
+/// A constant attribute in an op's element type.
+fn s<S: Scalar>(v: f64) -> S {
+    S::from_f64(v)
+}
+
 /// The rules every op family implements. Each method sees arguments already checked for arity.
 /// The op's kind, hence its name, comes from the list of ops (`ops/list.rs`).
 pub trait OpRules: HasKind {

@@ -3,6 +3,17 @@
 //! name. `reset` starts the next step; handles from an earlier step are rejected.
 
 use super::Tape;
+use crate::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
+use crate::ops::elementwise::{
+    Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
+    Sqrt, Sub, Where,
+};
+use crate::ops::linalg::{Linear, Matmul, Permute, Transpose};
+use crate::ops::loss::{
+    BinaryCrossEntropyWithLogits, CrossEntropy, CrossEntropyProbs, MseLoss, NllLoss,
+};
+use crate::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
+use crate::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use crate::ops::{
     class_labels, ActivationOp, ClassLabel, ClassLossOptions, ElementwiseOp, GeluApproximate,
     LinalgOp, LossOp, Mask, Op, ReduceOp, Reduction, StructureOp,
@@ -321,50 +332,50 @@ macro_rules! binary_methods {
 
 unary_methods! {
     /// `-x`.
-    neg => Op::Elementwise(ElementwiseOp::Neg);
+    neg => Op::Elementwise(ElementwiseOp::Neg(Neg));
     /// `|x|` (gradient 0 at 0).
-    abs => Op::Elementwise(ElementwiseOp::Abs);
+    abs => Op::Elementwise(ElementwiseOp::Abs(Abs));
     /// `sqrt(x)`.
-    sqrt => Op::Elementwise(ElementwiseOp::Sqrt);
+    sqrt => Op::Elementwise(ElementwiseOp::Sqrt(Sqrt));
     /// `exp(x)`.
-    exp => Op::Elementwise(ElementwiseOp::Exp);
+    exp => Op::Elementwise(ElementwiseOp::Exp(Exp));
     /// `ln(x)`.
-    log => Op::Elementwise(ElementwiseOp::Log);
+    log => Op::Elementwise(ElementwiseOp::Log(Log));
     /// `sin(x)`.
-    sin => Op::Elementwise(ElementwiseOp::Sin);
+    sin => Op::Elementwise(ElementwiseOp::Sin(Sin));
     /// `cos(x)`.
-    cos => Op::Elementwise(ElementwiseOp::Cos);
+    cos => Op::Elementwise(ElementwiseOp::Cos(Cos));
     /// `max(x, 0)`.
-    relu => Op::Activation(ActivationOp::Relu);
+    relu => Op::Activation(ActivationOp::Relu(Relu));
     /// Logistic sigmoid.
-    sigmoid => Op::Activation(ActivationOp::Sigmoid);
+    sigmoid => Op::Activation(ActivationOp::Sigmoid(Sigmoid));
     /// Hyperbolic tangent.
-    tanh => Op::Activation(ActivationOp::Tanh);
+    tanh => Op::Activation(ActivationOp::Tanh(Tanh));
     /// `x * sigmoid(x)`.
-    silu => Op::Activation(ActivationOp::Silu);
+    silu => Op::Activation(ActivationOp::Silu(Silu));
     /// Sum of all elements (a scalar).
-    sum => Op::Reduce(ReduceOp::Sum { axes: None, keepdim: false });
+    sum => Op::Reduce(ReduceOp::Sum(Sum { axes: None, keepdim: false }));
     /// Mean of all elements (a scalar).
-    mean => Op::Reduce(ReduceOp::Mean { axes: None, keepdim: false });
+    mean => Op::Reduce(ReduceOp::Mean(Mean { axes: None, keepdim: false }));
 }
 
 binary_methods! {
     /// `a + b` with broadcasting.
-    add => Op::Elementwise(ElementwiseOp::Add);
+    add => Op::Elementwise(ElementwiseOp::Add(Add));
     /// `a - b` with broadcasting.
-    sub => Op::Elementwise(ElementwiseOp::Sub);
+    sub => Op::Elementwise(ElementwiseOp::Sub(Sub));
     /// `a * b` with broadcasting.
-    mul => Op::Elementwise(ElementwiseOp::Mul);
+    mul => Op::Elementwise(ElementwiseOp::Mul(Mul));
     /// `a / b` with broadcasting.
-    div => Op::Elementwise(ElementwiseOp::Div);
+    div => Op::Elementwise(ElementwiseOp::Div(Div));
     /// Elementwise maximum (ties split the gradient).
-    maximum => Op::Elementwise(ElementwiseOp::Maximum);
+    maximum => Op::Elementwise(ElementwiseOp::Maximum(Maximum));
     /// Elementwise minimum (ties split the gradient).
-    minimum => Op::Elementwise(ElementwiseOp::Minimum);
+    minimum => Op::Elementwise(ElementwiseOp::Minimum(Minimum));
     /// `a @ b` (torch.matmul).
-    matmul => Op::Linalg(LinalgOp::Matmul);
+    matmul => Op::Linalg(LinalgOp::Matmul(Matmul));
     /// Mean squared error (mean reduction).
-    mse_loss => Op::Loss(LossOp::MseLoss { reduction: Reduction::Mean });
+    mse_loss => Op::Loss(LossOp::MseLoss(MseLoss { reduction: Reduction::Mean }));
     /// Binary cross entropy with logits (mean reduction).
     binary_cross_entropy_with_logits => Op::Loss(LossOp::bce_with_logits(Reduction::Mean));
 }
@@ -372,33 +383,45 @@ binary_methods! {
 impl<S: Scalar> Session<S> {
     /// `x * factor`.
     pub fn scale(&mut self, x: Var, factor: f64) -> Result<Var> {
-        self.apply(Op::Elementwise(ElementwiseOp::Scale { factor }), &[x])
+        self.apply(
+            Op::Elementwise(ElementwiseOp::Scale(Scale { factor })),
+            &[x],
+        )
     }
 
     /// `log(max(x, eps))`.
     pub fn safe_log(&mut self, x: Var, eps: f64) -> Result<Var> {
-        self.apply(Op::Elementwise(ElementwiseOp::SafeLog { eps }), &[x])
+        self.apply(
+            Op::Elementwise(ElementwiseOp::SafeLog(SafeLog { eps })),
+            &[x],
+        )
     }
 
     /// `x ^ exponent`.
     pub fn pow(&mut self, x: Var, exponent: f64) -> Result<Var> {
-        self.apply(Op::Elementwise(ElementwiseOp::Pow { exponent }), &[x])
+        self.apply(Op::Elementwise(ElementwiseOp::Pow(Pow { exponent })), &[x])
     }
 
     /// Clamps into `[min, max]`.
     pub fn clamp(&mut self, x: Var, min: Option<f64>, max: Option<f64>) -> Result<Var> {
-        self.apply(Op::Elementwise(ElementwiseOp::Clamp { min, max }), &[x])
+        self.apply(
+            Op::Elementwise(ElementwiseOp::Clamp(Clamp { min, max })),
+            &[x],
+        )
     }
 
     /// `mask ? a : b`.
     pub fn where_(&mut self, mask: Mask, a: Var, b: Var) -> Result<Var> {
-        self.apply(Op::Elementwise(ElementwiseOp::Where { mask }), &[a, b])
+        self.apply(
+            Op::Elementwise(ElementwiseOp::Where(Where { mask })),
+            &[a, b],
+        )
     }
 
     /// Leaky ReLU.
     pub fn leaky_relu(&mut self, x: Var, negative_slope: f64) -> Result<Var> {
         self.apply(
-            Op::Activation(ActivationOp::LeakyRelu { negative_slope }),
+            Op::Activation(ActivationOp::LeakyRelu(LeakyRelu { negative_slope })),
             &[x],
         )
     }
@@ -410,13 +433,16 @@ impl<S: Scalar> Session<S> {
         } else {
             GeluApproximate::None
         };
-        self.apply(Op::Activation(ActivationOp::Gelu { approximate }), &[x])
+        self.apply(
+            Op::Activation(ActivationOp::Gelu(Gelu { approximate })),
+            &[x],
+        )
     }
 
     /// Softplus with PyTorch's `beta` and `threshold`.
     pub fn softplus(&mut self, x: Var, beta: f64, threshold: f64) -> Result<Var> {
         self.apply(
-            Op::Activation(ActivationOp::Softplus { beta, threshold }),
+            Op::Activation(ActivationOp::Softplus(Softplus { beta, threshold })),
             &[x],
         )
     }
@@ -424,10 +450,10 @@ impl<S: Scalar> Session<S> {
     /// Sum over `axes`.
     pub fn sum_axes(&mut self, x: Var, axes: &[isize], keepdim: bool) -> Result<Var> {
         self.apply(
-            Op::Reduce(ReduceOp::Sum {
+            Op::Reduce(ReduceOp::Sum(Sum {
                 axes: Some(axes.to_vec()),
                 keepdim,
-            }),
+            })),
             &[x],
         )
     }
@@ -435,10 +461,10 @@ impl<S: Scalar> Session<S> {
     /// Mean over `axes`.
     pub fn mean_axes(&mut self, x: Var, axes: &[isize], keepdim: bool) -> Result<Var> {
         self.apply(
-            Op::Reduce(ReduceOp::Mean {
+            Op::Reduce(ReduceOp::Mean(Mean {
                 axes: Some(axes.to_vec()),
                 keepdim,
-            }),
+            })),
             &[x],
         )
     }
@@ -446,10 +472,10 @@ impl<S: Scalar> Session<S> {
     /// Max over `axes` (ties share the gradient).
     pub fn amax(&mut self, x: Var, axes: &[isize], keepdim: bool) -> Result<Var> {
         self.apply(
-            Op::Reduce(ReduceOp::Amax {
+            Op::Reduce(ReduceOp::Amax(Amax {
                 axes: Some(axes.to_vec()),
                 keepdim,
-            }),
+            })),
             &[x],
         )
     }
@@ -457,43 +483,52 @@ impl<S: Scalar> Session<S> {
     /// `log(sum(exp(x)))` over `axes` (torch.logsumexp), shifted by the maximum for stability.
     pub fn logsumexp(&mut self, x: Var, axes: &[isize], keepdim: bool) -> Result<Var> {
         self.apply(
-            Op::Reduce(ReduceOp::LogSumExp {
+            Op::Reduce(ReduceOp::LogSumExp(LogSumExp {
                 axes: Some(axes.to_vec()),
                 keepdim,
-            }),
+            })),
             &[x],
         )
     }
 
     /// Softmax along `axis`.
     pub fn softmax(&mut self, x: Var, axis: isize) -> Result<Var> {
-        self.apply(Op::Reduce(ReduceOp::Softmax { axis }), &[x])
+        self.apply(Op::Reduce(ReduceOp::Softmax(Softmax { axis })), &[x])
     }
 
     /// Log-softmax along `axis`.
     pub fn log_softmax(&mut self, x: Var, axis: isize) -> Result<Var> {
-        self.apply(Op::Reduce(ReduceOp::LogSoftmax { axis }), &[x])
+        self.apply(Op::Reduce(ReduceOp::LogSoftmax(LogSoftmax { axis })), &[x])
     }
 
     /// `x @ w^T + b` (bias optional).
     pub fn linear(&mut self, x: Var, w: Var, b: Option<Var>) -> Result<Var> {
         match b {
-            Some(b) => self.apply(Op::Linalg(LinalgOp::Linear { bias: true }), &[x, w, b]),
-            None => self.apply(Op::Linalg(LinalgOp::Linear { bias: false }), &[x, w]),
+            Some(b) => self.apply(
+                Op::Linalg(LinalgOp::Linear(Linear { bias: true })),
+                &[x, w, b],
+            ),
+            None => self.apply(
+                Op::Linalg(LinalgOp::Linear(Linear { bias: false })),
+                &[x, w],
+            ),
         }
     }
 
     /// Swaps two axes.
     pub fn transpose(&mut self, x: Var, dim0: isize, dim1: isize) -> Result<Var> {
-        self.apply(Op::Linalg(LinalgOp::Transpose { dim0, dim1 }), &[x])
+        self.apply(
+            Op::Linalg(LinalgOp::Transpose(Transpose { dim0, dim1 })),
+            &[x],
+        )
     }
 
     /// Reorders axes.
     pub fn permute(&mut self, x: Var, dims: &[isize]) -> Result<Var> {
         self.apply(
-            Op::Linalg(LinalgOp::Permute {
+            Op::Linalg(LinalgOp::Permute(Permute {
                 dims: dims.to_vec(),
-            }),
+            })),
             &[x],
         )
     }
@@ -501,9 +536,9 @@ impl<S: Scalar> Session<S> {
     /// New shape (one -1 is inferred).
     pub fn reshape(&mut self, x: Var, shape: &[isize]) -> Result<Var> {
         self.apply(
-            Op::Structure(StructureOp::Reshape {
+            Op::Structure(StructureOp::Reshape(Reshape {
                 shape: shape.to_vec(),
-            }),
+            })),
             &[x],
         )
     }
@@ -511,7 +546,7 @@ impl<S: Scalar> Session<S> {
     /// Merges axes `start_dim..=end_dim`.
     pub fn flatten(&mut self, x: Var, start_dim: isize, end_dim: isize) -> Result<Var> {
         self.apply(
-            Op::Structure(StructureOp::Flatten { start_dim, end_dim }),
+            Op::Structure(StructureOp::Flatten(Flatten { start_dim, end_dim })),
             &[x],
         )
     }
@@ -519,16 +554,16 @@ impl<S: Scalar> Session<S> {
     /// Broadcasts to `shape`.
     pub fn broadcast_to(&mut self, x: Var, shape: &[usize]) -> Result<Var> {
         self.apply(
-            Op::Structure(StructureOp::BroadcastTo {
+            Op::Structure(StructureOp::BroadcastTo(BroadcastTo {
                 shape: shape.to_vec(),
-            }),
+            })),
             &[x],
         )
     }
 
     /// Concatenates along `axis`.
     pub fn concat(&mut self, xs: &[Var], axis: isize) -> Result<Var> {
-        self.apply(Op::Structure(StructureOp::Concat { axis }), xs)
+        self.apply(Op::Structure(StructureOp::Concat(Concat { axis })), xs)
     }
 
     /// Python-style slice along `axis`.
@@ -541,12 +576,12 @@ impl<S: Scalar> Session<S> {
         step: usize,
     ) -> Result<Var> {
         self.apply(
-            Op::Structure(StructureOp::Slice {
+            Op::Structure(StructureOp::Slice(Slice {
                 axis,
                 start,
                 end,
                 step,
-            }),
+            })),
             &[x],
         )
     }
@@ -567,13 +602,13 @@ impl<S: Scalar> Session<S> {
         targets: &[L],
         options: &ClassLossOptions,
     ) -> Result<Var> {
-        let op = LossOp::CrossEntropy {
+        let op = LossOp::CrossEntropy(CrossEntropy {
             targets: class_labels(targets),
             reduction: options.reduction,
             weight: options.weight.clone().map(Arc::new),
             ignore_index: options.ignore_index,
             label_smoothing: options.label_smoothing,
-        };
+        });
         self.apply(Op::Loss(op), &[logits])
     }
 
@@ -598,11 +633,11 @@ impl<S: Scalar> Session<S> {
                 format!("ignore_index ({i}) is not supported with probability targets"),
             ));
         }
-        let op = LossOp::CrossEntropyProbs {
+        let op = LossOp::CrossEntropyProbs(CrossEntropyProbs {
             reduction: options.reduction,
             weight: options.weight.clone().map(Arc::new),
             label_smoothing: options.label_smoothing,
-        };
+        });
         self.apply(Op::Loss(op), &[logits, target_probs])
     }
 
@@ -616,11 +651,11 @@ impl<S: Scalar> Session<S> {
         reduction: Reduction,
         pos_weight: Option<&Tensor<f64>>,
     ) -> Result<Var> {
-        let op = LossOp::BinaryCrossEntropyWithLogits {
+        let op = LossOp::BinaryCrossEntropyWithLogits(BinaryCrossEntropyWithLogits {
             reduction,
             pos_weight: pos_weight.map(|w| Arc::new(w.clone())),
             weight: None,
-        };
+        });
         self.apply(Op::Loss(op), &[logits, targets])
     }
 
@@ -657,12 +692,12 @@ impl<S: Scalar> Session<S> {
                 ),
             ));
         }
-        let op = LossOp::NllLoss {
+        let op = LossOp::NllLoss(NllLoss {
             targets: class_labels(targets),
             reduction: options.reduction,
             weight: options.weight.clone().map(Arc::new),
             ignore_index: options.ignore_index,
-        };
+        });
         self.apply(Op::Loss(op), &[log_probs])
     }
 

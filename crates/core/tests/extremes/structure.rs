@@ -16,10 +16,14 @@ use proptest::test_runner::Config;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
+use tapegrad_core::ops::linalg::{Linear, Matmul, Permute, Transpose};
+use tapegrad_core::ops::loss::{CrossEntropy, MseLoss, NllLoss};
 use tapegrad_core::ops::nn::{
     dropout_mask, BatchNorm, Dropout, Embedding, Gather, GroupNorm, IndexSelect, IndexTensor,
     LayerNorm, ScatterAdd, Select,
 };
+use tapegrad_core::ops::reduce::{Amax, LogSoftmax, Mean, Softmax, Sum};
+use tapegrad_core::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use tapegrad_core::ops::{LinalgOp, LossOp, ReduceOp, Reduction, StructureOp};
 use tapegrad_core::{Op, Scalar, Shape, Tensor};
 use tapegrad_tensor::kernels::set_num_threads;
@@ -299,12 +303,12 @@ fn slice_case(rng: &mut ChaCha8Rng) -> Option<Case> {
     let len = norm_axis(axis, x.len()).map_or(3, |a| x[a]);
     let (start, end) = (signed_near(rng, len), signed_near(rng, len));
     let step = mixed(rng);
-    let op = StructureOp::Slice {
+    let op = StructureOp::Slice(Slice {
         axis,
         start,
         end,
         step,
-    };
+    });
     let ax = norm_axis(axis, x.len());
     let expect = match ax {
         // torch: "slice() cannot be applied to a 0-dim tensor"; "slice step must be positive".
@@ -414,7 +418,7 @@ fn flatten_case(rng: &mut ChaCha8Rng) -> Option<Case> {
         _ => Expect::Err,
     };
     Some(case(
-        Op::Structure(StructureOp::Flatten { start_dim, end_dim }),
+        Op::Structure(StructureOp::Flatten(Flatten { start_dim, end_dim })),
         vec![x],
         expect,
     ))
@@ -477,7 +481,7 @@ fn reshape_case(rng: &mut ChaCha8Rng) -> Option<Case> {
         }
     };
     Some(case(
-        Op::Structure(StructureOp::Reshape { shape: spec }),
+        Op::Structure(StructureOp::Reshape(Reshape { shape: spec })),
         vec![x],
         expect,
     ))
@@ -522,7 +526,7 @@ fn broadcast_case(rng: &mut ChaCha8Rng) -> Option<Case> {
         )?
     };
     Some(case(
-        Op::Structure(StructureOp::BroadcastTo { shape: target }),
+        Op::Structure(StructureOp::BroadcastTo(BroadcastTo { shape: target })),
         vec![x],
         expect,
     ))
@@ -591,7 +595,7 @@ fn concat_case(rng: &mut ChaCha8Rng) -> Option<Case> {
         _ => Expect::Err,
     };
     Some(case(
-        Op::Structure(StructureOp::Concat { axis }),
+        Op::Structure(StructureOp::Concat(Concat { axis })),
         shapes,
         expect,
     ))
@@ -613,7 +617,10 @@ fn permute_case(rng: &mut ChaCha8Rng) -> Option<Case> {
             }
             _ => None,
         };
-        (Op::Linalg(LinalgOp::Transpose { dim0: d0, dim1: d1 }), perm)
+        (
+            Op::Linalg(LinalgOp::Transpose(Transpose { dim0: d0, dim1: d1 })),
+            perm,
+        )
     } else {
         let mut p: Vec<usize> = (0..r).collect();
         for i in (1..r).rev() {
@@ -643,7 +650,7 @@ fn permute_case(rng: &mut ChaCha8Rng) -> Option<Case> {
             s.sort_unstable();
             s == (0..r).collect::<Vec<_>>()
         });
-        (Op::Linalg(LinalgOp::Permute { dims }), perm)
+        (Op::Linalg(LinalgOp::Permute(Permute { dims })), perm)
     };
     let expect = match perm {
         Some(p) => {
@@ -921,18 +928,18 @@ fn reduce_case(rng: &mut ChaCha8Rng) -> Option<Case> {
         (0..n).map(|_| signed_axis(rng, r)).collect()
     });
     let op = match kind {
-        Reduce::Sum => ReduceOp::Sum {
+        Reduce::Sum => ReduceOp::Sum(Sum {
             axes: axes.clone(),
             keepdim,
-        },
-        Reduce::Mean => ReduceOp::Mean {
+        }),
+        Reduce::Mean => ReduceOp::Mean(Mean {
             axes: axes.clone(),
             keepdim,
-        },
-        Reduce::Amax => ReduceOp::Amax {
+        }),
+        Reduce::Amax => ReduceOp::Amax(Amax {
             axes: axes.clone(),
             keepdim,
-        },
+        }),
     };
     // Reduced axes, normalised (a 0-dim tensor accepts 0 and -1 and reduces nothing); a repeated
     // axis is an error ("dim 0 appears multiple times in the list of dims").
@@ -1032,9 +1039,9 @@ fn softmax_case(rng: &mut ChaCha8Rng) -> Option<Case> {
     };
     let axis = signed_axis(rng, x.len());
     let op = if rng.random_bool(0.5) {
-        ReduceOp::Softmax { axis }
+        ReduceOp::Softmax(Softmax { axis })
     } else {
-        ReduceOp::LogSoftmax { axis }
+        ReduceOp::LogSoftmax(LogSoftmax { axis })
     };
     let expect = match norm_axis(axis, x.len()) {
         Some(_) => Expect::Ok(x.clone(), Box::new(|_| Vec::new())),
@@ -1157,7 +1164,11 @@ fn matmul_case(rng: &mut ChaCha8Rng) -> Option<Case> {
         }
         _ => Expect::Err,
     };
-    Some(case(Op::Linalg(LinalgOp::Matmul), vec![a, b], expect))
+    Some(case(
+        Op::Linalg(LinalgOp::Matmul(Matmul)),
+        vec![a, b],
+        expect,
+    ))
 }
 
 /// linear: x [.., k] by w [n, k] (+ b [n]).
@@ -1204,7 +1215,11 @@ fn linear_case(rng: &mut ChaCha8Rng) -> Option<Case> {
             }),
         )?
     };
-    Some(case(Op::Linalg(LinalgOp::Linear { bias }), shapes, expect))
+    Some(case(
+        Op::Linalg(LinalgOp::Linear(Linear { bias })),
+        shapes,
+        expect,
+    ))
 }
 
 fn dropout_case(rng: &mut ChaCha8Rng) -> Option<Case> {
@@ -1272,7 +1287,7 @@ fn loss_case(rng: &mut ChaCha8Rng) -> Option<Case> {
                 empty_dims(rng, r)
             };
             let op = if rng.random_bool(0.5) {
-                LossOp::MseLoss { reduction: red }
+                LossOp::MseLoss(MseLoss { reduction: red })
             } else {
                 LossOp::bce_with_logits(red)
             };
@@ -1288,20 +1303,20 @@ fn loss_case(rng: &mut ChaCha8Rng) -> Option<Case> {
             // PyTorch's options change nothing on an empty batch (a mean is still 0/0).
             let ignore_index = rng.random_bool(0.5).then_some(i64::MAX);
             let op = if rng.random_bool(0.5) {
-                LossOp::CrossEntropy {
+                LossOp::CrossEntropy(CrossEntropy {
                     targets,
                     reduction: red,
                     weight: None,
                     ignore_index,
                     label_smoothing: if rng.random_bool(0.5) { 0.5 } else { 0.0 },
-                }
+                })
             } else {
-                LossOp::NllLoss {
+                LossOp::NllLoss(NllLoss {
                     targets,
                     reduction: red,
                     weight: None,
                     ignore_index,
-                }
+                })
             };
             (op, vec![vec![0, c]], vec![0])
         }
@@ -1656,13 +1671,13 @@ fn the_documented_differences_hold() {
     // The JVP of a mean over zero elements: 0 (PyTorch: NaN), the value NaN in both.
     let x = Tensor::<f64>::new(&[0, 3], vec![]).unwrap();
     let losses = [
-        Op::Reduce(ReduceOp::Mean {
+        Op::Reduce(ReduceOp::Mean(Mean {
             axes: None,
             keepdim: false,
-        }),
-        Op::Loss(LossOp::MseLoss {
+        })),
+        Op::Loss(LossOp::MseLoss(MseLoss {
             reduction: Reduction::Mean,
-        }),
+        })),
     ];
     for op in losses {
         let args: Vec<&Tensor<f64>> = if op.name() == "mean" {

@@ -6,6 +6,7 @@ use crate::graph_support::{inputs, ops_covered, random_program, random_seed};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::graph::Graph;
+use tapegrad_core::ops::elementwise::{Add, Mul};
 use tapegrad_core::ops::{ElementwiseOp, Op, OpKind};
 use tapegrad_core::{Scalar, Shape, Tensor};
 
@@ -69,10 +70,10 @@ fn fan_out_with_an_intermediate_seed_matches_by_hand() {
     let mut g = Graph::new();
     let x = g.input("x", Shape::new([2]).unwrap(), true).unwrap();
     let sq = g
-        .node("sq", Op::Elementwise(ElementwiseOp::Mul), &[x, x])
+        .node("sq", Op::Elementwise(ElementwiseOp::Mul(Mul)), &[x, x])
         .unwrap();
     let s = g
-        .node("s", Op::Elementwise(ElementwiseOp::Add), &[sq, x])
+        .node("s", Op::Elementwise(ElementwiseOp::Add(Add)), &[sq, x])
         .unwrap();
     let xs = [Tensor::new(&[2], vec![3.0, -1.0]).unwrap()];
     let seed = vec![

@@ -7,6 +7,8 @@ use crate::graph_support::{inputs, random_like, random_program};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::graph::Graph;
+use tapegrad_core::ops::activation::Relu;
+use tapegrad_core::ops::elementwise::{Exp, Mul};
 use tapegrad_core::ops::{ActivationOp, ElementwiseOp, Op};
 use tapegrad_core::{audit, Error, Scalar, Shape, Tensor};
 
@@ -54,13 +56,13 @@ fn seeding_an_intermediate_ignores_later_and_unrelated_nodes() {
     let x = g.input("x", Shape::new([3]).unwrap(), true).unwrap();
     let y = g.input("y", Shape::new([3]).unwrap(), true).unwrap();
     let a = g
-        .node("a", Op::Elementwise(ElementwiseOp::Mul), &[x, y])
+        .node("a", Op::Elementwise(ElementwiseOp::Mul(Mul)), &[x, y])
         .unwrap();
     let _b = g
-        .node("b", Op::Activation(ActivationOp::Relu), &[y])
+        .node("b", Op::Activation(ActivationOp::Relu(Relu)), &[y])
         .unwrap();
     let _c = g
-        .node("c", Op::Elementwise(ElementwiseOp::Exp), &[a])
+        .node("c", Op::Elementwise(ElementwiseOp::Exp(Exp)), &[a])
         .unwrap();
     let xs = [
         Tensor::new(&[3], vec![1.0, -2.0, 0.5]).unwrap(),
@@ -79,7 +81,7 @@ fn seeding_an_intermediate_ignores_later_and_unrelated_nodes() {
 fn a_seed_of_the_wrong_shape_is_an_error_naming_the_slot() {
     let mut g = Graph::new();
     let x = g.input("x", Shape::new([3]).unwrap(), true).unwrap();
-    g.node("e", Op::Elementwise(ElementwiseOp::Exp), &[x])
+    g.node("e", Op::Elementwise(ElementwiseOp::Exp(Exp)), &[x])
         .unwrap();
     let err = g
         .single(1, &Tensor::<f64>::zeros(&Shape::new([2]).unwrap()))

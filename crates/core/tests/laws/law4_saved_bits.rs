@@ -18,6 +18,9 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::graph::{tape_kept_bytes, CompiledGraph, Graph};
 use tapegrad_core::laws::Program;
+use tapegrad_core::ops::activation::Relu;
+use tapegrad_core::ops::elementwise::{Add, Exp, Log, Mul, Neg, Scale, Sin};
+use tapegrad_core::ops::linalg::{Linear, Matmul};
 use tapegrad_core::ops::{ActivationOp, ElementwiseOp, LinalgOp, Op};
 use tapegrad_core::tape::Rule;
 use tapegrad_core::{Error, Scalar, Shape, Tape, Tensor};
@@ -211,15 +214,15 @@ fn the_saved_graph_keeps_only_what_each_vjp_declared() {
     let mut g = Graph::new();
     let x = g.input("x", Shape::new([100]).unwrap(), true).unwrap();
     let a = g
-        .node("a", Op::Elementwise(ElementwiseOp::Exp), &[x])
+        .node("a", Op::Elementwise(ElementwiseOp::Exp(Exp)), &[x])
         .unwrap();
     let b = g
-        .node("b", Op::Elementwise(ElementwiseOp::Add), &[a, x])
+        .node("b", Op::Elementwise(ElementwiseOp::Add(Add)), &[a, x])
         .unwrap();
     let c = g
-        .node("c", Op::Elementwise(ElementwiseOp::Sin), &[b])
+        .node("c", Op::Elementwise(ElementwiseOp::Sin(Sin)), &[b])
         .unwrap();
-    g.node("d", Op::Elementwise(ElementwiseOp::Neg), &[c])
+    g.node("d", Op::Elementwise(ElementwiseOp::Neg(Neg)), &[c])
         .unwrap();
     let xs = [Tensor::<f64>::full(&Shape::new([100]).unwrap(), 0.25)];
     let saved = CompiledGraph::new(g.clone()).forward(&xs).unwrap();
@@ -237,7 +240,7 @@ fn a_pass_for_input_gradients_keeps_only_what_they_read() {
     let x = g.input("x", Shape::new([4, 30]).unwrap(), false).unwrap();
     let w1 = g.input("w1", Shape::new([20, 30]).unwrap(), true).unwrap();
     let w2 = g.input("w2", Shape::new([10, 20]).unwrap(), true).unwrap();
-    let linear = Op::Linalg(LinalgOp::Linear { bias: false });
+    let linear = Op::Linalg(LinalgOp::Linear(Linear { bias: false }));
     let h = g.node("h", linear.clone(), &[x, w1]).unwrap();
     g.node("y", linear, &[h, w2]).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(7);
@@ -284,7 +287,8 @@ fn a_pass_for_input_gradients_keeps_each_matmul_operand_only_for_the_other() {
         let b = g
             .input("b", Shape::new(right).unwrap(), !left_grad)
             .unwrap();
-        g.node("y", Op::Linalg(LinalgOp::Matmul), &[a, b]).unwrap();
+        g.node("y", Op::Linalg(LinalgOp::Matmul(Matmul)), &[a, b])
+            .unwrap();
         let xs: Vec<Tensor<f64>> = [left, right]
             .iter()
             .map(|d| random_like(&mut rng, &Shape::new(*d).unwrap()))
@@ -326,7 +330,7 @@ fn negative_zero_contributions() {
     let x = g.input("x", Shape::new([2]).unwrap(), true).unwrap();
     g.node(
         "y",
-        Op::Elementwise(ElementwiseOp::Scale { factor: -1.0 }),
+        Op::Elementwise(ElementwiseOp::Scale(Scale { factor: -1.0 })),
         &[x],
     )
     .unwrap();
@@ -351,9 +355,9 @@ fn one_compiled_graph_serves_many_batches() {
     let x = g.input("x", Shape::new([3]).unwrap(), false).unwrap();
     let w = g.input("w", Shape::new([3]).unwrap(), true).unwrap();
     let p = g
-        .node("p", Op::Elementwise(ElementwiseOp::Mul), &[x, w])
+        .node("p", Op::Elementwise(ElementwiseOp::Mul(Mul)), &[x, w])
         .unwrap();
-    g.node("q", Op::Elementwise(ElementwiseOp::Mul), &[p, p])
+    g.node("q", Op::Elementwise(ElementwiseOp::Mul(Mul)), &[p, p])
         .unwrap();
     let compiled = CompiledGraph::new(g);
     let w0 = t(&[3], &[1.0, -1.0, 2.0]);
@@ -378,9 +382,9 @@ fn checked_lowering_names_the_node_that_leaves_the_domain() {
     let mut g = Graph::new();
     let x = g.input("x", Shape::new([3]).unwrap(), true).unwrap();
     let e = g
-        .node("shift", Op::Elementwise(ElementwiseOp::Neg), &[x])
+        .node("shift", Op::Elementwise(ElementwiseOp::Neg(Neg)), &[x])
         .unwrap();
-    g.node("bad_log", Op::Elementwise(ElementwiseOp::Log), &[e])
+    g.node("bad_log", Op::Elementwise(ElementwiseOp::Log(Log)), &[e])
         .unwrap();
     let xs = [t(&[3], &[-1.0, 0.5, -2.0])];
     let err = g.lower_checked(&xs).map(|_| ()).unwrap_err();
@@ -421,7 +425,7 @@ fn a_compiled_graph_takes_new_attributes_between_batches() {
             }
         }
     }
-    let wrong = compiled.set_op(loss, Op::Elementwise(ElementwiseOp::Exp));
+    let wrong = compiled.set_op(loss, Op::Elementwise(ElementwiseOp::Exp(Exp)));
     assert!(wrong.unwrap_err().to_string().contains("'loss'"));
     let more_rows = compiled.set_op(loss, ce(vec![0, 1, 2]));
     assert!(more_rows.is_err());
@@ -438,18 +442,22 @@ fn relu_in_place_keeps_values_gradients_and_inputs() {
     let w1 = g.input("w1", Shape::new([4, 3]).unwrap(), true).unwrap();
     let b1 = g.input("b1", Shape::new([4]).unwrap(), true).unwrap();
     let w2 = g.input("w2", Shape::new([2, 4]).unwrap(), true).unwrap();
-    let relu = || Op::Activation(ActivationOp::Relu);
+    let relu = || Op::Activation(ActivationOp::Relu(Relu));
     let direct = g.node("direct", relu(), &[x]).unwrap();
     let h = g
         .node(
             "h",
-            Op::Linalg(LinalgOp::Linear { bias: true }),
+            Op::Linalg(LinalgOp::Linear(Linear { bias: true })),
             &[direct, w1, b1],
         )
         .unwrap();
     let a = g.node("a", relu(), &[h]).unwrap();
     let y = g
-        .node("y", Op::Linalg(LinalgOp::Linear { bias: false }), &[a, w2])
+        .node(
+            "y",
+            Op::Linalg(LinalgOp::Linear(Linear { bias: false })),
+            &[a, w2],
+        )
         .unwrap();
     g.node("z", relu(), &[y]).unwrap();
     let xs = [

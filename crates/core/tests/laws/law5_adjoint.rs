@@ -6,6 +6,7 @@ use crate::graph_support::{inputs, random_like, random_program, random_seed};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::graph::Graph;
+use tapegrad_core::ops::elementwise::{Add, Mul, Neg, Scale, Sub};
 use tapegrad_core::ops::{ElementwiseOp, Op};
 use tapegrad_core::{Scalar, Shape, Tensor};
 
@@ -85,13 +86,13 @@ fn adjointness_is_exact_on_small_integers() {
     let mut g = Graph::new();
     let x = g.input("x", Shape::new([2, 3]).unwrap(), true).unwrap();
     let y = g.input("y", Shape::new([3]).unwrap(), true).unwrap();
-    let a = g.node("a", Op::Elementwise(E::Mul), &[x, y]).unwrap();
-    let b = g.node("b", Op::Elementwise(E::Add), &[a, x]).unwrap();
-    let c = g.node("c", Op::Elementwise(E::Sub), &[b, y]).unwrap();
+    let a = g.node("a", Op::Elementwise(E::Mul(Mul)), &[x, y]).unwrap();
+    let b = g.node("b", Op::Elementwise(E::Add(Add)), &[a, x]).unwrap();
+    let c = g.node("c", Op::Elementwise(E::Sub(Sub)), &[b, y]).unwrap();
     let d = g
-        .node("d", Op::Elementwise(E::Scale { factor: 2.0 }), &[c])
+        .node("d", Op::Elementwise(E::Scale(Scale { factor: 2.0 })), &[c])
         .unwrap();
-    g.node("e", Op::Elementwise(E::Neg), &[d]).unwrap();
+    g.node("e", Op::Elementwise(E::Neg(Neg)), &[d]).unwrap();
     let int = |dims: &[usize], v: &[i32]| {
         Tensor::<f64>::new(dims, v.iter().map(|&i| i as f64).collect()).unwrap()
     };

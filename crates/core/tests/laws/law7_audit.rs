@@ -7,6 +7,7 @@ use proptest::test_runner::Config;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::laws::{op_cases, random_program, ProgramConfig};
+use tapegrad_core::ops::elementwise::{Div, Exp, Log, Mul, Pow, Sqrt, Where};
 use tapegrad_core::ops::ElementwiseOp;
 use tapegrad_core::tape::FindingKind;
 use tapegrad_core::{audit, Op, Tape, Tensor};
@@ -37,42 +38,42 @@ fn plants() -> Vec<Plant> {
     vec![
         // mul(x, c) with c = +inf: the contribution to x is 0 * inf.
         Plant {
-            op: ew(ElementwiseOp::Mul),
+            op: ew(ElementwiseOp::Mul(Mul)),
             constant: Some(f64::INFINITY),
             at: 1.5,
             saves_non_finite: true,
         },
         // div(x, c) with c = 0: the contribution to x is 0 / 0.
         Plant {
-            op: ew(ElementwiseOp::Div),
+            op: ew(ElementwiseOp::Div(Div)),
             constant: Some(0.0),
             at: 1.5,
             saves_non_finite: false,
         },
         // log(x) at 0 (value -inf): the contribution is 0 / 0.
         Plant {
-            op: ew(ElementwiseOp::Log),
+            op: ew(ElementwiseOp::Log(Log)),
             constant: None,
             at: 0.0,
             saves_non_finite: false,
         },
         // sqrt(x) at 0: the contribution is 0 / (2 sqrt 0) = 0 / 0.
         Plant {
-            op: ew(ElementwiseOp::Sqrt),
+            op: ew(ElementwiseOp::Sqrt(Sqrt)),
             constant: None,
             at: 0.0,
             saves_non_finite: false,
         },
         // exp(x) overflowing to +inf: the contribution is 0 * inf.
         Plant {
-            op: ew(ElementwiseOp::Exp),
+            op: ew(ElementwiseOp::Exp(Exp)),
             constant: None,
             at: 1000.0,
             saves_non_finite: true,
         },
         // x^-1 at 0: the contribution is 0 * (-1) * 0^-2 = 0 * inf.
         Plant {
-            op: ew(ElementwiseOp::Pow { exponent: -1.0 }),
+            op: ew(ElementwiseOp::Pow(Pow { exponent: -1.0 })),
             constant: None,
             at: 0.0,
             saves_non_finite: false,
@@ -100,7 +101,7 @@ fn plant_on(tape: &mut Tape<f64>, plant: &Plant, parent: usize, index: usize) ->
             let bits = vec![true; value.numel()];
             let mask = tapegrad_core::ops::Mask::new(value.dims(), bits).unwrap();
             let w = tape
-                .apply(ew(ElementwiseOp::Where { mask }), &[c, parent])
+                .apply(ew(ElementwiseOp::Where(Where { mask })), &[c, parent])
                 .unwrap();
             vec![w]
         }
@@ -178,7 +179,7 @@ fn mul_by_inf_is_reported_with_the_saved_infinity() {
         Tensor::from_f64(&[3], &[1.0, f64::INFINITY, 1.0]).unwrap(),
         false,
     );
-    let y = tape.apply(ew(ElementwiseOp::Mul), &[x, c]).unwrap();
+    let y = tape.apply(ew(ElementwiseOp::Mul(Mul)), &[x, c]).unwrap();
     tape.set_name(y, "masked").unwrap();
     let report = audit(&tape);
     assert_eq!(report.findings.len(), 1);

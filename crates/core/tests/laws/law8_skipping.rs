@@ -7,6 +7,7 @@ use proptest::test_runner::Config;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::laws::{random_program, ProgramConfig};
+use tapegrad_core::ops::elementwise::{Div, Log, Mul, Sin, Sqrt, Where};
 use tapegrad_core::ops::{ElementwiseOp, Mask};
 use tapegrad_core::{audit, Op, Tape, Tensor};
 
@@ -47,9 +48,9 @@ fn plant(tape: &mut Tape<f64>, which: usize, parent: usize, index: usize) -> usi
         0 | 1 => {
             let c = poisoned(tape, if which == 0 { f64::INFINITY } else { 0.0 });
             let op = if which == 0 {
-                ElementwiseOp::Mul
+                ElementwiseOp::Mul(Mul)
             } else {
-                ElementwiseOp::Div
+                ElementwiseOp::Div(Div)
             };
             tape.apply(ew(op), &[parent, c]).unwrap()
         }
@@ -57,12 +58,12 @@ fn plant(tape: &mut Tape<f64>, which: usize, parent: usize, index: usize) -> usi
             let c = poisoned(tape, 0.0);
             let mask = Mask::new(value.dims(), vec![true; value.numel()]).unwrap();
             let w = tape
-                .apply(ew(ElementwiseOp::Where { mask }), &[c, parent])
+                .apply(ew(ElementwiseOp::Where(Where { mask })), &[c, parent])
                 .unwrap();
             let op = if which == 2 {
-                ElementwiseOp::Log
+                ElementwiseOp::Log(Log)
             } else {
-                ElementwiseOp::Sqrt
+                ElementwiseOp::Sqrt(Sqrt)
             };
             tape.apply(ew(op), &[w]).unwrap()
         }
@@ -111,8 +112,8 @@ fn masked_multiplication_by_inf_is_nan_only_in_the_reference_sweep() {
         Tensor::from_f64(&[2], &[f64::INFINITY, 1.0]).unwrap(),
         false,
     );
-    let _unreached = tape.apply(ew(ElementwiseOp::Mul), &[x, c]).unwrap();
-    let y = tape.apply(ew(ElementwiseOp::Sin), &[x]).unwrap();
+    let _unreached = tape.apply(ew(ElementwiseOp::Mul(Mul)), &[x, c]).unwrap();
+    let y = tape.apply(ew(ElementwiseOp::Sin(Sin)), &[x]).unwrap();
     let seed = Tensor::from_f64(&[2], &[1.0, 1.0]).unwrap();
     let executed = tape.backward_all(y, &seed).unwrap();
     assert_eq!(executed[x].data(), &[1.0f64.cos(), 2.0f64.cos()]);

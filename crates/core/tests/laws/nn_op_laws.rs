@@ -6,10 +6,15 @@
 use crate::ops_nn_support::{random, rng, uniform};
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::laws::{Program, ProgramNode};
+use tapegrad_core::ops::activation::Silu;
+use tapegrad_core::ops::elementwise::{Add, Mul};
+use tapegrad_core::ops::linalg::Linear;
 use tapegrad_core::ops::nn::{
     BatchNorm, Conv2d, Dropout, Embedding, IndexTensor, LayerNorm, MaxPool2d,
     ScaledDotProductAttention,
 };
+use tapegrad_core::ops::reduce::Mean;
+use tapegrad_core::ops::structure::{Flatten, Reshape};
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, LinalgOp, LossOp, ReduceOp, Reduction, StructureOp,
 };
@@ -48,19 +53,22 @@ fn cnn(r: &mut ChaCha8Rng) -> Program {
         ..MaxPool2d::new([2, 2])
     };
     let nodes = vec![
-        node(conv, &[0, 1, 2]),                         // 6: (2, 3, 3, 3)
-        node(Op::Activation(ActivationOp::Silu), &[6]), // 7
-        node(el(ElementwiseOp::Mul), &[7, 6]),          // 8: fan-out of 6
-        node(pool, &[8]),                               // 9: (2, 3, 2, 2)
-        node(BatchNorm::new(true), &[9, 3, 4]),         // 10
+        node(conv, &[0, 1, 2]),                               // 6: (2, 3, 3, 3)
+        node(Op::Activation(ActivationOp::Silu(Silu)), &[6]), // 7
+        node(el(ElementwiseOp::Mul(Mul)), &[7, 6]),           // 8: fan-out of 6
+        node(pool, &[8]),                                     // 9: (2, 3, 2, 2)
+        node(BatchNorm::new(true), &[9, 3, 4]),               // 10
         node(
-            Op::Structure(StructureOp::Flatten {
+            Op::Structure(StructureOp::Flatten(Flatten {
                 start_dim: 1,
                 end_dim: -1,
-            }),
+            })),
             &[10],
         ), // 11: (2, 12)
-        node(Op::Linalg(LinalgOp::Linear { bias: false }), &[11, 5]), // 12: (2, 4)
+        node(
+            Op::Linalg(LinalgOp::Linear(Linear { bias: false })),
+            &[11, 5],
+        ), // 12: (2, 4)
         node(
             Op::Loss(LossOp::cross_entropy(vec![1, 3].into(), Reduction::Mean)),
             &[12],
@@ -84,10 +92,10 @@ fn transformer(r: &mut ChaCha8Rng) -> Program {
         random(r, &[4, 4]),
     ];
     let tokens = IndexTensor::new(&[2, 5], vec![3, 1, 3, 0, 6, 2, 2, 5, 1, 3]).unwrap();
-    let linear = || Op::Linalg(LinalgOp::Linear { bias: false });
-    let heads = Op::Structure(StructureOp::Reshape {
+    let linear = || Op::Linalg(LinalgOp::Linear(Linear { bias: false }));
+    let heads = Op::Structure(StructureOp::Reshape(Reshape {
         shape: vec![2, 1, 5, 4],
-    });
+    }));
     let nodes = vec![
         node(Embedding::new(tokens), &[0]), // 5: (2, 5, 4)
         node(
@@ -113,12 +121,12 @@ fn transformer(r: &mut ChaCha8Rng) -> Program {
             &[10, 11, 12],
         ), // 13: (2, 1, 5, 4)
         node(
-            Op::Structure(StructureOp::Reshape {
+            Op::Structure(StructureOp::Reshape(Reshape {
                 shape: vec![2, 5, 4],
-            }),
+            })),
             &[13],
         ), // 14
-        node(el(ElementwiseOp::Add), &[14, 6]), // 15: residual, fan-out of 6
+        node(el(ElementwiseOp::Add(Add)), &[14, 6]), // 15: residual, fan-out of 6
         node(
             Dropout {
                 p: 0.2,
@@ -127,12 +135,12 @@ fn transformer(r: &mut ChaCha8Rng) -> Program {
             },
             &[15],
         ), // 16
-        node(el(ElementwiseOp::Mul), &[16, 16]), // 17
+        node(el(ElementwiseOp::Mul(Mul)), &[16, 16]), // 17
         node(
-            Op::Reduce(ReduceOp::Mean {
+            Op::Reduce(ReduceOp::Mean(Mean {
                 axes: None,
                 keepdim: false,
-            }),
+            })),
             &[17],
         ),
     ];

@@ -3,6 +3,7 @@
 //! cotangent summed down, a cotangent shared by two arguments is copied before it is negated,
 //! and the seed the caller passed is never written.
 
+use tapegrad_core::ops::elementwise::{Add, Neg, Scale, Sub};
 use tapegrad_core::ops::ElementwiseOp as E;
 use tapegrad_core::{Op, Tape, Tensor};
 
@@ -17,14 +18,14 @@ fn linear_vjps_on_owned_cotangents_match_the_executed_sweep() {
     let b = tape.leaf(t(&[2], &[10.0, 20.0]), true);
     // d = a - b (b broadcast), e = a + d (both arguments need the cotangent),
     // f = -(e) * 3, g = f - f (one cotangent feeds both sides of a sub).
-    let d = tape.apply(Op::Elementwise(E::Sub), &[a, b]).unwrap();
-    let e = tape.apply(Op::Elementwise(E::Add), &[a, d]).unwrap();
-    let n = tape.apply(Op::Elementwise(E::Neg), &[e]).unwrap();
+    let d = tape.apply(Op::Elementwise(E::Sub(Sub)), &[a, b]).unwrap();
+    let e = tape.apply(Op::Elementwise(E::Add(Add)), &[a, d]).unwrap();
+    let n = tape.apply(Op::Elementwise(E::Neg(Neg)), &[e]).unwrap();
     let f = tape
-        .apply(Op::Elementwise(E::Scale { factor: 3.0 }), &[n])
+        .apply(Op::Elementwise(E::Scale(Scale { factor: 3.0 })), &[n])
         .unwrap();
-    let g = tape.apply(Op::Elementwise(E::Sub), &[f, f]).unwrap();
-    let h = tape.apply(Op::Elementwise(E::Add), &[g, f]).unwrap();
+    let g = tape.apply(Op::Elementwise(E::Sub(Sub)), &[f, f]).unwrap();
+    let h = tape.apply(Op::Elementwise(E::Add(Add)), &[g, f]).unwrap();
     let seed = t(&[2, 2], &[1.0, -1.0, 0.5, 2.0]);
     let seed_before = seed.clone().into_vec();
 
@@ -48,9 +49,9 @@ fn an_owned_cotangent_that_is_still_shared_is_copied_before_it_is_changed() {
     let mut tape = Tape::<f32>::new();
     let x = tape.leaf(Tensor::from_f64(&[3], &[1.0, 2.0, 3.0]).unwrap(), true);
     let y = tape
-        .apply(Op::Elementwise(E::Scale { factor: 2.0 }), &[x])
+        .apply(Op::Elementwise(E::Scale(Scale { factor: 2.0 })), &[x])
         .unwrap();
-    let z = tape.apply(Op::Elementwise(E::Neg), &[y]).unwrap();
+    let z = tape.apply(Op::Elementwise(E::Neg(Neg)), &[y]).unwrap();
     let seed = Tensor::<f32>::from_f64(&[3], &[1.0, 2.0, 4.0]).unwrap();
     // The seed's buffer is shared with the caller's tensor all along the chain.
     let kept = seed.clone();

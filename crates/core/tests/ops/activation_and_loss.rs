@@ -5,6 +5,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 use tapegrad_core::laws::{check_op, op_vjp, Tolerance};
+use tapegrad_core::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
+use tapegrad_core::ops::loss::MseLoss;
 use tapegrad_core::ops::{ActivationOp, GeluApproximate, LossOp, OpRules, Reduction, Saved, Saves};
 use tapegrad_core::{Op, OpError, Shape, Tensor};
 
@@ -26,69 +28,69 @@ fn t64(dims: &[usize], data: &[f64]) -> Tensor<f64> {
 /// with a small threshold, where it jumps), which random points keep clear of.
 fn activations() -> Vec<(Op, Vec<f64>)> {
     vec![
-        (act(ActivationOp::Relu), vec![0.0]),
+        (act(ActivationOp::Relu(Relu)), vec![0.0]),
         (
-            act(ActivationOp::LeakyRelu {
+            act(ActivationOp::LeakyRelu(LeakyRelu {
                 negative_slope: 0.01,
-            }),
+            })),
             vec![0.0],
         ),
         (
-            act(ActivationOp::LeakyRelu {
+            act(ActivationOp::LeakyRelu(LeakyRelu {
                 negative_slope: 0.2,
-            }),
+            })),
             vec![0.0],
         ),
         (
-            act(ActivationOp::LeakyRelu {
+            act(ActivationOp::LeakyRelu(LeakyRelu {
                 negative_slope: -1.5,
-            }),
+            })),
             vec![0.0],
         ),
-        (act(ActivationOp::Sigmoid), vec![]),
-        (act(ActivationOp::Tanh), vec![]),
+        (act(ActivationOp::Sigmoid(Sigmoid)), vec![]),
+        (act(ActivationOp::Tanh(Tanh)), vec![]),
         (
-            act(ActivationOp::Gelu {
+            act(ActivationOp::Gelu(Gelu {
                 approximate: GeluApproximate::None,
-            }),
+            })),
             vec![],
         ),
         (
-            act(ActivationOp::Gelu {
+            act(ActivationOp::Gelu(Gelu {
                 approximate: GeluApproximate::Tanh,
-            }),
+            })),
             vec![],
         ),
         (
-            act(ActivationOp::Softplus {
+            act(ActivationOp::Softplus(Softplus {
                 beta: 1.0,
                 threshold: 20.0,
-            }),
+            })),
             vec![],
         ),
         // beta * x crosses the threshold at x = 0.5 inside the sampled range.
         (
-            act(ActivationOp::Softplus {
+            act(ActivationOp::Softplus(Softplus {
                 beta: 2.0,
                 threshold: 1.0,
-            }),
+            })),
             vec![0.5],
         ),
         (
-            act(ActivationOp::Softplus {
+            act(ActivationOp::Softplus(Softplus {
                 beta: 0.5,
                 threshold: 20.0,
-            }),
+            })),
             vec![],
         ),
         (
-            act(ActivationOp::Softplus {
+            act(ActivationOp::Softplus(Softplus {
                 beta: -1.0,
                 threshold: 1.0,
-            }),
+            })),
             vec![-1.0],
         ),
-        (act(ActivationOp::Silu), vec![]),
+        (act(ActivationOp::Silu(Silu)), vec![]),
     ]
 }
 
@@ -172,7 +174,7 @@ fn elementwise_losses_pass_gradient_and_adjoint_checks() {
     let mut rng = ChaCha8Rng::seed_from_u64(12);
     for reduction in REDUCTIONS {
         for op in [
-            loss(LossOp::MseLoss { reduction }),
+            loss(LossOp::MseLoss(MseLoss { reduction })),
             loss(LossOp::bce_with_logits(reduction)),
         ] {
             for dims in PAIR_SHAPES {
@@ -222,15 +224,15 @@ fn assert_close(got: &[f64], want: &[f64]) {
 fn activation_forward_values() {
     let x = t64(&[5], &[-1.5, -1.0, 0.0, 0.5, 1.0]);
     let cases: Vec<(ActivationOp, Vec<f64>)> = vec![
-        (ActivationOp::Relu, vec![0.0, 0.0, 0.0, 0.5, 1.0]),
+        (ActivationOp::Relu(Relu), vec![0.0, 0.0, 0.0, 0.5, 1.0]),
         (
-            ActivationOp::LeakyRelu {
+            ActivationOp::LeakyRelu(LeakyRelu {
                 negative_slope: 0.1,
-            },
+            }),
             vec![-0.15000000000000002, -0.1, 0.0, 0.5, 1.0],
         ),
         (
-            ActivationOp::Sigmoid,
+            ActivationOp::Sigmoid(Sigmoid),
             vec![
                 0.18242552380635635,
                 0.2689414213699951,
@@ -240,7 +242,7 @@ fn activation_forward_values() {
             ],
         ),
         (
-            ActivationOp::Tanh,
+            ActivationOp::Tanh(Tanh),
             vec![
                 -0.9051482536448664,
                 -0.7615941559557649,
@@ -250,9 +252,9 @@ fn activation_forward_values() {
             ],
         ),
         (
-            ActivationOp::Gelu {
+            ActivationOp::Gelu(Gelu {
                 approximate: GeluApproximate::None,
-            },
+            }),
             vec![
                 -0.10021080190328713,
                 -0.15865525393145707,
@@ -262,9 +264,9 @@ fn activation_forward_values() {
             ],
         ),
         (
-            ActivationOp::Gelu {
+            ActivationOp::Gelu(Gelu {
                 approximate: GeluApproximate::Tanh,
-            },
+            }),
             vec![
                 -0.10042842301976707,
                 -0.15880800939172324,
@@ -274,10 +276,10 @@ fn activation_forward_values() {
             ],
         ),
         (
-            ActivationOp::Softplus {
+            ActivationOp::Softplus(Softplus {
                 beta: 1.0,
                 threshold: 20.0,
-            },
+            }),
             vec![
                 0.2014132779827524,
                 0.31326168751822286,
@@ -287,7 +289,7 @@ fn activation_forward_values() {
             ],
         ),
         (
-            ActivationOp::Silu,
+            ActivationOp::Silu(Silu),
             vec![
                 -0.2736382857095345,
                 -0.2689414213699951,
@@ -305,10 +307,10 @@ fn activation_forward_values() {
         }
     }
     // softplus above beta * x > threshold is the identity; below, log1p(exp(beta x)) / beta.
-    let sp = act(ActivationOp::Softplus {
+    let sp = act(ActivationOp::Softplus(Softplus {
         beta: 2.0,
         threshold: 1.0,
-    });
+    }));
     let got = fwd(&sp, &[&t64(&[3], &[0.5, 0.75, 30.0])]);
     assert_close(&got, &[0.6566308437591114, 0.75, 30.0]);
 }
@@ -320,22 +322,22 @@ fn activation_gradient_conventions_at_kinks() {
     let grad =
         |a: ActivationOp, x: &Tensor<f64>| op_vjp(&act(a), &[x], &ones).unwrap()[0].to_f64_vec();
     // PyTorch: relu'(0) = 0, leaky_relu'(0) = negative_slope.
-    assert_eq!(grad(ActivationOp::Relu, &x), vec![0.0, 0.0, 1.0]);
+    assert_eq!(grad(ActivationOp::Relu(Relu), &x), vec![0.0, 0.0, 1.0]);
     assert_eq!(
         grad(
-            ActivationOp::LeakyRelu {
+            ActivationOp::LeakyRelu(LeakyRelu {
                 negative_slope: 0.25
-            },
+            }),
             &x
         ),
         vec![0.25, 0.25, 1.0]
     );
     // softplus: sigmoid(beta x) below the threshold, exactly 1 above it.
     let g = grad(
-        ActivationOp::Softplus {
+        ActivationOp::Softplus(Softplus {
             beta: 2.0,
             threshold: 1.0,
-        },
+        }),
         &t64(&[3], &[0.0, 0.25, 0.75]),
     );
     assert_close(&g, &[0.5, 0.6224593312018546, 1.0]);
@@ -343,28 +345,28 @@ fn activation_gradient_conventions_at_kinks() {
     let z = t64(&[1], &[0.0]);
     let one = Tensor::ones(z.shape());
     let at0 = |a: ActivationOp| op_vjp(&act(a), &[&z], &one).unwrap()[0].to_f64_vec()[0];
-    assert_eq!(at0(ActivationOp::Sigmoid), 0.25);
-    assert_eq!(at0(ActivationOp::Tanh), 1.0);
+    assert_eq!(at0(ActivationOp::Sigmoid(Sigmoid)), 0.25);
+    assert_eq!(at0(ActivationOp::Tanh(Tanh)), 1.0);
     assert_eq!(
-        at0(ActivationOp::Gelu {
+        at0(ActivationOp::Gelu(Gelu {
             approximate: GeluApproximate::None
-        }),
+        })),
         0.5
     );
     assert_eq!(
-        at0(ActivationOp::Gelu {
+        at0(ActivationOp::Gelu(Gelu {
             approximate: GeluApproximate::Tanh
-        }),
+        })),
         0.5
     );
-    assert_eq!(at0(ActivationOp::Silu), 0.5);
+    assert_eq!(at0(ActivationOp::Silu(Silu)), 0.5);
 }
 
 #[test]
 fn loss_forward_values() {
     let x = t64(&[3], &[1.0, 2.0, 3.0]);
     let y = t64(&[3], &[1.0, 0.0, 0.0]);
-    let mse = |reduction| fwd(&loss(LossOp::MseLoss { reduction }), &[&x, &y]);
+    let mse = |reduction| fwd(&loss(LossOp::MseLoss(MseLoss { reduction })), &[&x, &y]);
     assert_eq!(mse(Reduction::None), vec![0.0, 4.0, 9.0]);
     assert_eq!(mse(Reduction::Sum), vec![13.0]);
     assert_eq!(mse(Reduction::Mean), vec![13.0 / 3.0]);
@@ -432,9 +434,9 @@ fn class_loss_gradients_match_hand_computation() {
     let x = t64(&[2], &[1.0, 0.0]);
     let y = t64(&[2], &[0.0, 0.25]);
     let g = op_vjp(
-        &loss(LossOp::MseLoss {
+        &loss(LossOp::MseLoss(MseLoss {
             reduction: Reduction::Mean,
-        }),
+        })),
         &[&x, &y],
         &Tensor::scalar(1.0),
     )
@@ -467,9 +469,9 @@ fn empty_batches_follow_pytorch() {
     }
     let e = t64(&[2, 0], &[]);
     let mean = fwd(
-        &loss(LossOp::MseLoss {
+        &loss(LossOp::MseLoss(MseLoss {
             reduction: Reduction::Mean,
-        }),
+        })),
         &[&e, &e],
     );
     assert!(mean[0].is_nan());
@@ -507,7 +509,10 @@ fn f32_forward_agrees_with_f64() {
         for _ in 0..4 {
             let x = r32(&mut rng, &[4, 3], -4.0, 4.0, &[]);
             let y = r32(&mut rng, &[4, 3], -4.0, 4.0, &[]);
-            assert_f32_matches_f64(&loss(LossOp::MseLoss { reduction }), &[x.clone(), y]);
+            assert_f32_matches_f64(
+                &loss(LossOp::MseLoss(MseLoss { reduction })),
+                &[x.clone(), y],
+            );
             let p = r32(&mut rng, &[4, 3], 0.0, 1.0, &[]);
             assert_f32_matches_f64(&loss(LossOp::bce_with_logits(reduction)), &[x, p]);
             for ce in [true, false] {
@@ -529,7 +534,7 @@ fn shape_errors_name_the_op_and_shapes() {
     let b = t64(&[3, 2], &[0.0; 6]);
     for reduction in REDUCTIONS {
         for op in [
-            loss(LossOp::MseLoss { reduction }),
+            loss(LossOp::MseLoss(MseLoss { reduction })),
             loss(LossOp::bce_with_logits(reduction)),
         ] {
             let msg = message(op.forward(&[&a, &b]).unwrap_err());
@@ -612,33 +617,33 @@ fn shape_errors_name_the_op_and_shapes() {
 fn invalid_attributes_and_direct_rule_calls_are_errors() {
     let x = t64(&[2], &[1.0, -1.0]);
     for a in [
-        ActivationOp::Softplus {
+        ActivationOp::Softplus(Softplus {
             beta: 0.0,
             threshold: 20.0,
-        },
-        ActivationOp::Softplus {
+        }),
+        ActivationOp::Softplus(Softplus {
             beta: f64::INFINITY,
             threshold: 20.0,
-        },
-        ActivationOp::Softplus {
+        }),
+        ActivationOp::Softplus(Softplus {
             beta: 1.0,
             threshold: f64::NAN,
-        },
-        ActivationOp::LeakyRelu {
+        }),
+        ActivationOp::LeakyRelu(LeakyRelu {
             negative_slope: f64::NAN,
-        },
+        }),
     ] {
         let op = act(a);
         let msg = message(op.forward(&[&x]).unwrap_err());
         assert!(msg.contains(op.name()) && msg.contains("[2]"), "{msg}");
     }
     // The family rules called directly, bypassing the dispatcher's checks, still never panic.
-    let relu = ActivationOp::Relu;
+    let relu = ActivationOp::Relu(Relu);
     assert!(relu.forward::<f64>(&[]).is_err());
     assert!(relu.output_shape(&[]).is_err());
-    let mse = LossOp::MseLoss {
+    let mse = LossOp::MseLoss(MseLoss {
         reduction: Reduction::Sum,
-    };
+    });
     assert!(mse.forward(&[&x]).is_err());
     assert!(mse.output_shape(&[x.shape()]).is_err());
     let y = t64(&[3], &[0.0; 3]);
@@ -685,7 +690,7 @@ fn zero_cotangents_give_exact_zeros() {
     }
     for reduction in REDUCTIONS {
         for op in [
-            loss(LossOp::MseLoss { reduction }),
+            loss(LossOp::MseLoss(MseLoss { reduction })),
             loss(LossOp::bce_with_logits(reduction)),
         ] {
             let y = t64(&[6], &[1.0, 0.0, 0.5, 1.0, 0.0, 1.0]);
@@ -715,17 +720,20 @@ fn extreme_inputs_stay_finite() {
         let y32 = op.forward(&[&x.cast::<f32>()]).unwrap().value;
         assert!(y32.data().iter().all(|v| v.is_finite()), "{op}: {y32:?}");
     }
-    assert_eq!(fwd(&act(ActivationOp::Sigmoid), &[&x]), vec![0.0, 1.0]);
-    let sp = act(ActivationOp::Softplus {
+    assert_eq!(
+        fwd(&act(ActivationOp::Sigmoid(Sigmoid)), &[&x]),
+        vec![0.0, 1.0]
+    );
+    let sp = act(ActivationOp::Softplus(Softplus {
         beta: 1.0,
         threshold: 20.0,
-    });
+    }));
     assert_eq!(fwd(&sp, &[&x]), vec![0.0, 1000.0]);
     // A threshold so high that exp(beta x) overflows below it: still finite and exact.
-    let high = act(ActivationOp::Softplus {
+    let high = act(ActivationOp::Softplus(Softplus {
         beta: 1.0,
         threshold: 1e6,
-    });
+    }));
     assert_eq!(fwd(&high, &[&x]), vec![0.0, 1000.0]);
     let g = op_vjp(&high, &[&x], &ones).unwrap();
     assert_eq!(g[0].to_f64_vec(), vec![0.0, 1.0]);
@@ -760,7 +768,7 @@ fn only_arguments_that_need_a_gradient_get_one() {
     let y = t64(&[2], &[1.0, 0.0]);
     for reduction in REDUCTIONS {
         for op in [
-            loss(LossOp::MseLoss { reduction }),
+            loss(LossOp::MseLoss(MseLoss { reduction })),
             loss(LossOp::bce_with_logits(reduction)),
         ] {
             let fwd = op.forward(&[&x, &y]).unwrap();
@@ -772,7 +780,7 @@ fn only_arguments_that_need_a_gradient_get_one() {
             }
         }
     }
-    let op = act(ActivationOp::Silu);
+    let op = act(ActivationOp::Silu(Silu));
     let fwd = op.forward(&[&x]).unwrap();
     let saved = Saved::keep(op.saves(), &[&x], &fwd, vec![false]);
     assert_eq!(op.vjp(&saved.context(), &x).unwrap().into_vec(), vec![None]);
@@ -781,17 +789,17 @@ fn only_arguments_that_need_a_gradient_get_one() {
 #[test]
 fn saves_are_minimal() {
     for a in [
-        ActivationOp::Relu,
-        ActivationOp::Sigmoid,
-        ActivationOp::Tanh,
+        ActivationOp::Relu(Relu),
+        ActivationOp::Sigmoid(Sigmoid),
+        ActivationOp::Tanh(Tanh),
     ] {
         assert_eq!(act(a).saves(), Saves::OUTPUT);
     }
-    assert_eq!(act(ActivationOp::Silu).saves(), Saves::inputs(&[0]));
+    assert_eq!(act(ActivationOp::Silu(Silu)).saves(), Saves::inputs(&[0]));
     assert_eq!(
-        loss(LossOp::MseLoss {
+        loss(LossOp::MseLoss(MseLoss {
             reduction: Reduction::Mean
-        })
+        }))
         .saves(),
         Saves::inputs(&[0, 1])
     );
@@ -824,30 +832,30 @@ fn saves_are_minimal() {
 #[test]
 fn display_shows_attributes() {
     let cases = [
-        (act(ActivationOp::Relu), "relu"),
+        (act(ActivationOp::Relu(Relu)), "relu"),
         (
-            act(ActivationOp::LeakyRelu {
+            act(ActivationOp::LeakyRelu(LeakyRelu {
                 negative_slope: 0.01,
-            }),
+            })),
             "leaky_relu(negative_slope=0.01)",
         ),
         (
-            act(ActivationOp::Gelu {
+            act(ActivationOp::Gelu(Gelu {
                 approximate: GeluApproximate::Tanh,
-            }),
+            })),
             "gelu(approximate='tanh')",
         ),
         (
-            act(ActivationOp::Softplus {
+            act(ActivationOp::Softplus(Softplus {
                 beta: 1.0,
                 threshold: 20.0,
-            }),
+            })),
             "softplus(beta=1, threshold=20)",
         ),
         (
-            loss(LossOp::MseLoss {
+            loss(LossOp::MseLoss(MseLoss {
                 reduction: Reduction::Mean,
-            }),
+            })),
             "mse_loss(reduction='mean')",
         ),
         (

@@ -14,11 +14,22 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use tapegrad_core::laws::registry::{draft_any, variants};
 use tapegrad_core::laws::{NnKind, OpKind};
+use tapegrad_core::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
+use tapegrad_core::ops::elementwise::{
+    Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
+    Sqrt, Sub, Where,
+};
+use tapegrad_core::ops::linalg::{Linear, Matmul, Permute, Transpose};
+use tapegrad_core::ops::loss::{
+    BinaryCrossEntropyWithLogits, CrossEntropy, CrossEntropyProbs, MseLoss, NllLoss,
+};
 use tapegrad_core::ops::nn::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm, Conv1d, Conv2d, Dropout, Embedding, Gather, GroupNorm,
     IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NamedPadding, PaddingMode,
     ScaledDotProductAttention, ScatterAdd, Select,
 };
+use tapegrad_core::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
+use tapegrad_core::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, ReduceOp, Reduction,
     Saved, StructureOp,
@@ -122,79 +133,79 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
     use OpKind as K;
     let ew = Op::Elementwise;
     match kind {
-        K::Add => ew(E::Add),
-        K::Sub => ew(E::Sub),
-        K::Mul => ew(E::Mul),
-        K::Div => ew(E::Div),
-        K::Neg => ew(E::Neg),
-        K::Scale => ew(E::Scale { factor: value(rng) }),
-        K::Abs => ew(E::Abs),
-        K::Sqrt => ew(E::Sqrt),
-        K::Exp => ew(E::Exp),
-        K::Log => ew(E::Log),
-        K::SafeLog => ew(E::SafeLog { eps: value(rng) }),
-        K::Sin => ew(E::Sin),
-        K::Cos => ew(E::Cos),
-        K::Pow => ew(E::Pow {
+        K::Add => ew(E::Add(Add)),
+        K::Sub => ew(E::Sub(Sub)),
+        K::Mul => ew(E::Mul(Mul)),
+        K::Div => ew(E::Div(Div)),
+        K::Neg => ew(E::Neg(Neg)),
+        K::Scale => ew(E::Scale(Scale { factor: value(rng) })),
+        K::Abs => ew(E::Abs(Abs)),
+        K::Sqrt => ew(E::Sqrt(Sqrt)),
+        K::Exp => ew(E::Exp(Exp)),
+        K::Log => ew(E::Log(Log)),
+        K::SafeLog => ew(E::SafeLog(SafeLog { eps: value(rng) })),
+        K::Sin => ew(E::Sin(Sin)),
+        K::Cos => ew(E::Cos(Cos)),
+        K::Pow => ew(E::Pow(Pow {
             exponent: value(rng),
-        }),
-        K::Clamp => ew(E::Clamp {
+        })),
+        K::Clamp => ew(E::Clamp(Clamp {
             min: rng.random_bool(0.7).then(|| value(rng)),
             max: rng.random_bool(0.7).then(|| value(rng)),
-        }),
-        K::Maximum => ew(E::Maximum),
-        K::Minimum => ew(E::Minimum),
+        })),
+        K::Maximum => ew(E::Maximum(Maximum)),
+        K::Minimum => ew(E::Minimum(Minimum)),
         K::Where => {
             let shape = small_shape(rng);
             let bits = (0..shape.numel()).map(|_| rng.random_bool(0.5)).collect();
-            ew(E::Where {
+            ew(E::Where(Where {
                 mask: Mask::new(shape.dims(), bits).unwrap(),
-            })
+            }))
         }
-        K::Relu => Op::Activation(ActivationOp::Relu),
-        K::LeakyRelu => Op::Activation(ActivationOp::LeakyRelu {
+        K::Relu => Op::Activation(ActivationOp::Relu(Relu)),
+        K::LeakyRelu => Op::Activation(ActivationOp::LeakyRelu(LeakyRelu {
             negative_slope: value(rng),
-        }),
-        K::Sigmoid => Op::Activation(ActivationOp::Sigmoid),
-        K::Tanh => Op::Activation(ActivationOp::Tanh),
-        K::Gelu => Op::Activation(ActivationOp::Gelu {
+        })),
+        K::Sigmoid => Op::Activation(ActivationOp::Sigmoid(Sigmoid)),
+        K::Tanh => Op::Activation(ActivationOp::Tanh(Tanh)),
+        K::Gelu => Op::Activation(ActivationOp::Gelu(Gelu {
             approximate: pick(rng, &[GeluApproximate::None, GeluApproximate::Tanh]),
-        }),
-        K::Softplus => Op::Activation(ActivationOp::Softplus {
+        })),
+        K::Softplus => Op::Activation(ActivationOp::Softplus(Softplus {
             beta: value(rng),
             threshold: value(rng),
-        }),
-        K::Silu => Op::Activation(ActivationOp::Silu),
-        K::Sum => Op::Reduce(ReduceOp::Sum {
+        })),
+        K::Silu => Op::Activation(ActivationOp::Silu(Silu)),
+        K::Sum => Op::Reduce(ReduceOp::Sum(Sum {
             axes: axes(rng),
             keepdim: rng.random_bool(0.5),
-        }),
-        K::Mean => Op::Reduce(ReduceOp::Mean {
+        })),
+        K::Mean => Op::Reduce(ReduceOp::Mean(Mean {
             axes: axes(rng),
             keepdim: rng.random_bool(0.5),
-        }),
-        K::Amax => Op::Reduce(ReduceOp::Amax {
+        })),
+        K::Amax => Op::Reduce(ReduceOp::Amax(Amax {
             axes: axes(rng),
             keepdim: rng.random_bool(0.5),
-        }),
-        K::Softmax => Op::Reduce(ReduceOp::Softmax { axis: axis(rng) }),
-        K::LogSoftmax => Op::Reduce(ReduceOp::LogSoftmax { axis: axis(rng) }),
-        K::LogSumExp => Op::Reduce(ReduceOp::LogSumExp {
+        })),
+        K::Softmax => Op::Reduce(ReduceOp::Softmax(Softmax { axis: axis(rng) })),
+        K::LogSoftmax => Op::Reduce(ReduceOp::LogSoftmax(LogSoftmax { axis: axis(rng) })),
+        K::LogSumExp => Op::Reduce(ReduceOp::LogSumExp(LogSumExp {
             axes: axes(rng),
             keepdim: rng.random_bool(0.5),
-        }),
-        K::Matmul => Op::Linalg(LinalgOp::Matmul),
-        K::Linear => Op::Linalg(LinalgOp::Linear {
+        })),
+        K::Matmul => Op::Linalg(LinalgOp::Matmul(Matmul)),
+        K::Linear => Op::Linalg(LinalgOp::Linear(Linear {
             bias: rng.random_bool(0.5),
-        }),
-        K::Transpose => Op::Linalg(LinalgOp::Transpose {
+        })),
+        K::Transpose => Op::Linalg(LinalgOp::Transpose(Transpose {
             dim0: axis(rng),
             dim1: axis(rng),
-        }),
-        K::Permute => Op::Linalg(LinalgOp::Permute {
+        })),
+        K::Permute => Op::Linalg(LinalgOp::Permute(Permute {
             dims: (0..rng.random_range(0..=4)).map(|_| axis(rng)).collect(),
-        }),
-        K::Reshape => Op::Structure(StructureOp::Reshape {
+        })),
+        K::Reshape => Op::Structure(StructureOp::Reshape(Reshape {
             shape: (0..rng.random_range(0..=4))
                 .map(|_| {
                     if rng.random_bool(0.05) {
@@ -204,23 +215,23 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
                     }
                 })
                 .collect(),
-        }),
-        K::Flatten => Op::Structure(StructureOp::Flatten {
+        })),
+        K::Flatten => Op::Structure(StructureOp::Flatten(Flatten {
             start_dim: axis(rng),
             end_dim: axis(rng),
-        }),
-        K::BroadcastTo => Op::Structure(StructureOp::BroadcastTo { shape: dims(rng) }),
-        K::Concat => Op::Structure(StructureOp::Concat { axis: axis(rng) }),
-        K::Slice => Op::Structure(StructureOp::Slice {
+        })),
+        K::BroadcastTo => Op::Structure(StructureOp::BroadcastTo(BroadcastTo { shape: dims(rng) })),
+        K::Concat => Op::Structure(StructureOp::Concat(Concat { axis: axis(rng) })),
+        K::Slice => Op::Structure(StructureOp::Slice(Slice {
             axis: axis(rng),
             start: pick(rng, &[isize::MIN, -9, -2, -1, 0, 1, 2, 9, isize::MAX]),
             end: pick(rng, &[isize::MIN, -9, -2, -1, 0, 1, 2, 9, isize::MAX]),
             step: pick(rng, &[0, 1, 2, 5, usize::MAX]),
-        }),
-        K::MseLoss => Op::Loss(LossOp::MseLoss {
+        })),
+        K::MseLoss => Op::Loss(LossOp::MseLoss(MseLoss {
             reduction: reduction(rng),
-        }),
-        K::CrossEntropy => Op::Loss(LossOp::CrossEntropy {
+        })),
+        K::CrossEntropy => Op::Loss(LossOp::CrossEntropy(CrossEntropy {
             targets: labels(rng),
             reduction: reduction(rng),
             weight: class_weights(rng),
@@ -230,19 +241,21 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
             } else {
                 value(rng)
             },
-        }),
-        K::BinaryCrossEntropyWithLogits => Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-            reduction: reduction(rng),
-            pos_weight: pos_weight(rng),
-            weight: None,
-        }),
-        K::NllLoss => Op::Loss(LossOp::NllLoss {
+        })),
+        K::BinaryCrossEntropyWithLogits => Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+            BinaryCrossEntropyWithLogits {
+                reduction: reduction(rng),
+                pos_weight: pos_weight(rng),
+                weight: None,
+            },
+        )),
+        K::NllLoss => Op::Loss(LossOp::NllLoss(NllLoss {
             targets: labels(rng),
             reduction: reduction(rng),
             weight: class_weights(rng),
             ignore_index: ignore_index(rng),
-        }),
-        K::CrossEntropyProbs => Op::Loss(LossOp::CrossEntropyProbs {
+        })),
+        K::CrossEntropyProbs => Op::Loss(LossOp::CrossEntropyProbs(CrossEntropyProbs {
             reduction: reduction(rng),
             weight: class_weights(rng),
             label_smoothing: if rng.random_bool(0.5) {
@@ -250,15 +263,17 @@ fn hostile_op(kind: OpKind, rng: &mut ChaCha8Rng) -> Op {
             } else {
                 value(rng)
             },
-        }),
+        })),
         K::WeightedBinaryCrossEntropyWithLogits => {
             let shape = small_shape(rng);
             let values = (0..shape.numel()).map(|_| value(rng)).collect();
-            Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-                reduction: reduction(rng),
-                pos_weight: pos_weight(rng),
-                weight: Some(Arc::new(Tensor::new(shape.dims(), values).unwrap())),
-            })
+            Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+                BinaryCrossEntropyWithLogits {
+                    reduction: reduction(rng),
+                    pos_weight: pos_weight(rng),
+                    weight: Some(Arc::new(Tensor::new(shape.dims(), values).unwrap())),
+                },
+            ))
         }
         K::Nn(n) => hostile_nn(n, rng),
     }
@@ -586,126 +601,130 @@ fn named_cases() -> Vec<NamedCase> {
     let ew = Op::Elementwise;
     vec![
         (
-            ew(ElementwiseOp::Add),
+            ew(ElementwiseOp::Add(Add)),
             vec![t(&[2, 3]), t(&[4])],
             vec!["add", "[2, 3]", "[4]"],
         ),
-        (ew(ElementwiseOp::Add), vec![t(&[2])], vec!["add", "2", "1"]),
         (
-            ew(ElementwiseOp::Mul),
+            ew(ElementwiseOp::Add(Add)),
+            vec![t(&[2])],
+            vec!["add", "2", "1"],
+        ),
+        (
+            ew(ElementwiseOp::Mul(Mul)),
             vec![t(&[3]), t(&[2, 2])],
             vec!["mul", "[3]", "[2, 2]"],
         ),
         (
-            ew(ElementwiseOp::Clamp {
+            ew(ElementwiseOp::Clamp(Clamp {
                 min: Some(1.0),
                 max: Some(0.0),
-            }),
+            })),
             vec![t(&[2])],
             vec!["clamp", "1", "0"],
         ),
         (
-            ew(ElementwiseOp::Where {
+            ew(ElementwiseOp::Where(Where {
                 mask: Mask::new(&[3], vec![true; 3]).unwrap(),
-            }),
+            })),
             vec![t(&[2]), t(&[2])],
             vec!["where", "[3]", "[2]"],
         ),
         (
-            Op::Reduce(ReduceOp::Sum {
+            Op::Reduce(ReduceOp::Sum(Sum {
                 axes: Some(vec![5]),
                 keepdim: false,
-            }),
+            })),
             vec![t(&[2, 3])],
             vec!["sum", "5"],
         ),
         (
-            Op::Reduce(ReduceOp::Amax {
+            Op::Reduce(ReduceOp::Amax(Amax {
                 axes: Some(vec![0, 0]),
                 keepdim: true,
-            }),
+            })),
             vec![t(&[2, 3])],
             vec!["amax", "0"],
         ),
         (
-            Op::Reduce(ReduceOp::Softmax { axis: 2 }),
+            Op::Reduce(ReduceOp::Softmax(Softmax { axis: 2 })),
             vec![t(&[3])],
             vec!["softmax", "2"],
         ),
         (
-            Op::Linalg(LinalgOp::Matmul),
+            Op::Linalg(LinalgOp::Matmul(Matmul)),
             vec![t(&[2, 3]), t(&[4, 5])],
             vec!["matmul", "[2, 3]", "[4, 5]"],
         ),
         (
-            Op::Linalg(LinalgOp::Matmul),
+            Op::Linalg(LinalgOp::Matmul(Matmul)),
             vec![t(&[]), t(&[3])],
             vec!["matmul", "[]"],
         ),
         (
-            Op::Linalg(LinalgOp::Linear { bias: true }),
+            Op::Linalg(LinalgOp::Linear(Linear { bias: true })),
             vec![t(&[2, 3]), t(&[4, 5]), t(&[4])],
             vec!["linear", "[2, 3]", "[4, 5]"],
         ),
         (
-            Op::Linalg(LinalgOp::Linear { bias: true }),
+            Op::Linalg(LinalgOp::Linear(Linear { bias: true })),
             vec![t(&[2, 3]), t(&[4, 3]), t(&[5])],
             vec!["linear", "[5]"],
         ),
         (
-            Op::Linalg(LinalgOp::Transpose { dim0: 0, dim1: 2 }),
+            Op::Linalg(LinalgOp::Transpose(Transpose { dim0: 0, dim1: 2 })),
             vec![t(&[2, 3])],
             vec!["transpose", "2"],
         ),
         (
-            Op::Linalg(LinalgOp::Permute { dims: vec![0] }),
+            Op::Linalg(LinalgOp::Permute(Permute { dims: vec![0] })),
             vec![t(&[2, 3])],
             vec!["permute", "[2, 3]"],
         ),
         (
-            Op::Structure(StructureOp::Reshape { shape: vec![5] }),
+            Op::Structure(StructureOp::Reshape(Reshape { shape: vec![5] })),
             vec![t(&[2, 3])],
             vec!["reshape", "[2, 3]", "5"],
         ),
         (
-            Op::Structure(StructureOp::Reshape {
+            Op::Structure(StructureOp::Reshape(Reshape {
                 shape: vec![-1, -1],
-            }),
+            })),
             vec![t(&[2, 3])],
             vec!["reshape", "-1"],
         ),
         (
-            Op::Structure(StructureOp::BroadcastTo { shape: vec![3] }),
+            Op::Structure(StructureOp::BroadcastTo(BroadcastTo { shape: vec![3] })),
             vec![t(&[2])],
             vec!["broadcast_to", "[2]", "[3]"],
         ),
         (
-            Op::Structure(StructureOp::Concat { axis: 0 }),
+            Op::Structure(StructureOp::Concat(Concat { axis: 0 })),
             vec![t(&[2, 3]), t(&[2, 4])],
             vec!["concat", "[2, 3]", "[2, 4]"],
         ),
         (
-            Op::Structure(StructureOp::Slice {
+            Op::Structure(StructureOp::Slice(Slice {
                 axis: 0,
                 start: 0,
                 end: 2,
                 step: 0,
-            }),
+            })),
             vec![t(&[3])],
             vec!["slice", "step"],
         ),
         (
-            Op::Structure(StructureOp::Flatten {
+            Op::Structure(StructureOp::Flatten(Flatten {
                 start_dim: 1,
                 end_dim: 0,
-            }),
+            })),
             vec![t(&[2, 3])],
             vec!["flatten", "1", "0"],
         ),
         (
-            Op::Loss(LossOp::MseLoss {
+            Op::Loss(LossOp::MseLoss(MseLoss {
                 reduction: Reduction::Mean,
-            }),
+            })),
             vec![t(&[2]), t(&[3])],
             vec!["mse_loss", "[2]", "[3]"],
         ),
@@ -731,12 +750,12 @@ fn named_cases() -> Vec<NamedCase> {
         ),
         (
             // A negative label other than the ignored one.
-            Op::Loss(LossOp::NllLoss {
+            Op::Loss(LossOp::NllLoss(NllLoss {
                 targets: Arc::new(vec![-100, -2]),
                 reduction: Reduction::Mean,
                 weight: None,
                 ignore_index: Some(-100),
-            }),
+            })),
             vec![t(&[2, 3])],
             vec!["nll_loss", "class label -2", "-100"],
         ),
@@ -784,7 +803,7 @@ fn named_failures_mention_the_op_and_what_was_wrong() {
 
 #[test]
 fn vjp_rejects_a_cotangent_of_the_wrong_shape_naming_op_and_shapes() {
-    let op = Op::Linalg(LinalgOp::Matmul);
+    let op = Op::Linalg(LinalgOp::Matmul(Matmul));
     let (a, b) = (t(&[2, 3]), t(&[3, 4]));
     let fwd = op.forward(&[&a, &b]).unwrap();
     let saved = Saved::keep(op.saves(), &[&a, &b], &fwd, vec![true, true]);
@@ -803,7 +822,7 @@ fn tape_apply_with_a_bad_id_names_the_op_and_the_id() {
     let mut tape = Tape::<f64>::new();
     let x = tape.leaf(t(&[2]), true);
     let msg = tape
-        .apply(Op::Elementwise(ElementwiseOp::Add), &[x, 5])
+        .apply(Op::Elementwise(ElementwiseOp::Add(Add)), &[x, 5])
         .unwrap_err()
         .to_string();
     assert!(

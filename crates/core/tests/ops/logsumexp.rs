@@ -6,6 +6,7 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::laws::{check_op, op_vjp, Tolerance};
+use tapegrad_core::ops::reduce::LogSumExp;
 use tapegrad_core::ops::{ReduceOp, Saves};
 use tapegrad_core::{Op, Shape, Tensor};
 
@@ -14,7 +15,7 @@ fn t(dims: &[usize], data: &[f64]) -> Tensor<f64> {
 }
 
 fn lse(axes: Option<Vec<isize>>, keepdim: bool) -> Op {
-    Op::Reduce(ReduceOp::LogSumExp { axes, keepdim })
+    Op::Reduce(ReduceOp::LogSumExp(LogSumExp { axes, keepdim }))
 }
 
 fn fwd(op: &Op, x: &Tensor<f64>) -> Tensor<f64> {

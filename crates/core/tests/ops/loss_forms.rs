@@ -12,6 +12,9 @@ use proptest::prelude::*;
 use rand::Rng;
 use std::sync::Arc;
 use tapegrad_core::graph::file::{parse_op, write_attrs};
+use tapegrad_core::ops::loss::{
+    BinaryCrossEntropyWithLogits, CrossEntropy, CrossEntropyProbs, NllLoss,
+};
 use tapegrad_core::ops::{ClassLossOptions, LossOp, Reduction};
 use tapegrad_core::{Op, Session, Tensor};
 
@@ -60,22 +63,22 @@ impl Spatial {
     }
 
     fn cross_entropy(&self) -> Op {
-        Op::Loss(LossOp::CrossEntropy {
+        Op::Loss(LossOp::CrossEntropy(CrossEntropy {
             targets: Arc::new(self.targets.clone()),
             reduction: self.reduction,
             weight: self.weight.clone().map(Arc::new),
             ignore_index: self.ignore_index,
             label_smoothing: self.smoothing,
-        })
+        }))
     }
 
     fn nll(&self) -> Op {
-        Op::Loss(LossOp::NllLoss {
+        Op::Loss(LossOp::NllLoss(NllLoss {
             targets: Arc::new(self.targets.clone()),
             reduction: self.reduction,
             weight: self.weight.clone().map(Arc::new),
             ignore_index: self.ignore_index,
-        })
+        }))
     }
 
     /// PyTorch's definition, written out on the input as laid out: for sample `b` and position
@@ -473,11 +476,11 @@ struct Soft {
 
 impl Soft {
     fn op(&self) -> Op {
-        Op::Loss(LossOp::CrossEntropyProbs {
+        Op::Loss(LossOp::CrossEntropyProbs(CrossEntropyProbs {
             reduction: self.reduction,
             weight: self.weight.clone().map(Arc::new),
             label_smoothing: self.smoothing,
-        })
+        }))
     }
 
     /// (samples, classes, positions): (1, C, 1) for (C), (N, C, d1···dk) otherwise.
@@ -787,11 +790,11 @@ fn session_and_graph_files_take_probability_targets() {
     let op = parse_op("cross_entropy", 2, attrs.as_object().unwrap().clone()).unwrap();
     assert_eq!(
         op,
-        Op::Loss(LossOp::CrossEntropyProbs {
+        Op::Loss(LossOp::CrossEntropyProbs(CrossEntropyProbs {
             reduction: Reduction::Sum,
             weight: None,
             label_smoothing: 0.1,
-        })
+        }))
     );
 }
 
@@ -917,11 +920,13 @@ fn weight_of_ones_is_the_unweighted_loss_bit_for_bit() {
     let y = uniform(&mut r, &[3, 4], 0.0, 1.0);
     for reduction in REDUCTIONS {
         for pos_weight in [None, Some(vector(vec![0.5, 1.0, 2.0, 3.0]))] {
-            let plain = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-                reduction,
-                pos_weight: pos_weight.clone().map(Arc::new),
-                weight: None,
-            });
+            let plain = Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+                BinaryCrossEntropyWithLogits {
+                    reduction,
+                    pos_weight: pos_weight.clone().map(Arc::new),
+                    weight: None,
+                },
+            ));
             let ones = Tensor::new(&[4], vec![1.0; 4]).unwrap();
             let weighted = Op::Loss(LossOp::bce_with_logits_weighted(
                 reduction, ones, pos_weight,
@@ -1158,11 +1163,11 @@ proptest! {
         let op = Op::Loss(if weighted {
             LossOp::bce_with_logits_weighted(reduction, weight.clone(), Some(pos_weight.clone()))
         } else {
-            LossOp::BinaryCrossEntropyWithLogits {
+            LossOp::BinaryCrossEntropyWithLogits(BinaryCrossEntropyWithLogits {
                 reduction,
                 pos_weight: Some(Arc::new(pos_weight.clone())),
                 weight: None,
-            }
+            })
         });
         let want = weighted_bce_definition(&x, &y, &weight, Some(&pos_weight), reduction);
         let out = fwd(&op, &[&x, &y]);
@@ -1185,11 +1190,13 @@ fn pos_weight_c11_weighs_the_class_axis() {
     let x = uniform(&mut r, &[2, 3, 2, 2], -3.0, 3.0);
     let y = uniform(&mut r, &[2, 3, 2, 2], 0.0, 1.0);
     let p = Tensor::new(&[3, 1, 1], vec![0.5, 2.0, 4.0]).unwrap();
-    let op = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-        reduction: Reduction::None,
-        pos_weight: Some(Arc::new(p)),
-        weight: None,
-    });
+    let op = Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+        BinaryCrossEntropyWithLogits {
+            reduction: Reduction::None,
+            pos_weight: Some(Arc::new(p)),
+            weight: None,
+        },
+    ));
     let out = fwd(&op, &[&x, &y]);
     for i in 0..x.numel() {
         let c = (i / 4) % 3;
@@ -1212,11 +1219,13 @@ fn one_axis_pos_weight_gives_the_old_bits() {
     let full: Vec<f64> = (0..x.numel()).map(|i| values[i % 4]).collect();
     for reduction in REDUCTIONS {
         let with = |p: Tensor<f64>| {
-            Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-                reduction,
-                pos_weight: Some(Arc::new(p)),
-                weight: None,
-            })
+            Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+                BinaryCrossEntropyWithLogits {
+                    reduction,
+                    pos_weight: Some(Arc::new(p)),
+                    weight: None,
+                },
+            ))
         };
         let old = with(vector(values.clone()));
         let out = fwd(&old, &[&x, &y]);
@@ -1264,11 +1273,13 @@ fn pos_weight_shapes_that_do_not_broadcast_into_the_input_are_errors() {
         let n: usize = p_dims.iter().product();
         let p = Tensor::new(&p_dims, vec![1.5; n]).unwrap();
         for op in [
-            Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-                reduction: Reduction::Mean,
-                pos_weight: Some(Arc::new(p.clone())),
-                weight: None,
-            }),
+            Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+                BinaryCrossEntropyWithLogits {
+                    reduction: Reduction::Mean,
+                    pos_weight: Some(Arc::new(p.clone())),
+                    weight: None,
+                },
+            )),
             Op::Loss(LossOp::bce_with_logits_weighted(
                 Reduction::None,
                 Tensor::new(&[1], vec![1.0]).unwrap(),
@@ -1300,11 +1311,13 @@ fn pos_weight_shapes_that_do_not_broadcast_into_the_input_are_errors() {
     }
     // A 0-d input takes a 0-d pos_weight (PyTorch too), but not [1].
     let scalar = Tensor::new(&[], vec![0.3]).unwrap();
-    let zero_d = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-        reduction: Reduction::Sum,
-        pos_weight: Some(Arc::new(Tensor::new(&[], vec![2.0]).unwrap())),
-        weight: None,
-    });
+    let zero_d = Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+        BinaryCrossEntropyWithLogits {
+            reduction: Reduction::Sum,
+            pos_weight: Some(Arc::new(Tensor::new(&[], vec![2.0]).unwrap())),
+            weight: None,
+        },
+    ));
     let want = weighted_bce_definition(
         &scalar,
         &scalar,
@@ -1317,22 +1330,26 @@ fn pos_weight_shapes_that_do_not_broadcast_into_the_input_are_errors() {
         &want,
         "0-d pos_weight",
     );
-    let one = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-        reduction: Reduction::Sum,
-        pos_weight: Some(Arc::new(vector(vec![2.0]))),
-        weight: None,
-    });
+    let one = Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+        BinaryCrossEntropyWithLogits {
+            reduction: Reduction::Sum,
+            pos_weight: Some(Arc::new(vector(vec![2.0]))),
+            weight: None,
+        },
+    ));
     assert!(one.forward(&[&scalar, &scalar]).is_err());
 }
 
 #[test]
 fn graph_files_take_a_pos_weight_shape() {
     let p = Tensor::new(&[3, 1, 1], vec![0.5, 2.0, 4.0]).unwrap();
-    let op = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-        reduction: Reduction::Sum,
-        pos_weight: Some(Arc::new(p.clone())),
-        weight: None,
-    });
+    let op = Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+        BinaryCrossEntropyWithLogits {
+            reduction: Reduction::Sum,
+            pos_weight: Some(Arc::new(p.clone())),
+            weight: None,
+        },
+    ));
     round_trips(&op, 2);
     let attrs = write_attrs(&op).unwrap();
     assert!(
@@ -1343,11 +1360,13 @@ fn graph_files_take_a_pos_weight_shape() {
     );
     // A 0-d pos_weight keeps its empty shape.
     round_trips(
-        &Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-            reduction: Reduction::Mean,
-            pos_weight: Some(Arc::new(Tensor::new(&[], vec![2.0]).unwrap())),
-            weight: None,
-        }),
+        &Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+            BinaryCrossEntropyWithLogits {
+                reduction: Reduction::Mean,
+                pos_weight: Some(Arc::new(Tensor::new(&[], vec![2.0]).unwrap())),
+                weight: None,
+            },
+        )),
         2,
     );
     round_trips(
@@ -1359,11 +1378,13 @@ fn graph_files_take_a_pos_weight_shape() {
         2,
     );
     // A one-axis pos_weight is written as before, without a shape; old files read as one axis.
-    let old = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-        reduction: Reduction::Mean,
-        pos_weight: Some(Arc::new(vector(vec![1.0, 2.0]))),
-        weight: None,
-    });
+    let old = Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+        BinaryCrossEntropyWithLogits {
+            reduction: Reduction::Mean,
+            pos_weight: Some(Arc::new(vector(vec![1.0, 2.0]))),
+            weight: None,
+        },
+    ));
     assert!(write_attrs(&old)
         .unwrap()
         .iter()
@@ -1420,13 +1441,13 @@ fn graph_files_take_a_negative_ignore_index_and_older_files_read_the_same() {
     let op = parse_op("cross_entropy", 1, attrs.as_object().unwrap().clone()).unwrap();
     assert_eq!(
         op,
-        Op::Loss(LossOp::CrossEntropy {
+        Op::Loss(LossOp::CrossEntropy(CrossEntropy {
             targets: Arc::new(vec![1, 4, 0]),
             reduction: Reduction::Sum,
             weight: None,
             ignore_index: Some(4),
             label_smoothing: 0.0,
-        })
+        }))
     );
     // A negative label that is not the ignored one is refused when the node is evaluated.
     let attrs = serde_json::json!({"targets": [1, -1, 0], "ignore_index": -100});

@@ -9,6 +9,7 @@ use crate::ops_nn_support::{fwd, labels_with_options, laws, rng, uniform, vjp_wi
 use proptest::prelude::*;
 use rand::Rng;
 use std::sync::Arc;
+use tapegrad_core::ops::loss::{BinaryCrossEntropyWithLogits, CrossEntropy, NllLoss};
 use tapegrad_core::ops::{ClassLossOptions, LossOp, Reduction};
 use tapegrad_core::{Op, Session, Tensor};
 
@@ -21,13 +22,13 @@ fn cross_entropy(
     ignore_index: Option<i64>,
     label_smoothing: f64,
 ) -> Op {
-    Op::Loss(LossOp::CrossEntropy {
+    Op::Loss(LossOp::CrossEntropy(CrossEntropy {
         targets: Arc::new(targets.to_vec()),
         reduction,
         weight: weight.map(Arc::new),
         ignore_index,
         label_smoothing,
-    })
+    }))
 }
 
 fn nll(
@@ -36,12 +37,12 @@ fn nll(
     weight: Option<Vec<f64>>,
     ignore_index: Option<i64>,
 ) -> Op {
-    Op::Loss(LossOp::NllLoss {
+    Op::Loss(LossOp::NllLoss(NllLoss {
         targets: Arc::new(targets.to_vec()),
         reduction,
         weight: weight.map(Arc::new),
         ignore_index,
-    })
+    }))
 }
 
 /// One call's options.
@@ -365,11 +366,11 @@ proptest! {
         let reduction = REDUCTIONS[r.random_range(0..3)];
         let x = uniform(&mut r, &dims, -3.0, 3.0);
         let y = uniform(&mut r, &dims, 0.0, 1.0);
-        let op = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
+        let op = Op::Loss(LossOp::BinaryCrossEntropyWithLogits(BinaryCrossEntropyWithLogits {
             reduction,
             pos_weight: Some(Arc::new(vector(pos_weight.clone()))),
             weight: None,
-        });
+        }));
         let want = bce_definition(x.data(), y.data(), &pos_weight, reduction);
         close(fwd(&op, &[&x, &y]).data(), &want, &op.to_string());
         laws(&op, &[x, y], &mut r);
@@ -380,11 +381,13 @@ proptest! {
 fn pos_weight_stays_finite_for_large_logits_and_checks_its_length() {
     let x = Tensor::new(&[1, 3], vec![-800.0, 0.0, 800.0]).unwrap();
     let y = Tensor::new(&[1, 3], vec![1.0, 0.5, 0.0]).unwrap();
-    let op = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-        reduction: Reduction::None,
-        pos_weight: Some(Arc::new(vector(vec![2.0, 3.0, 0.5]))),
-        weight: None,
-    });
+    let op = Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+        BinaryCrossEntropyWithLogits {
+            reduction: Reduction::None,
+            pos_weight: Some(Arc::new(vector(vec![2.0, 3.0, 0.5]))),
+            weight: None,
+        },
+    ));
     // log(1 + exp(800)) = 800 to double precision: 2 * 800, 3 * ln 2 / 2 + ln 2 / 2, 800.
     let ln2 = std::f64::consts::LN_2;
     close(
@@ -402,11 +405,13 @@ fn pos_weight_stays_finite_for_large_logits_and_checks_its_length() {
         .iter()
         .all(|g| g.as_ref().unwrap().data().iter().all(|v| v.is_finite())));
 
-    let two = Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-        reduction: Reduction::Mean,
-        pos_weight: Some(Arc::new(vector(vec![1.0, 2.0]))),
-        weight: None,
-    });
+    let two = Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+        BinaryCrossEntropyWithLogits {
+            reduction: Reduction::Mean,
+            pos_weight: Some(Arc::new(vector(vec![1.0, 2.0]))),
+            weight: None,
+        },
+    ));
     let err = two.forward(&[&x, &y]).unwrap_err().to_string();
     for w in [
         "binary_cross_entropy_with_logits",

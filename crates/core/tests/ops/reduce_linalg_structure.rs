@@ -5,6 +5,9 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::laws::{check_op, op_vjp, Tolerance};
+use tapegrad_core::ops::linalg::{Linear, Matmul, Permute, Transpose};
+use tapegrad_core::ops::reduce::{Amax, LogSoftmax, Mean, Softmax, Sum};
+use tapegrad_core::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use tapegrad_core::ops::{LinalgOp, ReduceOp, Saved, Saves, StructureOp};
 use tapegrad_core::{Op, Shape, Tensor};
 
@@ -19,57 +22,57 @@ fn random(rng: &mut ChaCha8Rng, dims: &[usize]) -> Tensor<f64> {
 }
 
 fn sum(axes: Option<Vec<isize>>, keepdim: bool) -> Op {
-    Op::Reduce(ReduceOp::Sum { axes, keepdim })
+    Op::Reduce(ReduceOp::Sum(Sum { axes, keepdim }))
 }
 fn mean(axes: Option<Vec<isize>>, keepdim: bool) -> Op {
-    Op::Reduce(ReduceOp::Mean { axes, keepdim })
+    Op::Reduce(ReduceOp::Mean(Mean { axes, keepdim }))
 }
 fn amax(axes: Option<Vec<isize>>, keepdim: bool) -> Op {
-    Op::Reduce(ReduceOp::Amax { axes, keepdim })
+    Op::Reduce(ReduceOp::Amax(Amax { axes, keepdim }))
 }
 fn softmax(axis: isize) -> Op {
-    Op::Reduce(ReduceOp::Softmax { axis })
+    Op::Reduce(ReduceOp::Softmax(Softmax { axis }))
 }
 fn log_softmax(axis: isize) -> Op {
-    Op::Reduce(ReduceOp::LogSoftmax { axis })
+    Op::Reduce(ReduceOp::LogSoftmax(LogSoftmax { axis }))
 }
 fn matmul() -> Op {
-    Op::Linalg(LinalgOp::Matmul)
+    Op::Linalg(LinalgOp::Matmul(Matmul))
 }
 fn linear(bias: bool) -> Op {
-    Op::Linalg(LinalgOp::Linear { bias })
+    Op::Linalg(LinalgOp::Linear(Linear { bias }))
 }
 fn transpose(dim0: isize, dim1: isize) -> Op {
-    Op::Linalg(LinalgOp::Transpose { dim0, dim1 })
+    Op::Linalg(LinalgOp::Transpose(Transpose { dim0, dim1 }))
 }
 fn permute(dims: &[isize]) -> Op {
-    Op::Linalg(LinalgOp::Permute {
+    Op::Linalg(LinalgOp::Permute(Permute {
         dims: dims.to_vec(),
-    })
+    }))
 }
 fn reshape(shape: &[isize]) -> Op {
-    Op::Structure(StructureOp::Reshape {
+    Op::Structure(StructureOp::Reshape(Reshape {
         shape: shape.to_vec(),
-    })
+    }))
 }
 fn flatten(start_dim: isize, end_dim: isize) -> Op {
-    Op::Structure(StructureOp::Flatten { start_dim, end_dim })
+    Op::Structure(StructureOp::Flatten(Flatten { start_dim, end_dim }))
 }
 fn broadcast_to(shape: &[usize]) -> Op {
-    Op::Structure(StructureOp::BroadcastTo {
+    Op::Structure(StructureOp::BroadcastTo(BroadcastTo {
         shape: shape.to_vec(),
-    })
+    }))
 }
 fn concat(axis: isize) -> Op {
-    Op::Structure(StructureOp::Concat { axis })
+    Op::Structure(StructureOp::Concat(Concat { axis }))
 }
 fn slice(axis: isize, start: isize, end: isize, step: usize) -> Op {
-    Op::Structure(StructureOp::Slice {
+    Op::Structure(StructureOp::Slice(Slice {
         axis,
         start,
         end,
         step,
-    })
+    }))
 }
 
 fn fwd(op: &Op, xs: &[&Tensor<f64>]) -> Tensor<f64> {
@@ -359,15 +362,15 @@ fn structure_forward_values() {
 #[test]
 fn forward_in_f32() {
     let x = Tensor::<f32>::from_f64(&[2, 2], &[1., 2., 3., 4.]).unwrap();
-    let y = Op::Reduce(ReduceOp::Sum {
+    let y = Op::Reduce(ReduceOp::Sum(Sum {
         axes: Some(vec![0]),
         keepdim: false,
-    })
+    }))
     .forward(&[&x])
     .unwrap()
     .value;
     assert_eq!(y.data(), &[4.0f32, 6.0]);
-    let z = Op::Linalg(LinalgOp::Matmul)
+    let z = Op::Linalg(LinalgOp::Matmul(Matmul))
         .forward(&[&x, &x])
         .unwrap()
         .value;

@@ -4,6 +4,7 @@
 //! matmuls, a shared matrix folded into rows, linear with and without bias, and only one operand
 //! needing a gradient.
 
+use tapegrad_core::ops::linalg::{Linear, Matmul};
 use tapegrad_core::ops::LinalgOp;
 use tapegrad_core::{Op, Tape, Tensor};
 use tapegrad_tensor::kernels::set_num_threads;
@@ -50,8 +51,8 @@ type Case = (Op, Vec<&'static [usize]>, Vec<bool>);
 
 #[test]
 fn operand_gradients_are_bit_identical_on_every_thread_count() {
-    let matmul = Op::Linalg(LinalgOp::Matmul);
-    let linear = |bias| Op::Linalg(LinalgOp::Linear { bias });
+    let matmul = Op::Linalg(LinalgOp::Matmul(Matmul));
+    let linear = |bias| Op::Linalg(LinalgOp::Linear(Linear { bias }));
     // (op, operand shapes, which need a gradient); multiply-adds per gradient in the comments.
     let cases: Vec<Case> = vec![
         (matmul.clone(), vec![&[40, 30], &[30, 20]], vec![true, true]), // 24k: one thread

@@ -23,9 +23,14 @@ use crate::ops_nn_support::vjp_with_needs;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tapegrad_core::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
+use tapegrad_core::ops::elementwise::{Cos, Exp, Log, Pow, Sin, Sqrt};
+use tapegrad_core::ops::linalg::{Linear, Matmul};
+use tapegrad_core::ops::loss::MseLoss;
 use tapegrad_core::ops::nn::{
     BatchNorm, Conv2d, GroupNorm, LayerNorm, PaddingMode, ScaledDotProductAttention,
 };
+use tapegrad_core::ops::reduce::{LogSoftmax, Mean, Softmax, Sum};
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, ReduceOp, Reduction,
 };
@@ -106,31 +111,31 @@ fn pointwise(op: &Value) -> Op {
     let act = |a: ActivationOp| Op::Activation(a);
     let elt = |e: ElementwiseOp| Op::Elementwise(e);
     match op["kind"].as_str().unwrap() {
-        "relu" => act(ActivationOp::Relu),
-        "leaky_relu" => act(ActivationOp::LeakyRelu {
+        "relu" => act(ActivationOp::Relu(Relu)),
+        "leaky_relu" => act(ActivationOp::LeakyRelu(LeakyRelu {
             negative_slope: float(op, "negative_slope"),
-        }),
-        "sigmoid" => act(ActivationOp::Sigmoid),
-        "tanh" => act(ActivationOp::Tanh),
-        "gelu_none" => act(ActivationOp::Gelu {
+        })),
+        "sigmoid" => act(ActivationOp::Sigmoid(Sigmoid)),
+        "tanh" => act(ActivationOp::Tanh(Tanh)),
+        "gelu_none" => act(ActivationOp::Gelu(Gelu {
             approximate: GeluApproximate::None,
-        }),
-        "gelu_tanh" => act(ActivationOp::Gelu {
+        })),
+        "gelu_tanh" => act(ActivationOp::Gelu(Gelu {
             approximate: GeluApproximate::Tanh,
-        }),
-        "silu" => act(ActivationOp::Silu),
-        "softplus" => act(ActivationOp::Softplus {
+        })),
+        "silu" => act(ActivationOp::Silu(Silu)),
+        "softplus" => act(ActivationOp::Softplus(Softplus {
             beta: float(op, "beta"),
             threshold: float(op, "threshold"),
-        }),
-        "exp" => elt(ElementwiseOp::Exp),
-        "log" => elt(ElementwiseOp::Log),
-        "sqrt" => elt(ElementwiseOp::Sqrt),
-        "pow" => elt(ElementwiseOp::Pow {
+        })),
+        "exp" => elt(ElementwiseOp::Exp(Exp)),
+        "log" => elt(ElementwiseOp::Log(Log)),
+        "sqrt" => elt(ElementwiseOp::Sqrt(Sqrt)),
+        "pow" => elt(ElementwiseOp::Pow(Pow {
             exponent: float(op, "exponent"),
-        }),
-        "sin" => elt(ElementwiseOp::Sin),
-        "cos" => elt(ElementwiseOp::Cos),
+        })),
+        "sin" => elt(ElementwiseOp::Sin(Sin)),
+        "cos" => elt(ElementwiseOp::Cos(Cos)),
         other => panic!("unknown kind {other}"),
     }
 }
@@ -141,9 +146,9 @@ fn loss(op: &Value) -> Op {
         "cross_entropy" => LossOp::cross_entropy(targets(), reduction(op)),
         "nll_loss" => LossOp::nll_loss(targets(), reduction(op)),
         "bce_with_logits" => LossOp::bce_with_logits(reduction(op)),
-        _ => LossOp::MseLoss {
+        _ => LossOp::MseLoss(MseLoss {
             reduction: reduction(op),
-        },
+        }),
     })
 }
 
@@ -155,8 +160,8 @@ fn op_of(family: &str, op: &Value) -> Op {
         "softmax" => {
             let axis = op["axis"].as_i64().unwrap() as isize;
             Op::Reduce(match op["kind"].as_str().unwrap() {
-                "softmax" => ReduceOp::Softmax { axis },
-                _ => ReduceOp::LogSoftmax { axis },
+                "softmax" => ReduceOp::Softmax(Softmax { axis }),
+                _ => ReduceOp::LogSoftmax(LogSoftmax { axis }),
             })
         }
         "loss" => loss(op),
@@ -183,8 +188,8 @@ fn op_of(family: &str, op: &Value) -> Op {
         }
         .into(),
         "matmul" => Op::Linalg(match op["kind"].as_str().unwrap() {
-            "matmul" => LinalgOp::Matmul,
-            _ => LinalgOp::Linear { bias: flag("bias") },
+            "matmul" => LinalgOp::Matmul(Matmul),
+            _ => LinalgOp::Linear(Linear { bias: flag("bias") }),
         }),
         "conv2d" => {
             let p = op["padding"].as_u64().unwrap() as usize;
@@ -206,14 +211,14 @@ fn op_of(family: &str, op: &Value) -> Op {
         }
         .into(),
         "reduce" => Op::Reduce(match op["kind"].as_str().unwrap() {
-            "sum" => ReduceOp::Sum {
+            "sum" => ReduceOp::Sum(Sum {
                 axes: axes(),
                 keepdim: false,
-            },
-            _ => ReduceOp::Mean {
+            }),
+            _ => ReduceOp::Mean(Mean {
                 axes: axes(),
                 keepdim: false,
-            },
+            }),
         }),
         other => panic!("unknown family {other}"),
     }

@@ -16,7 +16,13 @@ use crate::ops_nn_support::{fwd, vjp_with_needs};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tapegrad_core::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
+use tapegrad_core::ops::elementwise::{Maximum, Minimum};
+use tapegrad_core::ops::loss::{
+    BinaryCrossEntropyWithLogits, CrossEntropy, CrossEntropyProbs, MseLoss, NllLoss,
+};
 use tapegrad_core::ops::nn::{BatchNorm, GroupNorm, LayerNorm, ScaledDotProductAttention};
+use tapegrad_core::ops::reduce::{Amax, LogSoftmax, LogSumExp, Softmax};
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LossOp, Mask, ReduceOp, Reduction,
 };
@@ -66,23 +72,23 @@ fn reduction(case: &Value) -> Reduction {
 
 fn activation(case: &Value) -> ActivationOp {
     match case["kind"].as_str().unwrap() {
-        "gelu_none" => ActivationOp::Gelu {
+        "gelu_none" => ActivationOp::Gelu(Gelu {
             approximate: GeluApproximate::None,
-        },
-        "gelu_tanh" => ActivationOp::Gelu {
+        }),
+        "gelu_tanh" => ActivationOp::Gelu(Gelu {
             approximate: GeluApproximate::Tanh,
-        },
-        "softplus" => ActivationOp::Softplus {
+        }),
+        "softplus" => ActivationOp::Softplus(Softplus {
             beta: float(case, "beta"),
             threshold: float(case, "threshold"),
-        },
-        "leaky_relu" => ActivationOp::LeakyRelu {
+        }),
+        "leaky_relu" => ActivationOp::LeakyRelu(LeakyRelu {
             negative_slope: float(case, "negative_slope"),
-        },
-        "silu" => ActivationOp::Silu,
-        "sigmoid" => ActivationOp::Sigmoid,
-        "tanh" => ActivationOp::Tanh,
-        _ => ActivationOp::Relu,
+        }),
+        "silu" => ActivationOp::Silu(Silu),
+        "sigmoid" => ActivationOp::Sigmoid(Sigmoid),
+        "tanh" => ActivationOp::Tanh(Tanh),
+        _ => ActivationOp::Relu(Relu),
     }
 }
 
@@ -116,7 +122,7 @@ fn class_options(case: &Value, targets: Arc<Vec<i64>>) -> LossOp {
     let weight = case.get("weight").map(|w| Arc::new(numbers(w)));
     let ignore_index = case.get("ignore_index").map(|i| i.as_i64().unwrap());
     match case["kind"].as_str().unwrap() {
-        "cross_entropy" => LossOp::CrossEntropy {
+        "cross_entropy" => LossOp::CrossEntropy(CrossEntropy {
             targets,
             reduction: reduction(case),
             weight,
@@ -124,13 +130,13 @@ fn class_options(case: &Value, targets: Arc<Vec<i64>>) -> LossOp {
             label_smoothing: case
                 .get("label_smoothing")
                 .map_or(0.0, |_| float(case, "label_smoothing")),
-        },
-        _ => LossOp::NllLoss {
+        }),
+        _ => LossOp::NllLoss(NllLoss {
             targets,
             reduction: reduction(case),
             weight,
             ignore_index,
-        },
+        }),
     }
 }
 
@@ -164,20 +170,20 @@ fn op_of(case: &Value) -> Op {
             "cross_entropy" => LossOp::cross_entropy(targets(), reduction(case)),
             "nll_loss" => LossOp::nll_loss(targets(), reduction(case)),
             "bce_with_logits" => LossOp::bce_with_logits(reduction(case)),
-            _ => LossOp::MseLoss {
+            _ => LossOp::MseLoss(MseLoss {
                 reduction: reduction(case),
-            },
+            }),
         }),
         "class_options" | "spatial" | "negative_ignore" => {
             Op::Loss(class_options(case, labels(case)))
         }
-        "prob_targets" => Op::Loss(LossOp::CrossEntropyProbs {
+        "prob_targets" => Op::Loss(LossOp::CrossEntropyProbs(CrossEntropyProbs {
             reduction: reduction(case),
             weight: case.get("weight").map(|w| Arc::new(numbers(w))),
             label_smoothing: case
                 .get("label_smoothing")
                 .map_or(0.0, |_| float(case, "label_smoothing")),
-        }),
+        })),
         "bce_weight" => Op::Loss(LossOp::bce_with_logits_weighted(
             reduction(case),
             Tensor::new(&dims(&case["weight_shape"]), numbers(&case["weight"])).unwrap(),
@@ -186,44 +192,48 @@ fn op_of(case: &Value) -> Op {
                 Tensor::new(&[p.len()], p).unwrap()
             }),
         )),
-        "bce_pos_weight" => Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-            reduction: reduction(case),
-            pos_weight: Some(Arc::new({
-                let p = numbers(&case["pos_weight"]);
-                Tensor::new(&[p.len()], p).unwrap()
-            })),
-            weight: None,
-        }),
-        "bce_pos_weight_broadcast" => Op::Loss(LossOp::BinaryCrossEntropyWithLogits {
-            reduction: reduction(case),
-            pos_weight: Some(Arc::new(
-                Tensor::new(
-                    &dims(&case["pos_weight_shape"]),
-                    numbers(&case["pos_weight"]),
-                )
-                .unwrap(),
-            )),
-            weight: None,
-        }),
+        "bce_pos_weight" => Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+            BinaryCrossEntropyWithLogits {
+                reduction: reduction(case),
+                pos_weight: Some(Arc::new({
+                    let p = numbers(&case["pos_weight"]);
+                    Tensor::new(&[p.len()], p).unwrap()
+                })),
+                weight: None,
+            },
+        )),
+        "bce_pos_weight_broadcast" => Op::Loss(LossOp::BinaryCrossEntropyWithLogits(
+            BinaryCrossEntropyWithLogits {
+                reduction: reduction(case),
+                pos_weight: Some(Arc::new(
+                    Tensor::new(
+                        &dims(&case["pos_weight_shape"]),
+                        numbers(&case["pos_weight"]),
+                    )
+                    .unwrap(),
+                )),
+                weight: None,
+            },
+        )),
         "activation" => Op::Activation(activation(case)),
         "softmax" => {
             let axis = case["axis"].as_i64().unwrap() as isize;
             Op::Reduce(match case["kind"].as_str().unwrap() {
-                "softmax" => ReduceOp::Softmax { axis },
-                _ => ReduceOp::LogSoftmax { axis },
+                "softmax" => ReduceOp::Softmax(Softmax { axis }),
+                _ => ReduceOp::LogSoftmax(LogSoftmax { axis }),
             })
         }
-        "amax" => Op::Reduce(ReduceOp::Amax {
+        "amax" => Op::Reduce(ReduceOp::Amax(Amax {
             axes: Some(serde_json::from_value(case["axes"].clone()).unwrap()),
             keepdim: flag(case, "keepdim"),
-        }),
-        "logsumexp" => Op::Reduce(ReduceOp::LogSumExp {
+        })),
+        "logsumexp" => Op::Reduce(ReduceOp::LogSumExp(LogSumExp {
             axes: Some(serde_json::from_value(case["axes"].clone()).unwrap()),
             keepdim: flag(case, "keepdim"),
-        }),
+        })),
         _ => Op::Elementwise(match case["kind"].as_str().unwrap() {
-            "maximum" => ElementwiseOp::Maximum,
-            _ => ElementwiseOp::Minimum,
+            "maximum" => ElementwiseOp::Maximum(Maximum),
+            _ => ElementwiseOp::Minimum(Minimum),
         }),
     }
 }

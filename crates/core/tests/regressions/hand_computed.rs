@@ -5,9 +5,12 @@
 //! not divide the input). Values are small integers or halves, so every expected value is exact.
 //! (The million-node chain lives in crates/core/tests/tape_regressions.rs.)
 
+use tapegrad_core::ops::elementwise::{Add, Maximum, Minimum, Mul, Scale, Sin, Sub};
+use tapegrad_core::ops::linalg::{Matmul, Transpose};
 use tapegrad_core::ops::nn::{
     AvgPool2d, BatchNorm, Conv2d, Embedding, IndexTensor, MaxPool2d, ScaledDotProductAttention,
 };
+use tapegrad_core::ops::reduce::{Amax, Mean, Sum};
 use tapegrad_core::ops::{ElementwiseOp, LinalgOp, Mask, ReduceOp};
 use tapegrad_core::{Op, Tape, Tensor};
 
@@ -34,7 +37,7 @@ fn grads(tape: &Tape<f64>, out: usize, seed: &Tensor<f64>) -> Vec<Tensor<f64>> {
 fn x_times_x_gets_both_paths() {
     let mut tape = Tape::new();
     let x = tape.leaf(t(&[3], &[1.0, -2.0, 3.0]), true);
-    let y = tape.apply(ew(ElementwiseOp::Mul), &[x, x]).unwrap();
+    let y = tape.apply(ew(ElementwiseOp::Mul(Mul)), &[x, x]).unwrap();
     assert_eq!(tape.value(y).unwrap().data(), &[1.0, 4.0, 9.0]);
     let g = grads(&tape, y, &t(&[3], &[1.0, 0.5, -2.0]));
     // d(x²) = 2x, times the seed.
@@ -46,9 +49,14 @@ fn x_matmul_x_transposed_gets_both_paths() {
     let mut tape = Tape::new();
     let x = tape.leaf(t(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), true);
     let xt = tape
-        .apply(Op::Linalg(LinalgOp::Transpose { dim0: 0, dim1: 1 }), &[x])
+        .apply(
+            Op::Linalg(LinalgOp::Transpose(Transpose { dim0: 0, dim1: 1 })),
+            &[x],
+        )
         .unwrap();
-    let y = tape.apply(Op::Linalg(LinalgOp::Matmul), &[x, xt]).unwrap();
+    let y = tape
+        .apply(Op::Linalg(LinalgOp::Matmul(Matmul)), &[x, xt])
+        .unwrap();
     assert_eq!(tape.value(y).unwrap().data(), &[14.0, 32.0, 32.0, 77.0]);
     // With seed G, d<G, x xᵀ>/dx = G x + Gᵀ x; for G = ones(2, 2) that is 2 · ones · x.
     let g = grads(&tape, y, &t(&[2, 2], &[1.0; 4]));
@@ -65,7 +73,9 @@ fn x_matmul_x_transposed_gets_both_paths() {
 fn square_matrix_times_itself_gets_both_paths() {
     let mut tape = Tape::new();
     let x = tape.leaf(t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]), true);
-    let y = tape.apply(Op::Linalg(LinalgOp::Matmul), &[x, x]).unwrap();
+    let y = tape
+        .apply(Op::Linalg(LinalgOp::Matmul(Matmul)), &[x, x])
+        .unwrap();
     assert_eq!(tape.value(y).unwrap().data(), &[7.0, 10.0, 15.0, 22.0]);
     // d<G, x x>/dx = G xᵀ + xᵀ G; with G = ones: [[3, 7], [3, 7]] + [[4, 4], [6, 6]].
     let g = grads(&tape, y, &t(&[2, 2], &[1.0; 4]));
@@ -77,7 +87,7 @@ fn broadcasting_on_both_operands_sums_back_each_side() {
     let mut tape = Tape::new();
     let a = tape.leaf(t(&[3, 1], &[1.0, 2.0, 3.0]), true);
     let b = tape.leaf(t(&[1, 4], &[10.0, 20.0, 30.0, 40.0]), true);
-    let sum = tape.apply(ew(ElementwiseOp::Add), &[a, b]).unwrap();
+    let sum = tape.apply(ew(ElementwiseOp::Add(Add)), &[a, b]).unwrap();
     assert_eq!(tape.value(sum).unwrap().dims(), &[3, 4]);
     assert_eq!(
         tape.value(sum).unwrap().data()[4..8],
@@ -91,7 +101,7 @@ fn broadcasting_on_both_operands_sums_back_each_side() {
     assert_eq!(g[b].data(), &[12.0, 15.0, 18.0, 21.0]);
     assert_eq!(g[b].dims(), &[1, 4]);
 
-    let prod = tape.apply(ew(ElementwiseOp::Mul), &[a, b]).unwrap();
+    let prod = tape.apply(ew(ElementwiseOp::Mul(Mul)), &[a, b]).unwrap();
     let g = grads(&tape, prod, &seed);
     // a[i] gets Σ_j S[i][j] b[j]; b[j] gets Σ_i S[i][j] a[i].
     assert_eq!(g[a].data(), &[200.0, 600.0, 1000.0]);
@@ -103,7 +113,7 @@ fn a_rank_one_operand_broadcasts_against_a_matrix_on_the_left() {
     let mut tape = Tape::new();
     let v = tape.leaf(t(&[2], &[1.0, 2.0]), true);
     let m = tape.leaf(t(&[3, 1], &[1.0, 2.0, 3.0]), true);
-    let y = tape.apply(ew(ElementwiseOp::Sub), &[v, m]).unwrap();
+    let y = tape.apply(ew(ElementwiseOp::Sub(Sub)), &[v, m]).unwrap();
     assert_eq!(tape.value(y).unwrap().dims(), &[3, 2]);
     let g = grads(&tape, y, &t(&[3, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
     assert_eq!(g[v].data(), &[9.0, 12.0]);
@@ -122,9 +132,9 @@ fn keepdim_and_not_give_the_same_gradient() {
         for keepdim in [false, true] {
             let axes = Some(vec![1]);
             let reduce = match op {
-                "sum" => ReduceOp::Sum { axes, keepdim },
-                "mean" => ReduceOp::Mean { axes, keepdim },
-                _ => ReduceOp::Amax { axes, keepdim },
+                "sum" => ReduceOp::Sum(Sum { axes, keepdim }),
+                "mean" => ReduceOp::Mean(Mean { axes, keepdim }),
+                _ => ReduceOp::Amax(Amax { axes, keepdim }),
             };
             let mut tape = Tape::new();
             let x = tape.leaf(x_value.clone(), true);
@@ -154,10 +164,10 @@ fn tied_maxima_share_the_gradient() {
     let x = tape.leaf(t(&[2, 3], &[1.0, 3.0, 3.0, 2.0, 2.0, 2.0]), true);
     let rows = tape
         .apply(
-            Op::Reduce(ReduceOp::Amax {
+            Op::Reduce(ReduceOp::Amax(Amax {
                 axes: Some(vec![-1]),
                 keepdim: false,
-            }),
+            })),
             &[x],
         )
         .unwrap();
@@ -167,10 +177,10 @@ fn tied_maxima_share_the_gradient() {
 
     let all = tape
         .apply(
-            Op::Reduce(ReduceOp::Amax {
+            Op::Reduce(ReduceOp::Amax(Amax {
                 axes: None,
                 keepdim: false,
-            }),
+            })),
             &[x],
         )
         .unwrap();
@@ -184,16 +194,22 @@ fn elementwise_maximum_and_minimum_split_ties_half_and_half() {
     let a = tape.leaf(t(&[3], &[1.0, 2.0, 5.0]), true);
     let b = tape.leaf(t(&[3], &[1.0, 3.0, 4.0]), true);
     let seed = t(&[3], &[2.0, 2.0, 2.0]);
-    let hi = tape.apply(ew(ElementwiseOp::Maximum), &[a, b]).unwrap();
+    let hi = tape
+        .apply(ew(ElementwiseOp::Maximum(Maximum)), &[a, b])
+        .unwrap();
     let g = grads(&tape, hi, &seed);
     assert_eq!(g[a].data(), &[1.0, 0.0, 2.0]);
     assert_eq!(g[b].data(), &[1.0, 2.0, 0.0]);
-    let lo = tape.apply(ew(ElementwiseOp::Minimum), &[a, b]).unwrap();
+    let lo = tape
+        .apply(ew(ElementwiseOp::Minimum(Minimum)), &[a, b])
+        .unwrap();
     let g = grads(&tape, lo, &seed);
     assert_eq!(g[a].data(), &[1.0, 2.0, 0.0]);
     assert_eq!(g[b].data(), &[1.0, 0.0, 2.0]);
     // maximum(x, x): every element is a tie, and both halves land on x.
-    let both = tape.apply(ew(ElementwiseOp::Maximum), &[a, a]).unwrap();
+    let both = tape
+        .apply(ew(ElementwiseOp::Maximum(Maximum)), &[a, a])
+        .unwrap();
     let g = grads(&tape, both, &seed);
     assert_eq!(g[a].data(), &[2.0, 2.0, 2.0]);
 }
@@ -203,13 +219,13 @@ fn a_value_feeding_three_nodes_accumulates_all_of_them() {
     // y = x·x + sin(x) + 3x through separate nodes that all read x; the gradient is the sum.
     let mut tape = Tape::new();
     let x = tape.leaf(t(&[2], &[0.5, -1.0]), true);
-    let sq = tape.apply(ew(ElementwiseOp::Mul), &[x, x]).unwrap();
-    let s = tape.apply(ew(ElementwiseOp::Sin), &[x]).unwrap();
+    let sq = tape.apply(ew(ElementwiseOp::Mul(Mul)), &[x, x]).unwrap();
+    let s = tape.apply(ew(ElementwiseOp::Sin(Sin)), &[x]).unwrap();
     let k = tape
-        .apply(ew(ElementwiseOp::Scale { factor: 3.0 }), &[x])
+        .apply(ew(ElementwiseOp::Scale(Scale { factor: 3.0 })), &[x])
         .unwrap();
-    let a = tape.apply(ew(ElementwiseOp::Add), &[sq, s]).unwrap();
-    let y = tape.apply(ew(ElementwiseOp::Add), &[a, k]).unwrap();
+    let a = tape.apply(ew(ElementwiseOp::Add(Add)), &[sq, s]).unwrap();
+    let y = tape.apply(ew(ElementwiseOp::Add(Add)), &[a, k]).unwrap();
     let g = grads(&tape, y, &t(&[2], &[1.0, 1.0]));
     for (i, &v) in [0.5f64, -1.0].iter().enumerate() {
         let want = 2.0 * v + v.cos() + 3.0;

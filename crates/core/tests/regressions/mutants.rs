@@ -8,6 +8,8 @@ use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 use tapegrad_core::graph::{distinct_bytes, CompiledGraph, Graph};
 use tapegrad_core::laws::{random_program, ProgramConfig};
+use tapegrad_core::ops::elementwise::{Exp, Neg, Scale, Sin, Where};
+use tapegrad_core::ops::loss::CrossEntropyProbs;
 use tapegrad_core::ops::nn::{LayerNorm, MaxPool2d};
 use tapegrad_core::ops::{Aux, ElementwiseOp, LossOp, Mask, Reduction, Saved};
 use tapegrad_core::tape::{CustomVjp, FindingKind};
@@ -192,7 +194,7 @@ fn a_custom_rule_with_a_bad_contribution_is_an_error_and_a_finding() {
 fn a_clean_audit_report_says_so() {
     let mut tape = Tape::<f64>::new();
     let x = tape.leaf(t(&[2], &[1.0, 2.0]), true);
-    tape.apply(Op::Elementwise(ElementwiseOp::Exp), &[x])
+    tape.apply(Op::Elementwise(ElementwiseOp::Exp(Exp)), &[x])
         .unwrap();
     let report = audit(&tape);
     assert!(report.is_zero_preserving());
@@ -244,7 +246,7 @@ fn anomaly_mode_gives_the_same_gradients_on_finite_tapes() {
     tape.set_detect_anomaly(true);
     let x = tape.leaf(t(&[1], &[1000.0]), true);
     let err = tape
-        .apply(Op::Elementwise(ElementwiseOp::Exp), &[x])
+        .apply(Op::Elementwise(ElementwiseOp::Exp(Exp)), &[x])
         .unwrap_err();
     assert!(err.to_string().contains("exp"), "{err}");
 }
@@ -257,19 +259,19 @@ fn saved_and_value_bytes_count_what_each_vjp_reads() {
     let x = tape.leaf(t(&[2, 3], &[0.5, -1.0, 2.0, 0.0, 1.5, -0.5]), true);
     let p = tape.leaf(t(&[2, 3], &[0.2, 0.3, 0.5, 1.0, 0.0, 0.0]), false);
     let e = tape
-        .apply(Op::Elementwise(ElementwiseOp::Exp), &[x])
+        .apply(Op::Elementwise(ElementwiseOp::Exp(Exp)), &[x])
         .unwrap();
     let s = tape
-        .apply(Op::Elementwise(ElementwiseOp::Sin), &[e])
+        .apply(Op::Elementwise(ElementwiseOp::Sin(Sin)), &[e])
         .unwrap();
     let frozen = tape
-        .apply(Op::Elementwise(ElementwiseOp::Sin), &[p])
+        .apply(Op::Elementwise(ElementwiseOp::Sin(Sin)), &[p])
         .unwrap();
-    let probs = Op::Loss(LossOp::CrossEntropyProbs {
+    let probs = Op::Loss(LossOp::CrossEntropyProbs(CrossEntropyProbs {
         reduction: Reduction::Sum,
         weight: None,
         label_smoothing: 0.0,
-    });
+    }));
     let loss = tape.apply(probs.clone(), &[s, p]).unwrap();
     let frozen_loss = tape.apply(probs, &[frozen, p]).unwrap();
     let per: Vec<usize> = (0..tape.len())
@@ -290,10 +292,13 @@ fn the_tape_lists_its_nodes() {
     let x = tape.leaf_named("x", t(&[2], &[1.0, 2.0]), true);
     let c = tape.leaf(t(&[2], &[3.0, 4.0]), false);
     let y = tape
-        .apply(Op::Elementwise(ElementwiseOp::Scale { factor: 2.5 }), &[x])
+        .apply(
+            Op::Elementwise(ElementwiseOp::Scale(Scale { factor: 2.5 })),
+            &[x],
+        )
         .unwrap();
     tape.set_name(y, "scaled").unwrap();
-    tape.apply(Op::Elementwise(ElementwiseOp::Neg), &[c])
+    tape.apply(Op::Elementwise(ElementwiseOp::Neg(Neg)), &[c])
         .unwrap();
     assert!(!tape.is_empty());
     assert_eq!(tape.name(x), Some("x"));
@@ -307,7 +312,7 @@ fn the_tape_lists_its_nodes() {
             len: 4
         })
     ));
-    let scale = Op::Elementwise(ElementwiseOp::Scale { factor: 2.5 }).to_string();
+    let scale = Op::Elementwise(ElementwiseOp::Scale(Scale { factor: 2.5 })).to_string();
     assert_eq!(
         tape.to_string(),
         format!(
@@ -335,9 +340,12 @@ fn clear_drops_every_node() {
         shape: tape.value(x).unwrap().shape().clone(),
         data: bits.clone(),
     };
-    tape.apply(Op::Elementwise(ElementwiseOp::Where { mask }), &[x, c])
-        .unwrap();
-    tape.apply(Op::Elementwise(ElementwiseOp::Exp), &[x])
+    tape.apply(
+        Op::Elementwise(ElementwiseOp::Where(Where { mask })),
+        &[x, c],
+    )
+    .unwrap();
+    tape.apply(Op::Elementwise(ElementwiseOp::Exp(Exp)), &[x])
         .unwrap();
     assert!(Arc::strong_count(&bits) >= 2);
     tape.clear();
@@ -393,10 +401,10 @@ fn a_saved_pass_counts_its_aux_data_and_what_more_keeps() {
         Saved::keep(op.saves(), &[y], &forward, [true])
     };
     // sin keeps its input, the pass's own output: nothing new.
-    let sin = keep(Op::Elementwise(ElementwiseOp::Sin));
+    let sin = keep(Op::Elementwise(ElementwiseOp::Sin(Sin)));
     assert_eq!(saved.kept_bytes_with(Some(&sin)), saved.kept_bytes());
     // exp keeps its own output, a new buffer.
-    let exp = keep(Op::Elementwise(ElementwiseOp::Exp));
+    let exp = keep(Op::Elementwise(ElementwiseOp::Exp(Exp)));
     assert_eq!(
         saved.kept_bytes_with(Some(&exp)),
         saved.kept_bytes() + 4 * 8

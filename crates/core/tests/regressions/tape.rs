@@ -1,6 +1,7 @@
 //! Regression cases of the tape and session: fan-out, long chains, stale handles, no-grad, detach,
 //! and the masked-branch NaN of `where(x > 0, sqrt(x), 0)` at 0.
 
+use tapegrad_core::ops::elementwise::{Add, Scale};
 use tapegrad_core::ops::{ElementwiseOp, Op};
 use tapegrad_core::{audit, Error, Session, Tape, Tensor};
 
@@ -25,7 +26,7 @@ fn million_node_chain_runs_without_recursion() {
     const CHAIN: usize = if cfg!(miri) { 1_000 } else { 1_000_000 };
     let mut tape = Tape::<f64>::with_capacity(CHAIN + 1);
     let mut id = tape.leaf(t(&[2], &[1.0, 2.0]), true);
-    let op = Op::Elementwise(ElementwiseOp::Scale { factor: 1.0 });
+    let op = Op::Elementwise(ElementwiseOp::Scale(Scale { factor: 1.0 }));
     for _ in 0..CHAIN {
         id = tape.apply(op.clone(), &[id]).unwrap();
     }
@@ -111,7 +112,7 @@ fn bad_ids_and_seeds_are_errors() {
         Err(Error::GradCount { .. })
     ));
     let err = tape
-        .apply(Op::Elementwise(ElementwiseOp::Add), &[x, 9])
+        .apply(Op::Elementwise(ElementwiseOp::Add(Add)), &[x, 9])
         .unwrap_err();
     assert!(err.to_string().contains("add"), "{err}");
 }

@@ -16,6 +16,15 @@ use std::sync::Arc;
 use tapegrad_core::laws::{
     random_program as laws_random_program, Program, ProgramConfig, ProgramNode,
 };
+use tapegrad_core::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
+use tapegrad_core::ops::elementwise::{
+    Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
+    Sqrt, Sub, Where,
+};
+use tapegrad_core::ops::linalg::{Linear, Matmul, Permute, Transpose};
+use tapegrad_core::ops::loss::{BinaryCrossEntropyWithLogits, CrossEntropy, MseLoss, NllLoss};
+use tapegrad_core::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
+use tapegrad_core::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use tapegrad_core::ops::{
     ActivationOp, ElementwiseOp, GeluApproximate, LinalgOp, LossOp, Mask, Op, ReduceOp, Reduction,
     StructureOp,
@@ -85,8 +94,14 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
         0 => {
             let a = pick(rng, v, any)?;
             let b = pick(rng, v, |t| broadcasts(v[a].shape(), t.shape()))?;
-            let op =
-                [E::Add, E::Sub, E::Mul, E::Maximum, E::Minimum][rng.random_range(0..5)].clone();
+            let op = [
+                E::Add(Add),
+                E::Sub(Sub),
+                E::Mul(Mul),
+                E::Maximum(Maximum),
+                E::Minimum(Minimum),
+            ][rng.random_range(0..5)]
+            .clone();
             (ew(op), vec![a, b])
         }
         1 => {
@@ -94,7 +109,7 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             let b = pick(rng, v, |t| {
                 broadcasts(v[a].shape(), t.shape()) && all(t, |x| x.abs() > 0.2)
             })?;
-            (ew(E::Div), vec![a, b])
+            (ew(E::Div(Div)), vec![a, b])
         }
         2 => {
             let a = pick(rng, v, any)?;
@@ -106,78 +121,78 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             };
             let data = (0..base.numel()).map(|_| rng.random_bool(0.5)).collect();
             let mask = Mask::new(base.dims(), data).unwrap();
-            (ew(E::Where { mask }), vec![a, b])
+            (ew(E::Where(Where { mask })), vec![a, b])
         }
         3 => {
             let a = pick(rng, v, any)?;
             let lo = rng.random_range(-1.0..0.0);
             let op = match rng.random_range(0..17) {
-                0 => ew(E::Neg),
-                1 => ew(E::Scale {
+                0 => ew(E::Neg(Neg)),
+                1 => ew(E::Scale(Scale {
                     factor: rng.random_range(-2.0..2.0),
-                }),
-                2 => ew(E::Abs),
-                3 => ew(E::Sin),
-                4 => ew(E::Cos),
-                5 => ew(E::Clamp {
+                })),
+                2 => ew(E::Abs(Abs)),
+                3 => ew(E::Sin(Sin)),
+                4 => ew(E::Cos(Cos)),
+                5 => ew(E::Clamp(Clamp {
                     min: Some(lo),
                     max: Some(lo + rng.random_range(0.1..1.5)),
-                }),
-                6 => ew(E::SafeLog { eps: 1e-3 }),
-                7 => ew(E::Pow {
+                })),
+                6 => ew(E::SafeLog(SafeLog { eps: 1e-3 })),
+                7 => ew(E::Pow(Pow {
                     exponent: [2.0, 3.0][rng.random_range(0..2)],
-                }),
-                8 => Op::Activation(ActivationOp::Relu),
-                9 => Op::Activation(ActivationOp::LeakyRelu {
+                })),
+                8 => Op::Activation(ActivationOp::Relu(Relu)),
+                9 => Op::Activation(ActivationOp::LeakyRelu(LeakyRelu {
                     negative_slope: 0.1,
-                }),
-                10 => Op::Activation(ActivationOp::Sigmoid),
-                11 => Op::Activation(ActivationOp::Tanh),
-                12 => Op::Activation(ActivationOp::Gelu {
+                })),
+                10 => Op::Activation(ActivationOp::Sigmoid(Sigmoid)),
+                11 => Op::Activation(ActivationOp::Tanh(Tanh)),
+                12 => Op::Activation(ActivationOp::Gelu(Gelu {
                     approximate: GeluApproximate::None,
-                }),
-                13 => Op::Activation(ActivationOp::Gelu {
+                })),
+                13 => Op::Activation(ActivationOp::Gelu(Gelu {
                     approximate: GeluApproximate::Tanh,
-                }),
-                14 => Op::Activation(ActivationOp::Softplus {
+                })),
+                14 => Op::Activation(ActivationOp::Softplus(Softplus {
                     beta: 1.0,
                     threshold: 20.0,
-                }),
-                15 => Op::Activation(ActivationOp::Silu),
-                _ => ew(E::Clamp {
+                })),
+                15 => Op::Activation(ActivationOp::Silu(Silu)),
+                _ => ew(E::Clamp(Clamp {
                     min: None,
                     max: Some(lo),
-                }),
+                })),
             };
             (op, vec![a])
         }
         4 => {
             let a = pick(rng, v, |t| all(t, |x| x > 0.05))?;
             let op = [
-                E::Sqrt,
-                E::Log,
-                E::Pow { exponent: 0.5 },
-                E::Pow { exponent: 1.5 },
+                E::Sqrt(Sqrt),
+                E::Log(Log),
+                E::Pow(Pow { exponent: 0.5 }),
+                E::Pow(Pow { exponent: 1.5 }),
             ][rng.random_range(0..4)]
             .clone();
             (ew(op), vec![a])
         }
         5 => (
-            ew(E::Exp),
+            ew(E::Exp(Exp)),
             vec![pick(rng, v, |t| all(t, |x| x.abs() < 3.0))?],
         ),
         6 => (
-            ew(E::Pow { exponent: -1.0 }),
+            ew(E::Pow(Pow { exponent: -1.0 })),
             vec![pick(rng, v, |t| all(t, |x| x.abs() > 0.2))?],
         ),
         7 => {
             let a = pick(rng, v, any)?;
             let (axes, keepdim) = (axes(rng, v[a].rank()), rng.random_bool(0.5));
             let op = match rng.random_range(0..4) {
-                0 => ReduceOp::Sum { axes, keepdim },
-                1 => ReduceOp::Mean { axes, keepdim },
-                2 => ReduceOp::Amax { axes, keepdim },
-                _ => ReduceOp::LogSumExp { axes, keepdim },
+                0 => ReduceOp::Sum(Sum { axes, keepdim }),
+                1 => ReduceOp::Mean(Mean { axes, keepdim }),
+                2 => ReduceOp::Amax(Amax { axes, keepdim }),
+                _ => ReduceOp::LogSumExp(LogSumExp { axes, keepdim }),
             };
             (Op::Reduce(op), vec![a])
         }
@@ -186,9 +201,9 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             let r = v[a].rank() as i64;
             let axis = rng.random_range(-r..r) as isize;
             let op = if rng.random_bool(0.5) {
-                ReduceOp::Softmax { axis }
+                ReduceOp::Softmax(Softmax { axis })
             } else {
-                ReduceOp::LogSoftmax { axis }
+                ReduceOp::LogSoftmax(LogSoftmax { axis })
             };
             (Op::Reduce(op), vec![a])
         }
@@ -196,7 +211,7 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             let a = pick(rng, v, |t| (1..=2).contains(&t.rank()))?;
             let k = *v[a].dims().last()?;
             let b = pick(rng, v, |t| (1..=2).contains(&t.rank()) && t.dims()[0] == k)?;
-            (Op::Linalg(LinalgOp::Matmul), vec![a, b])
+            (Op::Linalg(LinalgOp::Matmul(Matmul)), vec![a, b])
         }
         10 => {
             let x = pick(rng, v, |t| t.rank() == 2)?;
@@ -204,24 +219,28 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             let w = pick(rng, v, |t| t.rank() == 2 && t.dims()[1] == k)?;
             let m = v[w].dims()[0];
             match pick(rng, v, |t| t.dims() == [m]) {
-                Some(b) if rng.random_bool(0.7) => {
-                    (Op::Linalg(LinalgOp::Linear { bias: true }), vec![x, w, b])
-                }
-                _ => (Op::Linalg(LinalgOp::Linear { bias: false }), vec![x, w]),
+                Some(b) if rng.random_bool(0.7) => (
+                    Op::Linalg(LinalgOp::Linear(Linear { bias: true })),
+                    vec![x, w, b],
+                ),
+                _ => (
+                    Op::Linalg(LinalgOp::Linear(Linear { bias: false })),
+                    vec![x, w],
+                ),
             }
         }
         11 => {
             let a = pick(rng, v, |t| t.rank() >= 2)?;
             let r = v[a].rank();
             let op = if rng.random_bool(0.5) {
-                LinalgOp::Transpose {
+                LinalgOp::Transpose(Transpose {
                     dim0: 0,
                     dim1: (r - 1) as isize,
-                }
+                })
             } else {
                 let mut dims: Vec<isize> = (0..r as isize).collect();
                 dims.reverse();
-                LinalgOp::Permute { dims }
+                LinalgOp::Permute(Permute { dims })
             };
             (Op::Linalg(op), vec![a])
         }
@@ -229,12 +248,12 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             let a = pick(rng, v, |t| t.rank() >= 1)?;
             let n = v[a].numel() as isize;
             let op = match rng.random_range(0..3) {
-                0 => StructureOp::Reshape { shape: vec![-1] },
-                1 => StructureOp::Reshape { shape: vec![1, n] },
-                _ => StructureOp::Flatten {
+                0 => StructureOp::Reshape(Reshape { shape: vec![-1] }),
+                1 => StructureOp::Reshape(Reshape { shape: vec![1, n] }),
+                _ => StructureOp::Flatten(Flatten {
                     start_dim: 0,
                     end_dim: -1,
-                },
+                }),
             };
             (Op::Structure(op), vec![a])
         }
@@ -248,13 +267,16 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             if rng.random_bool(0.5) {
                 shape.insert(0, 2);
             }
-            (Op::Structure(StructureOp::BroadcastTo { shape }), vec![a])
+            (
+                Op::Structure(StructureOp::BroadcastTo(BroadcastTo { shape })),
+                vec![a],
+            )
         }
         14 => {
             let a = pick(rng, v, |t| t.rank() >= 1)?;
             let b = pick(rng, v, |t| t.shape() == v[a].shape())?;
             (
-                Op::Structure(StructureOp::Concat { axis: 0 }),
+                Op::Structure(StructureOp::Concat(Concat { axis: 0 })),
                 vec![a, b, a],
             )
         }
@@ -262,30 +284,30 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             let a = pick(rng, v, |t| t.rank() >= 1 && t.dims()[0] >= 2)?;
             let d = v[a].dims()[0] as isize;
             let start = rng.random_range(0..d as i64 - 1) as isize;
-            let op = StructureOp::Slice {
+            let op = StructureOp::Slice(Slice {
                 axis: 0,
                 start,
                 end: d,
                 step: rng.random_range(1..3),
-            };
+            });
             (Op::Structure(op), vec![a])
         }
         16 => {
             let a = pick(rng, v, any)?;
             let b = pick(rng, v, |t| t.shape() == v[a].shape())?;
             let op = if rng.random_bool(0.5) {
-                LossOp::MseLoss {
+                LossOp::MseLoss(MseLoss {
                     reduction: reduction(rng),
-                }
+                })
             } else {
                 // Now and then PyTorch's pos_weight and weight, of any shape that broadcasts into
                 // the input's ([C] along the last axis, [C, 1, 1], 0-d, ...).
                 let dims = v[a].dims().to_vec();
-                LossOp::BinaryCrossEntropyWithLogits {
+                LossOp::BinaryCrossEntropyWithLogits(BinaryCrossEntropyWithLogits {
                     reduction: reduction(rng),
                     pos_weight: rng.random_bool(0.3).then(|| broadcast_factor(rng, &dims)),
                     weight: rng.random_bool(0.3).then(|| broadcast_factor(rng, &dims)),
-                }
+                })
             };
             (Op::Loss(op), vec![a, b])
         }
@@ -305,20 +327,20 @@ fn propose(rng: &mut ChaCha8Rng, v: &[Tensor<f64>]) -> Option<(Op, Vec<usize>)> 
             });
             let targets = Arc::new(targets);
             let op = if rng.random_bool(0.5) {
-                LossOp::CrossEntropy {
+                LossOp::CrossEntropy(CrossEntropy {
                     targets,
                     reduction: reduction(rng),
                     weight,
                     ignore_index,
                     label_smoothing: if rng.random_bool(0.3) { 0.2 } else { 0.0 },
-                }
+                })
             } else {
-                LossOp::NllLoss {
+                LossOp::NllLoss(NllLoss {
                     targets,
                     reduction: reduction(rng),
                     weight,
                     ignore_index,
-                }
+                })
             };
             (Op::Loss(op), vec![a])
         }

@@ -16,6 +16,8 @@ use crate::model::Model;
 use crate::params::ParamId;
 use rand_chacha::ChaCha8Rng;
 use tapegrad_core::graph::CompiledGraph;
+use tapegrad_core::ops::linalg::Linear;
+use tapegrad_core::ops::loss::{CrossEntropy, MseLoss};
 use tapegrad_core::ops::{class_labels, LinalgOp, LossOp, Reduction};
 use tapegrad_core::tape::{Node, Rule};
 use tapegrad_core::{Error, Result};
@@ -178,20 +180,20 @@ pub(crate) fn loss_op<S: Scalar>(
                     found: Box::new(out.clone()),
                 }));
             }
-            let mse = LossOp::MseLoss {
+            let mse = LossOp::MseLoss(MseLoss {
                 reduction: Reduction::Mean,
-            };
+            });
             (Op::Loss(mse), Some(t.clone()))
         }
         // What `Session::cross_entropy_with` records; with no smoothing, what `cross_entropy` does.
         BatchTargets::Classes(labels) => {
-            let cross_entropy = LossOp::CrossEntropy {
+            let cross_entropy = LossOp::CrossEntropy(CrossEntropy {
                 targets: class_labels(labels),
                 reduction: Reduction::Mean,
                 weight: None,
                 ignore_index: None,
                 label_smoothing,
-            };
+            });
             (Op::Loss(cross_entropy), None)
         }
     })
@@ -231,7 +233,7 @@ pub(crate) fn outer_product_user<S: Scalar>(
     let is_linear = matches!(
         &node.rule,
         Rule::Op {
-            op: Op::Linalg(LinalgOp::Linear { bias: true }),
+            op: Op::Linalg(LinalgOp::Linear(Linear { bias: true })),
             ..
         }
     );

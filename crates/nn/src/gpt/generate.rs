@@ -10,6 +10,8 @@ use crate::error::{NnError, NnResult};
 use crate::model::Model;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
+use tapegrad_core::ops::activation::Gelu;
+use tapegrad_core::ops::linalg::Linear;
 use tapegrad_core::ops::nn::LayerNorm;
 use tapegrad_core::ops::{ActivationOp, GeluApproximate, LinalgOp, NnOp};
 use tapegrad_core::Error;
@@ -188,16 +190,16 @@ impl<S: Scalar> Generator<S> {
             x = add(&x, &y)?;
             let h = layer_norm(&x, &b.ln_2, e)?;
             let h = linear(&h, &b.c_fc)?;
-            let h = Op::Activation(ActivationOp::Gelu {
+            let h = Op::Activation(ActivationOp::Gelu(Gelu {
                 approximate: GeluApproximate::None,
-            })
+            }))
             .forward(&[&h])?
             .value;
             let y = linear(&h, &b.mlp_proj)?;
             x = add(&x, &y)?;
         }
         let x = layer_norm(&x, &self.ln_f, e)?;
-        let logits = Op::Linalg(LinalgOp::Linear { bias: false })
+        let logits = Op::Linalg(LinalgOp::Linear(Linear { bias: false }))
             .forward(&[&x, &self.lm_head])?
             .value;
         self.window.push(id);
@@ -216,7 +218,7 @@ fn layer_norm<S: Scalar>(x: &Tensor<S>, [w, b]: &[Tensor<S>; 2], e: usize) -> Nn
 }
 
 fn linear<S: Scalar>(x: &Tensor<S>, [w, b]: &[Tensor<S>; 2]) -> NnResult<Tensor<S>> {
-    Ok(Op::Linalg(LinalgOp::Linear { bias: true })
+    Ok(Op::Linalg(LinalgOp::Linear(Linear { bias: true }))
         .forward(&[x, w, b])?
         .value)
 }

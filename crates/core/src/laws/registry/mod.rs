@@ -38,6 +38,17 @@ pub struct OpCase {
     pub inputs: Vec<Tensor<f64>>,
 }
 
+use crate::ops::activation::{Gelu, LeakyRelu, Relu, Sigmoid, Silu, Softplus, Tanh};
+use crate::ops::elementwise::{
+    Abs, Add, Clamp, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, SafeLog, Scale, Sin,
+    Sqrt, Sub, Where,
+};
+use crate::ops::linalg::{Linear, Matmul, Permute, Transpose};
+use crate::ops::loss::{
+    BinaryCrossEntropyWithLogits, CrossEntropy, CrossEntropyProbs, MseLoss, NllLoss,
+};
+use crate::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
+use crate::ops::structure::{BroadcastTo, Concat, Flatten, Reshape, Slice};
 use ActivationOp as A;
 use ElementwiseOp as E;
 use LinalgOp as L;
@@ -383,9 +394,9 @@ fn generate<R: Rng + ?Sized>(
     Some(match kind {
         K::Add | K::Sub | K::Mul => {
             let op = match kind {
-                K::Add => E::Add,
-                K::Sub => E::Sub,
-                _ => E::Mul,
+                K::Add => E::Add(Add),
+                K::Sub => E::Sub(Sub),
+                _ => E::Mul(Mul),
             };
             let y = binary(variant, x, rng);
             (
@@ -396,15 +407,15 @@ fn generate<R: Rng + ?Sized>(
         K::Div => {
             let y = binary(variant, x, rng);
             (
-                ew(E::Div),
+                ew(E::Div(Div)),
                 vec![uniform(x, rng, -2.0, 2.0), signed(&y, rng, 0.5, 2.0)],
             )
         }
         K::Maximum | K::Minimum => {
             let op = if kind == K::Maximum {
-                E::Maximum
+                E::Maximum(Maximum)
             } else {
-                E::Minimum
+                E::Minimum(Minimum)
             };
             let y = binary(variant, x, rng);
             let odd = rng.random_bool(0.5);
@@ -421,28 +432,31 @@ fn generate<R: Rng + ?Sized>(
             let bits = (0..m.numel()).map(|_| rng.random_bool(0.5)).collect();
             let mask = Mask::new(m.dims(), bits).ok()?;
             (
-                ew(E::Where { mask }),
+                ew(E::Where(Where { mask })),
                 vec![uniform(x, rng, -2.0, 2.0), uniform(&y, rng, -2.0, 2.0)],
             )
         }
-        K::Neg => (ew(E::Neg), vec![uniform(x, rng, -2.0, 2.0)]),
+        K::Neg => (ew(E::Neg(Neg)), vec![uniform(x, rng, -2.0, 2.0)]),
         K::Scale => {
             let factor = [2.5, -0.5, 0.0][variant];
-            (ew(E::Scale { factor }), vec![uniform(x, rng, -2.0, 2.0)])
+            (
+                ew(E::Scale(Scale { factor })),
+                vec![uniform(x, rng, -2.0, 2.0)],
+            )
         }
-        K::Abs => (ew(E::Abs), vec![signed(x, rng, 0.1, 2.0)]),
-        K::Sqrt => (ew(E::Sqrt), vec![uniform(x, rng, 0.2, 3.0)]),
-        K::Exp => (ew(E::Exp), vec![uniform(x, rng, -2.0, 2.0)]),
-        K::Log => (ew(E::Log), vec![uniform(x, rng, 0.2, 3.0)]),
+        K::Abs => (ew(E::Abs(Abs)), vec![signed(x, rng, 0.1, 2.0)]),
+        K::Sqrt => (ew(E::Sqrt(Sqrt)), vec![uniform(x, rng, 0.2, 3.0)]),
+        K::Exp => (ew(E::Exp(Exp)), vec![uniform(x, rng, -2.0, 2.0)]),
+        K::Log => (ew(E::Log(Log)), vec![uniform(x, rng, 0.2, 3.0)]),
         K::SafeLog => {
             let (eps, lo) = [(1e-3, 0.2), (0.5, -1.0)][variant];
             (
-                ew(E::SafeLog { eps }),
+                ew(E::SafeLog(SafeLog { eps })),
                 vec![away_from(x, rng, lo, 3.0, &[eps])],
             )
         }
-        K::Sin => (ew(E::Sin), vec![uniform(x, rng, -3.0, 3.0)]),
-        K::Cos => (ew(E::Cos), vec![uniform(x, rng, -3.0, 3.0)]),
+        K::Sin => (ew(E::Sin(Sin)), vec![uniform(x, rng, -3.0, 3.0)]),
+        K::Cos => (ew(E::Cos(Cos)), vec![uniform(x, rng, -3.0, 3.0)]),
         K::Pow => {
             let exponent = [2.0, 3.0, 0.5, -1.5, 0.0][variant];
             let base = if variant == 1 {
@@ -450,7 +464,7 @@ fn generate<R: Rng + ?Sized>(
             } else {
                 uniform(x, rng, 0.2, 2.0)
             };
-            (ew(E::Pow { exponent }), vec![base])
+            (ew(E::Pow(Pow { exponent })), vec![base])
         }
         K::Clamp => {
             let (min, max) = [
@@ -460,35 +474,38 @@ fn generate<R: Rng + ?Sized>(
             ][variant];
             let kinks: Vec<f64> = min.into_iter().chain(max).collect();
             (
-                ew(E::Clamp { min, max }),
+                ew(E::Clamp(Clamp { min, max })),
                 vec![away_from(x, rng, -2.0, 2.0, &kinks)],
             )
         }
-        K::Relu => (act(A::Relu), vec![away_from(x, rng, -2.0, 2.0, &[0.0])]),
+        K::Relu => (
+            act(A::Relu(Relu)),
+            vec![away_from(x, rng, -2.0, 2.0, &[0.0])],
+        ),
         K::LeakyRelu => {
             let negative_slope = [0.01, 0.2][variant];
             (
-                act(A::LeakyRelu { negative_slope }),
+                act(A::LeakyRelu(LeakyRelu { negative_slope })),
                 vec![away_from(x, rng, -2.0, 2.0, &[0.0])],
             )
         }
-        K::Sigmoid => (act(A::Sigmoid), vec![uniform(x, rng, -4.0, 4.0)]),
-        K::Tanh => (act(A::Tanh), vec![uniform(x, rng, -3.0, 3.0)]),
+        K::Sigmoid => (act(A::Sigmoid(Sigmoid)), vec![uniform(x, rng, -4.0, 4.0)]),
+        K::Tanh => (act(A::Tanh(Tanh)), vec![uniform(x, rng, -3.0, 3.0)]),
         K::Gelu => {
             let approximate = [GeluApproximate::None, GeluApproximate::Tanh][variant];
             (
-                act(A::Gelu { approximate }),
+                act(A::Gelu(Gelu { approximate })),
                 vec![uniform(x, rng, -3.0, 3.0)],
             )
         }
         K::Softplus => {
             let (beta, threshold) = [(1.0, 20.0), (2.0, 1.0)][variant];
             (
-                act(A::Softplus { beta, threshold }),
+                act(A::Softplus(Softplus { beta, threshold })),
                 vec![away_from(x, rng, -3.0, 3.0, &[threshold / beta])],
             )
         }
-        K::Silu => (act(A::Silu), vec![uniform(x, rng, -3.0, 3.0)]),
+        K::Silu => (act(A::Silu(Silu)), vec![uniform(x, rng, -3.0, 3.0)]),
         K::Sum | K::Mean | K::Amax | K::LogSumExp => {
             let (axes, keepdim) = match variant {
                 0 => (None, false),
@@ -500,10 +517,16 @@ fn generate<R: Rng + ?Sized>(
                 _ => return None,
             };
             let (op, value) = match kind {
-                K::Sum => (Red::Sum { axes, keepdim }, uniform(x, rng, -2.0, 2.0)),
-                K::Mean => (Red::Mean { axes, keepdim }, uniform(x, rng, -2.0, 2.0)),
-                K::LogSumExp => (Red::LogSumExp { axes, keepdim }, uniform(x, rng, -3.0, 3.0)),
-                _ => (Red::Amax { axes, keepdim }, distinct(x, rng)),
+                K::Sum => (Red::Sum(Sum { axes, keepdim }), uniform(x, rng, -2.0, 2.0)),
+                K::Mean => (
+                    Red::Mean(Mean { axes, keepdim }),
+                    uniform(x, rng, -2.0, 2.0),
+                ),
+                K::LogSumExp => (
+                    Red::LogSumExp(LogSumExp { axes, keepdim }),
+                    uniform(x, rng, -3.0, 3.0),
+                ),
+                _ => (Red::Amax(Amax { axes, keepdim }), distinct(x, rng)),
             };
             (Op::Reduce(op), vec![value])
         }
@@ -513,9 +536,9 @@ fn generate<R: Rng + ?Sized>(
             }
             let axis = if variant == 0 { -1 } else { 0 };
             let op = if kind == K::Softmax {
-                Red::Softmax { axis }
+                Red::Softmax(Softmax { axis })
             } else {
-                Red::LogSoftmax { axis }
+                Red::LogSoftmax(LogSoftmax { axis })
             };
             (Op::Reduce(op), vec![uniform(x, rng, -3.0, 3.0)])
         }
@@ -536,7 +559,7 @@ fn generate<R: Rng + ?Sized>(
                 _ => return None,
             };
             (
-                Op::Linalg(L::Matmul),
+                Op::Linalg(L::Matmul(Matmul)),
                 vec![uniform(x, rng, -2.0, 2.0), uniform(&y, rng, -2.0, 2.0)],
             )
         }
@@ -553,7 +576,7 @@ fn generate<R: Rng + ?Sized>(
             if bias {
                 inputs.push(uniform(&shape(&[outs]), rng, -1.0, 1.0));
             }
-            (Op::Linalg(L::Linear { bias }), inputs)
+            (Op::Linalg(L::Linear(Linear { bias })), inputs)
         }
         K::Transpose => {
             let r = rank as isize;
@@ -564,7 +587,7 @@ fn generate<R: Rng + ?Sized>(
                 _ => return None,
             };
             (
-                Op::Linalg(L::Transpose { dim0, dim1 }),
+                Op::Linalg(L::Transpose(Transpose { dim0, dim1 })),
                 vec![uniform(x, rng, -2.0, 2.0)],
             )
         }
@@ -580,7 +603,7 @@ fn generate<R: Rng + ?Sized>(
                 dims.iter_mut().for_each(|a| *a -= rank as isize);
             }
             (
-                Op::Linalg(L::Permute { dims }),
+                Op::Linalg(L::Permute(Permute { dims })),
                 vec![uniform(x, rng, -2.0, 2.0)],
             )
         }
@@ -594,7 +617,7 @@ fn generate<R: Rng + ?Sized>(
                 _ => vec![(n / d) as isize, 1, d as isize],
             };
             (
-                Op::Structure(St::Reshape { shape: target }),
+                Op::Structure(St::Reshape(Reshape { shape: target })),
                 vec![uniform(x, rng, -2.0, 2.0)],
             )
         }
@@ -605,7 +628,7 @@ fn generate<R: Rng + ?Sized>(
                 _ => return None,
             };
             (
-                Op::Structure(St::Flatten { start_dim, end_dim }),
+                Op::Structure(St::Flatten(Flatten { start_dim, end_dim })),
                 vec![uniform(x, rng, -2.0, 2.0)],
             )
         }
@@ -622,7 +645,7 @@ fn generate<R: Rng + ?Sized>(
                     .for_each(|d| *d = rng.random_range(2..=3));
             }
             (
-                Op::Structure(St::BroadcastTo { shape: dims }),
+                Op::Structure(St::BroadcastTo(BroadcastTo { shape: dims })),
                 vec![uniform(x, rng, -2.0, 2.0)],
             )
         }
@@ -637,7 +660,7 @@ fn generate<R: Rng + ?Sized>(
                 let other = with_dim(x, ax, rng.random_range(1..=3));
                 inputs.push(uniform(&other, rng, -2.0, 2.0));
             }
-            (Op::Structure(St::Concat { axis }), inputs)
+            (Op::Structure(St::Concat(Concat { axis })), inputs)
         }
         K::Slice => {
             if rank == 0 {
@@ -668,12 +691,12 @@ fn generate<R: Rng + ?Sized>(
                 }
             };
             (
-                Op::Structure(St::Slice {
+                Op::Structure(St::Slice(Slice {
                     axis,
                     start,
                     end,
                     step,
-                }),
+                })),
                 vec![uniform(x, rng, -2.0, 2.0)],
             )
         }
@@ -683,7 +706,10 @@ fn generate<R: Rng + ?Sized>(
             }
             let reduction = [Reduction::Mean, Reduction::Sum, Reduction::None][variant % 3];
             let (op, target) = if kind == K::MseLoss {
-                (Lo::MseLoss { reduction }, uniform(x, rng, -2.0, 2.0))
+                (
+                    Lo::MseLoss(MseLoss { reduction }),
+                    uniform(x, rng, -2.0, 2.0),
+                )
             } else {
                 let classes = if variant == 3 {
                     x.dims().last().copied().unwrap_or(1)
@@ -703,11 +729,11 @@ fn generate<R: Rng + ?Sized>(
                     reduction
                 };
                 (
-                    Lo::BinaryCrossEntropyWithLogits {
+                    Lo::BinaryCrossEntropyWithLogits(BinaryCrossEntropyWithLogits {
                         reduction,
                         pos_weight,
                         weight: None,
-                    },
+                    }),
                     uniform(x, rng, 0.0, 1.0),
                 )
             };
@@ -779,20 +805,20 @@ fn generate<R: Rng + ?Sized>(
                 _ => (None, None, 0.0),
             };
             let op = if kind == K::CrossEntropy {
-                Lo::CrossEntropy {
+                Lo::CrossEntropy(CrossEntropy {
                     targets,
                     reduction,
                     weight,
                     ignore_index,
                     label_smoothing,
-                }
+                })
             } else {
-                Lo::NllLoss {
+                Lo::NllLoss(NllLoss {
                     targets,
                     reduction,
                     weight,
                     ignore_index,
-                }
+                })
             };
             (Op::Loss(op), vec![uniform(x, rng, -3.0, 3.0)])
         }
@@ -814,11 +840,11 @@ fn generate<R: Rng + ?Sized>(
             } else {
                 (None, 0.0)
             };
-            let op = Lo::CrossEntropyProbs {
+            let op = Lo::CrossEntropyProbs(CrossEntropyProbs {
                 reduction,
                 weight,
                 label_smoothing,
-            };
+            });
             // Targets need not sum to 1 (PyTorch does not ask it); the loss is smooth in both.
             (
                 Op::Loss(op),
@@ -838,11 +864,11 @@ fn generate<R: Rng + ?Sized>(
             } else {
                 broadcast_into(x, rng)
             };
-            let op = Lo::BinaryCrossEntropyWithLogits {
+            let op = Lo::BinaryCrossEntropyWithLogits(BinaryCrossEntropyWithLogits {
                 reduction: [Reduction::Mean, Reduction::Sum, Reduction::None][variant],
                 pos_weight,
                 weight: Some(Arc::new(uniform(&w_shape, rng, 0.25, 2.0))),
-            };
+            });
             (
                 Op::Loss(op),
                 vec![uniform(x, rng, -3.0, 3.0), uniform(x, rng, 0.0, 1.0)],
@@ -878,17 +904,17 @@ pub fn is_generic(op: &Op, inputs: &[&Tensor<f64>]) -> bool {
         (K::Div, _) => all(inputs[1], &|v| v.abs() > DOMAIN_MARGIN),
         (K::Abs | K::Relu | K::LeakyRelu, _) => away(inputs[0], 0.0),
         (K::Sqrt | K::Log, _) => positive(inputs[0]),
-        (K::SafeLog, Op::Elementwise(E::SafeLog { eps })) => {
+        (K::SafeLog, Op::Elementwise(E::SafeLog(SafeLog { eps }))) => {
             away(inputs[0], *eps) && all(inputs[0], &|v| v <= *eps || v > DOMAIN_MARGIN)
         }
-        (K::Pow, Op::Elementwise(E::Pow { exponent })) => {
+        (K::Pow, Op::Elementwise(E::Pow(Pow { exponent }))) => {
             let whole = exponent.fract() == 0.0 && *exponent >= 0.0;
             whole || positive(inputs[0])
         }
-        (K::Clamp, Op::Elementwise(E::Clamp { min, max })) => {
+        (K::Clamp, Op::Elementwise(E::Clamp(Clamp { min, max }))) => {
             min.is_none_or(|m| away(inputs[0], m)) && max.is_none_or(|m| away(inputs[0], m))
         }
-        (K::Softplus, Op::Activation(A::Softplus { beta, threshold })) => {
+        (K::Softplus, Op::Activation(A::Softplus(Softplus { beta, threshold }))) => {
             all(inputs[0], &|v| (v * beta - threshold).abs() > KINK_MARGIN)
         }
         (K::Maximum | K::Minimum, _) => {
@@ -905,7 +931,9 @@ pub fn is_generic(op: &Op, inputs: &[&Tensor<f64>]) -> bool {
                 _ => false,
             }
         }
-        (K::Amax, Op::Reduce(Red::Amax { axes, .. })) => no_near_ties(inputs[0], axes.as_deref()),
+        (K::Amax, Op::Reduce(Red::Amax(Amax { axes, .. }))) => {
+            no_near_ties(inputs[0], axes.as_deref())
+        }
         (K::Nn(_), Op::Nn(op)) => nn::is_generic_nn(op, inputs),
         (
             K::Add

@@ -1,6 +1,6 @@
 //! PyTorch's options of the class-label losses: per-class `weight`, `ignore_index` and (for
 //! cross_entropy) `label_smoothing`, with their per-sample losses, gradients and tangents written
-//! out. A loss with no option set keeps the plain path in `mod.rs`, which these formulas reduce to.
+//! out. With no option set, a loss keeps the plain path of `label_losses.rs`, which they reduce to.
 
 use std::sync::Arc;
 use tapegrad_tensor::kernels::{exp_sum, pairwise_sum, pairwise_sum_by};

@@ -3,7 +3,7 @@
 //! `gather`, `scatter_add` and `select`. An out-of-range index is `Error::Index` naming it and the bound.
 
 use super::{index_i64, when};
-use crate::ops::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
+use crate::ops::{linear_shell, Arity, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use std::sync::Arc;
 use tapegrad_tensor::kernels::softmax::split_at_axis;
@@ -323,9 +323,6 @@ impl OpRules for IndexSelect {
     fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
         Ok(self.geometry(inputs[0])?.3)
     }
-    fn saves(&self) -> Saves {
-        Saves::NOTHING
-    }
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         let (outer, len, inner, shape) = self.geometry(x[0].shape())?;
         let data = take_along(x[0].data(), outer, len, inner, &self.index.data);
@@ -337,14 +334,7 @@ impl OpRules for IndexSelect {
         let data = put_along(cot.data(), outer, len, inner, &self.index.data);
         Ok(smallvec![Some(Tensor::from_shape(x.clone(), data)?)])
     }
-    fn jvp<S: Scalar>(
-        &self,
-        _x: &[&Tensor<S>],
-        _out: &Forward<S>,
-        t: &[&Tensor<S>],
-    ) -> Result<Tensor<S>> {
-        Ok(self.forward(t)?.value)
-    }
+    linear_shell!();
 }
 
 /// Visits every position of `index` (row-major), giving `(position, offset into target)` where
@@ -441,9 +431,6 @@ impl OpRules for Gather {
         check_scatter_index(self.name(), &self.index, self.dim, inputs[0], None)?;
         Ok(self.index.shape.clone())
     }
-    fn saves(&self) -> Saves {
-        Saves::NOTHING
-    }
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         Ok(Forward::new(self.gather(x[0])?))
     }
@@ -457,14 +444,7 @@ impl OpRules for Gather {
         });
         Ok(smallvec![Some(Tensor::from_shape(x.clone(), dx)?)])
     }
-    fn jvp<S: Scalar>(
-        &self,
-        _x: &[&Tensor<S>],
-        _out: &Forward<S>,
-        t: &[&Tensor<S>],
-    ) -> Result<Tensor<S>> {
-        self.gather(t[0])
-    }
+    linear_shell!();
 }
 
 impl ScatterAdd {
@@ -491,9 +471,6 @@ impl OpRules for ScatterAdd {
         self.axis(inputs[0], inputs[1])?;
         Ok(inputs[0].clone())
     }
-    fn saves(&self) -> Saves {
-        Saves::NOTHING
-    }
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         Ok(Forward::new(self.scatter(x[0], x[1])?))
     }
@@ -511,14 +488,7 @@ impl OpRules for ScatterAdd {
             })?,
         ])
     }
-    fn jvp<S: Scalar>(
-        &self,
-        _x: &[&Tensor<S>],
-        _out: &Forward<S>,
-        t: &[&Tensor<S>],
-    ) -> Result<Tensor<S>> {
-        self.scatter(t[0], t[1])
-    }
+    linear_shell!();
 }
 
 impl Select {
@@ -561,9 +531,6 @@ impl OpRules for Select {
     fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
         Ok(self.geometry(inputs[0])?.4)
     }
-    fn saves(&self) -> Saves {
-        Saves::NOTHING
-    }
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         Ok(Forward::new(self.select(x[0])?))
     }
@@ -596,14 +563,7 @@ impl OpRules for Select {
             }
         }))])
     }
-    fn jvp<S: Scalar>(
-        &self,
-        _x: &[&Tensor<S>],
-        _out: &Forward<S>,
-        t: &[&Tensor<S>],
-    ) -> Result<Tensor<S>> {
-        self.select(t[0])
-    }
+    linear_shell!();
 }
 
 impl std::fmt::Display for Embedding {
@@ -616,26 +576,17 @@ impl std::fmt::Display for Embedding {
     }
 }
 
-impl std::fmt::Display for IndexSelect {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "index_select(dim={}, index={})", self.dim, self.index)
-    }
+/// `Display` of the ops with a `dim` and an `index`: `name(dim=.., index=..)`.
+macro_rules! display_dim_index {
+    ($($op:ty),*) => {
+        $(
+            impl std::fmt::Display for $op {
+                fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    write!(f, "{}(dim={}, index={})", self.name(), self.dim, self.index)
+                }
+            }
+        )*
+    };
 }
 
-impl std::fmt::Display for Gather {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "gather(dim={}, index={})", self.dim, self.index)
-    }
-}
-
-impl std::fmt::Display for ScatterAdd {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "scatter_add(dim={}, index={})", self.dim, self.index)
-    }
-}
-
-impl std::fmt::Display for Select {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "select(dim={}, index={})", self.dim, self.index)
-    }
-}
+display_dim_index!(IndexSelect, Gather, ScatterAdd, Select);

@@ -18,7 +18,7 @@ pub use norm::{batch_stats, BatchNorm, BatchStats, GroupNorm, LayerNorm};
 pub use pad::{NamedPadding, PaddingMode};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
 
-use super::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
+use super::{family_dispatch, Arity, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// Neural-network operations; each variant holds the op's attributes.
@@ -63,43 +63,7 @@ macro_rules! each {
     };
 }
 
-impl OpRules for NnOp {
-    fn arity(&self) -> Arity {
-        each!(self, op => op.arity())
-    }
-    fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
-        each!(self, op => op.output_shape(inputs))
-    }
-    fn saves(&self) -> Saves {
-        each!(self, op => op.saves())
-    }
-    fn saves_for(&self, needs: &[bool]) -> Saves {
-        each!(self, op => op.saves_for(needs))
-    }
-    fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
-        each!(self, op => op.forward(x))
-    }
-    fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
-        each!(self, op => op.vjp(ctx, cot))
-    }
-    fn jvp<S: Scalar>(
-        &self,
-        x: &[&Tensor<S>],
-        out: &Forward<S>,
-        t: &[&Tensor<S>],
-    ) -> Result<Tensor<S>> {
-        each!(self, op => op.jvp(x, out, t))
-    }
-    fn check_domain<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<()> {
-        each!(self, op => op.check_domain(x))
-    }
-}
-
-impl std::fmt::Display for NnOp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        each!(self, op => write!(f, "{op}"))
-    }
-}
+family_dispatch!(NnOp, each);
 
 impl From<NnOp> for super::Op {
     fn from(op: NnOp) -> super::Op {

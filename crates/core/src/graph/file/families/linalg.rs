@@ -2,20 +2,21 @@
 //! arguments), transpose (`dim0`, `dim1`) and permute (`dims`).
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
+use crate::ops::linalg::{Linear, Matmul, Permute, Transpose};
 use crate::ops::{LinalgOp as L, Op, OpKind as K};
 use crate::Result;
 
 pub(super) fn parse(kind: K, args: usize, a: &mut Attrs) -> Result<Op> {
     let op = match kind {
-        K::Matmul => L::Matmul,
-        K::Linear => L::Linear { bias: args == 3 },
-        K::Transpose => L::Transpose {
+        K::Matmul => L::Matmul(Matmul),
+        K::Linear => L::Linear(Linear { bias: args == 3 }),
+        K::Transpose => L::Transpose(Transpose {
             dim0: a.isize_req("dim0")?,
             dim1: a.isize_req("dim1")?,
-        },
-        K::Permute => L::Permute {
+        }),
+        K::Permute => L::Permute(Permute {
             dims: a.isizes_req("dims")?,
-        },
+        }),
         other => return Err(not_writable(other.label())),
     };
     Ok(Op::Linalg(op))
@@ -24,12 +25,12 @@ pub(super) fn parse(kind: K, args: usize, a: &mut Attrs) -> Result<Op> {
 pub(super) fn write(op: &L, w: &mut AttrWriter) -> Result<()> {
     #[allow(unreachable_patterns)]
     match op {
-        L::Matmul | L::Linear { .. } => {}
-        L::Transpose { dim0, dim1 } => {
+        L::Matmul(Matmul) | L::Linear(Linear { .. }) => {}
+        L::Transpose(Transpose { dim0, dim1 }) => {
             w.int("dim0", dim0);
             w.int("dim1", dim1);
         }
-        L::Permute { dims } => w.ints("dims", dims),
+        L::Permute(Permute { dims }) => w.ints("dims", dims),
         other => return Err(not_writable(crate::ops::OpRules::name(other))),
     }
     Ok(())

@@ -9,6 +9,9 @@
 //! and `label_smoothing`.
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
+use crate::ops::loss::{
+    BinaryCrossEntropyWithLogits, CrossEntropy, CrossEntropyProbs, MseLoss, NllLoss,
+};
 use crate::ops::{LossOp as Lo, Op, OpKind as K, Reduction};
 use crate::{Error, Result};
 use std::sync::Arc;
@@ -87,35 +90,35 @@ pub(super) fn parse(kind: K, args: usize, a: &mut Attrs) -> Result<Op> {
     let op = match kind {
         // PyTorch's cross_entropy with a probability target: two arguments, no `targets`.
         K::CrossEntropyProbs | K::CrossEntropy if args == 2 || kind == K::CrossEntropyProbs => {
-            Lo::CrossEntropyProbs {
+            Lo::CrossEntropyProbs(CrossEntropyProbs {
                 reduction: reduction(a)?,
                 weight: a.f64s("weight")?.map(Arc::new),
                 label_smoothing: a.f64_or("label_smoothing", 0.0)?,
-            }
+            })
         }
-        K::MseLoss => Lo::MseLoss {
+        K::MseLoss => Lo::MseLoss(MseLoss {
             reduction: reduction(a)?,
-        },
-        K::CrossEntropy => Lo::CrossEntropy {
+        }),
+        K::CrossEntropy => Lo::CrossEntropy(CrossEntropy {
             targets: labels(a)?,
             reduction: reduction(a)?,
             weight: a.f64s("weight")?.map(Arc::new),
             ignore_index: ignore_index(a)?,
             label_smoothing: a.f64_or("label_smoothing", 0.0)?,
-        },
+        }),
         K::BinaryCrossEntropyWithLogits | K::WeightedBinaryCrossEntropyWithLogits => {
-            Lo::BinaryCrossEntropyWithLogits {
+            Lo::BinaryCrossEntropyWithLogits(BinaryCrossEntropyWithLogits {
                 reduction: reduction(a)?,
                 pos_weight: factors(kind.label(), a, FACTORS[0])?,
                 weight: factors(kind.label(), a, FACTORS[1])?,
-            }
+            })
         }
-        K::NllLoss => Lo::NllLoss {
+        K::NllLoss => Lo::NllLoss(NllLoss {
             targets: labels(a)?,
             reduction: reduction(a)?,
             weight: a.f64s("weight")?.map(Arc::new),
             ignore_index: ignore_index(a)?,
-        },
+        }),
         other => return Err(not_writable(other.label())),
     };
     Ok(Op::Loss(op))
@@ -124,12 +127,12 @@ pub(super) fn parse(kind: K, args: usize, a: &mut Attrs) -> Result<Op> {
 pub(super) fn write(op: &Lo, w: &mut AttrWriter) -> Result<()> {
     #[allow(unreachable_patterns)]
     match op {
-        Lo::MseLoss { reduction } => w.str("reduction", reduction.name()),
-        Lo::BinaryCrossEntropyWithLogits {
+        Lo::MseLoss(MseLoss { reduction }) => w.str("reduction", reduction.name()),
+        Lo::BinaryCrossEntropyWithLogits(BinaryCrossEntropyWithLogits {
             reduction,
             pos_weight,
             weight,
-        } => {
+        }) => {
             w.str("reduction", reduction.name());
             for (keys, t) in FACTORS.into_iter().zip([pos_weight, weight]) {
                 if let Some(t) = t {
@@ -137,29 +140,29 @@ pub(super) fn write(op: &Lo, w: &mut AttrWriter) -> Result<()> {
                 }
             }
         }
-        Lo::CrossEntropy {
+        Lo::CrossEntropy(CrossEntropy {
             targets,
             reduction,
             weight,
             ignore_index,
             label_smoothing,
-        } => {
+        }) => {
             class_labels(w, targets, *reduction, weight, *ignore_index);
             if *label_smoothing != 0.0 {
                 w.f64("label_smoothing", *label_smoothing);
             }
         }
-        Lo::NllLoss {
+        Lo::NllLoss(NllLoss {
             targets,
             reduction,
             weight,
             ignore_index,
-        } => class_labels(w, targets, *reduction, weight, *ignore_index),
-        Lo::CrossEntropyProbs {
+        }) => class_labels(w, targets, *reduction, weight, *ignore_index),
+        Lo::CrossEntropyProbs(CrossEntropyProbs {
             reduction,
             weight,
             label_smoothing,
-        } => {
+        }) => {
             w.str("reduction", reduction.name());
             if let Some(weight) = weight {
                 w.floats("weight", weight);

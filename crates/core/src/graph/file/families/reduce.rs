@@ -3,17 +3,18 @@
 //! integer) for softmax and log_softmax.
 
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
+use crate::ops::reduce::{LogSoftmax, Softmax};
 use crate::ops::{Op, OpKind as K, ReduceOp as R};
 use crate::Result;
 
 pub(super) fn parse(kind: K, _args: usize, a: &mut Attrs) -> Result<Op> {
     let op = match kind {
-        K::Softmax => R::Softmax {
+        K::Softmax => R::Softmax(Softmax {
             axis: a.isize_req("axis")?,
-        },
-        K::LogSoftmax => R::LogSoftmax {
+        }),
+        K::LogSoftmax => R::LogSoftmax(LogSoftmax {
             axis: a.isize_req("axis")?,
-        },
+        }),
         other => {
             let (axes, keepdim) = (a.isizes("axes")?, a.bool_or("keepdim", false)?);
             R::over_axes(other, axes, keepdim).ok_or_else(|| not_writable(other.label()))?
@@ -31,7 +32,7 @@ pub(super) fn write(op: &R, w: &mut AttrWriter) -> Result<()> {
         return Ok(());
     }
     match op {
-        R::Softmax { axis } | R::LogSoftmax { axis } => w.int("axis", axis),
+        R::Softmax(Softmax { axis }) | R::LogSoftmax(LogSoftmax { axis }) => w.int("axis", axis),
         other => return Err(not_writable(crate::ops::OpRules::name(other))),
     }
     Ok(())
