@@ -8,7 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 use tapegrad_core::graph::{distinct_bytes, CompiledGraph, Graph};
 use tapegrad_core::laws::{random_program, ProgramConfig};
-use tapegrad_core::ops::elementwise::{Exp, Neg, Scale, Sin, Where};
+use tapegrad_core::ops::elementwise::{Add, Exp, Neg, Scale, Sin, Where};
 use tapegrad_core::ops::loss::CrossEntropyProbs;
 use tapegrad_core::ops::nn::{LayerNorm, MaxPool2d};
 use tapegrad_core::ops::{Aux, ElementwiseOp, LossOp, Mask, Reduction, Saved};
@@ -447,5 +447,39 @@ fn a_node_of_three_arguments_requires_grad_only_through_an_argument() {
             "{}",
             tape.node_saved_bytes(applied)
         );
+    }
+}
+
+/// `backward_keeping` keeps the cotangent of a node that requires grad and refuses, with an
+/// error naming the slot rather than a panic, an input, a node that requires no grad and a slot
+/// past the graph.
+#[test]
+fn keeping_a_cotangent_is_refused_for_inputs_frozen_nodes_and_slots_past_the_graph() {
+    let mut g = Graph::new();
+    let shape = Shape::new([2]).unwrap();
+    let x = g.input("x", shape.clone(), true).unwrap();
+    let c = g.input("c", shape, false).unwrap();
+    let a = g.node("a", Op::from(Exp), &[x]).unwrap();
+    let b = g.node("b", Op::from(Exp), &[c]).unwrap();
+    let out = g.node("out", Op::from(Add), &[a, b]).unwrap();
+    let compiled = CompiledGraph::new(g);
+    let xs = [t(&[2], &[0.0, 1.0]), t(&[2], &[2.0, 3.0])];
+    let seed = t(&[2], &[1.0, -1.0]);
+    let saved = compiled.forward(&xs).unwrap();
+    let (grads, kept) = saved.backward_keeping(&seed, &[a, out]).unwrap();
+    assert_eq!(kept.len(), 2);
+    for cot in &kept {
+        assert!(same_bits(cot, &seed), "{cot:?}");
+    }
+    let want = t(&[2], &[1.0, -(1.0f64.exp())]);
+    assert!(same_bits(grads[x].as_ref().unwrap(), &want));
+    assert!(grads[c].is_none());
+    for slot in [x, c, b, out + 1, usize::MAX] {
+        let e = compiled
+            .forward(&xs)
+            .unwrap()
+            .backward_keeping(&seed, &[slot])
+            .unwrap_err();
+        assert!(e.to_string().contains(&format!("slot {slot} ")), "{e}");
     }
 }
