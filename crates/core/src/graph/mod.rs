@@ -12,6 +12,7 @@ mod grads;
 mod graph;
 mod jvp;
 mod lower;
+mod recompute;
 mod record;
 mod saved;
 

@@ -6,6 +6,7 @@
 
 use super::backprop::accumulate;
 use super::graph::CONTEXT;
+use super::recompute::Recompute;
 use super::record::{give_back_records, spare_records, Record};
 use super::Graph;
 use crate::ops::{Aux, Forward, Op, Saved, VjpContext};
@@ -33,6 +34,8 @@ struct Plan {
     last_use: Vec<Option<usize>>,
     /// Per slot: the first node that reads it, if any (the backward's last).
     first_use: Vec<Option<usize>>,
+    /// What inputs-only passes recompute in the backward instead of keeping.
+    recompute: Recompute,
 }
 
 impl Plan {
@@ -84,7 +87,7 @@ impl CompiledGraph {
     /// Prepares `graph` for compiled execution.
     pub fn new(graph: Graph) -> Self {
         let requires_grad = graph.requires_grad();
-        let needs = graph
+        let needs: Vec<Vec<bool>> = graph
             .nodes()
             .iter()
             .map(|n| n.args.iter().map(|&a| requires_grad[a]).collect())
@@ -98,6 +101,7 @@ impl CompiledGraph {
             }
         }
         let all_needed = graph.nodes().iter().map(|n| vec![true; n.args.len()]);
+        let recompute = Recompute::plan(&graph, &requires_grad, &needs);
         // Every argument is an earlier slot of a valid graph, so each has a shape.
         let arg_shapes = graph.nodes().iter().map(|n| {
             n.args
@@ -114,6 +118,7 @@ impl CompiledGraph {
                 arg_shapes: arg_shapes.collect(),
                 last_use,
                 first_use,
+                recompute,
                 graph,
             }),
         }
@@ -127,7 +132,19 @@ impl CompiledGraph {
     /// Replaces a node's op by one with other attributes and the same shapes (see
     /// [`Graph::set_op`]), e.g. the class labels of the next batch. Passes already run keep theirs.
     pub fn set_op(&mut self, slot: usize, op: crate::ops::Op) -> Result<()> {
-        Arc::make_mut(&mut self.plan).graph.set_op(slot, op)
+        let plan = Arc::make_mut(&mut self.plan);
+        let n_in = plan.graph.inputs().len();
+        let old = slot
+            .checked_sub(n_in)
+            .and_then(|k| plan.graph.nodes().get(k))
+            .map(|n| (n.op.saves(), n.op.recomputable()));
+        let new = (op.saves(), op.recomputable());
+        plan.graph.set_op(slot, op)?;
+        // Attributes that change what the op keeps or recomputes change the plan.
+        if old != Some(new) {
+            plan.recompute = Recompute::plan(&plan.graph, &plan.requires_grad, &plan.needs);
+        }
+        Ok(())
     }
 
     /// One forward pass keeping only what each node's VJP needs; values are dropped after their
@@ -199,7 +216,7 @@ impl CompiledGraph {
                     let args = [&forward.value];
                     if input_grads_only {
                         let needs = &plan.needs[k];
-                        let saves = node.op.saves_for(needs);
+                        let saves = plan.recompute.saves(k, node.op.saves_for(needs));
                         Record::keep_onto(&mut records, saves, &args, &forward, needs);
                     } else {
                         let needs = &plan.all_needed[k];
@@ -220,7 +237,7 @@ impl CompiledGraph {
             // for it alone keeps only what those contributions read.
             if input_grads_only {
                 let needs = &plan.needs[k];
-                let saves = node.op.saves_for(needs);
+                let saves = plan.recompute.saves(k, node.op.saves_for(needs));
                 Record::keep_onto(&mut records, saves, &args, &forward, needs);
             } else {
                 let needs = &plan.all_needed[k];
@@ -276,6 +293,22 @@ impl<S: Scalar> SavedGraph<S> {
                 format!("no node {k}: the graph has {} nodes", self.records.len()),
             )
         })
+    }
+
+    /// Bytes held for backward per node, in graph order: each node's kept buffers that no
+    /// earlier node kept (so the entries sum to [`SavedGraph::kept_bytes`] without the output),
+    /// to see which ops hold a pass's memory.
+    pub fn kept_bytes_by_node(&self) -> Vec<usize> {
+        let mut seen = std::collections::HashSet::new();
+        self.records
+            .iter()
+            .map(|r| {
+                let mut mine = Distinct::default();
+                mine.kept(&r.inputs, r.output.as_ref(), &r.aux);
+                mine.buffers.retain(|&(key, _)| seen.insert(key));
+                mine.bytes()
+            })
+            .collect()
     }
 
     /// Bytes held for backward: distinct buffers among the saved tensors, auxiliary data and
@@ -434,7 +467,10 @@ impl<S: Scalar> SavedGraph<S> {
         watch: &mut impl Watch<S>,
     ) -> Result<Vec<Option<Tensor<S>>>> {
         let SavedGraph {
-            plan, mut records, ..
+            plan,
+            mut records,
+            input_grads_only,
+            ..
         } = self;
         let g = &plan.graph;
         if seeds.len() != g.slots() {
@@ -482,6 +518,10 @@ impl<S: Scalar> SavedGraph<S> {
             if !plan.requires_grad[slot] {
                 records.truncate(k);
                 continue;
+            }
+            // Only a pass for input gradients leaves recomputed values out of its records.
+            if input_grads_only && plan.recompute.reads_recomputed(k) {
+                plan.recompute.restore(g, k, &mut records)?;
             }
             let Some(record) = records.get(k) else {
                 return Err(

@@ -91,6 +91,13 @@ macro_rules! family_dispatch {
             fn vjp_in_place<S: Scalar>(&self, y: &Tensor<S>, cot: &mut Tensor<S>) -> bool {
                 $each!(self, op => op.vjp_in_place(y, cot))
             }
+            #[inline]
+            fn recomputable(&self) -> bool {
+                $each!(self, op => op.recomputable())
+            }
+            fn recompute<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
+                $each!(self, op => op.recompute(x))
+            }
         }
 
         impl std::fmt::Display for $family {
@@ -194,6 +201,20 @@ pub trait OpRules: HasKind {
     #[inline]
     fn vjp_in_place<S: Scalar>(&self, _y: &Tensor<S>, _cot: &mut Tensor<S>) -> bool {
         false
+    }
+    /// Whether the saved graph may recompute this op's value during the backward instead of
+    /// letting the later node that reads it keep it: an op whose forward is cheap beside the
+    /// products around it (a normalisation, an activation read from its input), so a training
+    /// step holds less memory for little time. False by default.
+    #[inline]
+    fn recomputable(&self) -> bool {
+        false
+    }
+    /// The value recomputed for the backward from the forward's own arguments: `forward`'s value
+    /// bit for bit, with any aux the op's VJP may then read instead of redoing that work (GELU's
+    /// slope). `forward` by default.
+    fn recompute<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<Forward<S>> {
+        self.forward(inputs)
     }
 }
 
@@ -384,6 +405,19 @@ impl Op {
     #[inline]
     pub fn vjp_in_place<S: Scalar>(&self, y: &Tensor<S>, cot: &mut Tensor<S>) -> bool {
         dispatch!(self, op => op.vjp_in_place(y, cot))
+    }
+
+    /// Whether the saved graph may recompute the value in the backward
+    /// ([`OpRules::recomputable`]).
+    #[inline]
+    pub fn recomputable(&self) -> bool {
+        dispatch!(self, op => op.recomputable())
+    }
+
+    /// The value recomputed from the forward's arguments ([`OpRules::recompute`]).
+    pub fn recompute<S: Scalar>(&self, inputs: &[&Tensor<S>]) -> Result<Forward<S>> {
+        self.check_arity(inputs.len())?;
+        dispatch!(self, op => op.recompute(inputs))
     }
 
     /// The cotangent has the output's shape.

@@ -9,6 +9,7 @@ mod ops_nn_support;
 mod law1_executed_vs_reference;
 mod law2_tape_vs_graph;
 mod law3_lowered_executed;
+mod law4_recompute;
 mod law4_saved_bits;
 mod law5_adjoint;
 mod law6_finite_differences;

@@ -2,7 +2,7 @@
 //! evaluates Phi in f64 with W. J. Cody's rational approximations (netlib specfun `ANORM`) and an
 //! inline `exp`, branch-free so the loops vectorise; f64 keeps libm's `erfc`, correct to its ulp.
 
-use super::workers::for_each_chunk_mut;
+use super::workers::{for_each_chunk_mut, for_each_part};
 use crate::{DType, Scalar};
 
 /// Elements per thread below which a slice stays on the calling thread (as `par_map`'s maps).
@@ -30,6 +30,24 @@ pub fn gelu_erf_backward<S: Scalar>(g: &[S], x: &[S], out: &mut [S]) {
         let end = start + out.len();
         let (g, x) = (&g[start..end], &x[start..end]);
         pulp::Arch::new().dispatch(Backward { g, x, out })
+    });
+}
+
+/// `value[i] = x[i] * Phi(x[i])` and `slope[i] = Phi(x[i]) + x[i] * phi(x[i])` in one pass (Phi
+/// and phi evaluated once): the bits of [`gelu_erf`] and of the factor [`gelu_erf_backward`]
+/// multiplies by, for a backward that recomputes the value and needs the slope next.
+pub fn gelu_erf_with_slope<S: Scalar>(x: &[S], value: &mut [S], slope: &mut [S]) {
+    let len = x.len().min(value.len()).min(slope.len());
+    let threads = super::num_threads().min(len / MIN_PER_THREAD).max(1);
+    // Elementwise, so the bits do not depend on the split.
+    let per_part = len.div_ceil(threads).next_multiple_of(16).max(1);
+    let parts: Vec<_> = x[..len]
+        .chunks(per_part)
+        .zip(value[..len].chunks_mut(per_part))
+        .zip(slope[..len].chunks_mut(per_part))
+        .collect();
+    for_each_part(parts, |((x, value), slope)| {
+        pulp::Arch::new().dispatch(Both { x, value, slope })
     });
 }
 
@@ -94,6 +112,26 @@ impl<S: Scalar> pulp::WithSimd for Backward<'_, S> {
     fn with_simd<V: pulp::Simd>(self, _simd: V) {
         for ((o, &g), &x) in self.out.iter_mut().zip(self.g).zip(self.x) {
             *o = g * gelu_erf_slope(x);
+        }
+    }
+}
+
+struct Both<'a, S> {
+    x: &'a [S],
+    value: &'a mut [S],
+    slope: &'a mut [S],
+}
+
+impl<S: Scalar> pulp::WithSimd for Both<'_, S> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<V: pulp::Simd>(self, _simd: V) {
+        let outs = self.value.iter_mut().zip(self.slope.iter_mut());
+        for ((v, s), &x) in outs.zip(self.x) {
+            let x = x.to_f64();
+            let (cdf, pdf) = normal_cdf_density::<S>(x);
+            *v = S::from_f64(x * cdf);
+            *s = S::from_f64(if pdf == 0.0 { cdf } else { cdf + x * pdf });
         }
     }
 }
@@ -351,5 +389,29 @@ mod tests {
         for (&x, &o) in xs.iter().zip(&out) {
             assert_eq!(o.to_bits(), (x * phi(x)).to_bits(), "gelu({x})");
         }
+    }
+
+    /// The fused pass gives the bits of the value kernel and of the slope the backward kernel
+    /// multiplies by (a cotangent of ones), specials included, in f32 and f64.
+    fn check_fused<S: Scalar>(xs: &[S]) {
+        let n = xs.len();
+        let (mut value, mut slope) = (vec![S::ZERO; n], vec![S::ZERO; n]);
+        gelu_erf_with_slope(xs, &mut value, &mut slope);
+        let (mut want_value, mut want_slope) = (vec![S::ZERO; n], vec![S::ZERO; n]);
+        gelu_erf(xs, &mut want_value);
+        gelu_erf_backward(&vec![S::ONE; n], xs, &mut want_slope);
+        for i in 0..n {
+            let bits = |v: S| v.to_f64().to_bits();
+            assert_eq!(bits(value[i]), bits(want_value[i]), "gelu({:?})", xs[i]);
+            assert_eq!(bits(slope[i]), bits(want_slope[i]), "gelu'({:?})", xs[i]);
+        }
+    }
+
+    #[test]
+    fn value_and_slope_in_one_pass_have_the_bits_of_the_two_kernels() {
+        let mut xs = arguments();
+        xs.extend([f64::NEG_INFINITY, f64::INFINITY, f64::NAN, 40.0, -40.0]);
+        check_fused::<f64>(&xs);
+        check_fused::<f32>(&xs.iter().map(|&x| x as f32).collect::<Vec<_>>());
     }
 }

@@ -3,7 +3,7 @@
 //! sigmoid, free of cancellation). The derivative is read from the input.
 
 use super::{activation_shell, sigmoid, ActivationRules};
-use crate::ops::{s, Arity, Forward, Grads, OpRules, Saves, VjpContext};
+use crate::ops::{s, Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::gelu;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
@@ -42,6 +42,27 @@ impl ActivationRules for Gelu {
             GeluApproximate::Tanh => x.map(gelu_tanh),
         }
     }
+    fn apply_derivative_kept<S: Scalar>(
+        &self,
+        d: &Tensor<S>,
+        saved: &Tensor<S>,
+        aux: &Aux<S>,
+    ) -> Result<Tensor<S>> {
+        match (self.approximate, aux) {
+            (GeluApproximate::None, Aux::Tensors(kept))
+                if kept.len() == 1 && kept[0].shape() == d.shape() =>
+            {
+                // The slope `recompute` left: the product the slice kernel forms, same bits.
+                let (g, slope) = (d.data(), kept[0].data());
+                Ok(Tensor::from_writer(d.shape().clone(), |out| {
+                    for ((o, &g), &s) in out.iter_mut().zip(g).zip(slope) {
+                        *o = g * s;
+                    }
+                }))
+            }
+            _ => self.apply_derivative(d, saved),
+        }
+    }
     fn apply_derivative<S: Scalar>(&self, d: &Tensor<S>, saved: &Tensor<S>) -> Result<Tensor<S>> {
         let name = self.name();
         match self.approximate {
@@ -62,6 +83,25 @@ impl ActivationRules for Gelu {
 
 impl OpRules for Gelu {
     activation_shell!();
+
+    /// The erf form's value with its slope beside it, both from one evaluation of Phi and phi:
+    /// the backward that recomputes the value for the next layer's weight gradient then needs
+    /// the slope next, and reads it from the aux data instead of evaluating them again.
+    fn recompute<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
+        match (self.approximate, x) {
+            (GeluApproximate::None, [x]) if x.numel() > 1 => {
+                let mut slope = Tensor::zeros(x.shape());
+                let value = Tensor::from_writer(x.shape().clone(), |out| {
+                    gelu::gelu_erf_with_slope(x.data(), out, slope.data_mut())
+                });
+                Ok(Forward {
+                    value,
+                    aux: Aux::Tensors(vec![slope]),
+                })
+            }
+            _ => self.forward(x),
+        }
+    }
 }
 
 impl std::fmt::Display for Gelu {

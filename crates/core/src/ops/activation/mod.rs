@@ -11,7 +11,7 @@ pub use gelu::{Gelu, GeluApproximate};
 pub use rectifiers::{LeakyRelu, Relu};
 pub use smooth::{Sigmoid, Silu, Softplus, Tanh};
 
-use super::{family_dispatch, Arity, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
+use super::{family_dispatch, Arity, Aux, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
 use tapegrad_tensor::{Result, Scalar, Shape, Tensor};
 
 /// Elementwise activation functions (one argument, output of the same shape), each variant
@@ -61,6 +61,18 @@ trait ActivationRules {
     /// Multiplies `d` (a cotangent or a tangent) elementwise by the local derivative, read from
     /// `saved` (the output or the input, see `DERIVATIVE_OF_OUTPUT`).
     fn apply_derivative<S: Scalar>(&self, d: &Tensor<S>, saved: &Tensor<S>) -> Result<Tensor<S>>;
+
+    /// As `apply_derivative`, in a VJP whose record holds `aux`: what a recomputation of the
+    /// value left there (`OpRules::recompute`), which an activation may read instead of
+    /// evaluating its derivative again, with the same bits. `apply_derivative` by default.
+    fn apply_derivative_kept<S: Scalar>(
+        &self,
+        d: &Tensor<S>,
+        saved: &Tensor<S>,
+        _aux: &Aux<S>,
+    ) -> Result<Tensor<S>> {
+        self.apply_derivative(d, saved)
+    }
 }
 
 /// The op contract of an activation from its `ActivationRules`: one argument, an output of its
@@ -93,6 +105,12 @@ macro_rules! activation_shell {
             }
         }
 
+        /// An activation read from its input keeps that input, from which its value is one
+        /// elementwise pass: cheaper to redo in the backward than to keep.
+        fn recomputable(&self) -> bool {
+            !Self::DERIVATIVE_OF_OUTPUT
+        }
+
         fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
             let x = x.first().ok_or_else(|| Error::Arity {
                 op: self.name(),
@@ -112,7 +130,9 @@ macro_rules! activation_shell {
             } else {
                 ctx.input(name, 0)?
             };
-            Ok(smallvec![Some(self.apply_derivative(cot, saved)?)])
+            Ok(smallvec![Some(
+                self.apply_derivative_kept(cot, saved, ctx.aux)?
+            )])
         }
 
         fn jvp<S: Scalar>(

@@ -5,7 +5,7 @@
 //! -inf) has output 0 and passes no gradient (a documented choice).
 
 use super::dropout::dropout_mask;
-use crate::ops::{Arity, Aux, Forward, Grads, Mask, OpRules, Saves, VjpContext};
+use crate::ops::{Arity, Forward, Grads, Mask, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::alloc::ensure_allocatable;
 use tapegrad_tensor::kernels::{
@@ -347,16 +347,6 @@ fn causal_softmax_rows<S: Scalar>(g: &Geometry, p: &mut [S]) {
     }
 }
 
-fn weights_of<'a, S: Scalar>(aux: &'a Aux<S>, scores: &Shape) -> Result<&'a Tensor<S>> {
-    match aux {
-        Aux::Tensors(ts) if ts.len() == 1 && ts[0].shape() == scores => Ok(&ts[0]),
-        _ => Err(Error::invalid(
-            "scaled_dot_product_attention",
-            format!("the attention weights of shape {scores} were not kept by the forward pass"),
-        )),
-    }
-}
-
 fn add<S: Scalar>(a: Tensor<S>, b: &Tensor<S>) -> Result<Tensor<S>> {
     a.zip_map(b, "scaled_dot_product_attention", |x, y| x + y)
 }
@@ -373,10 +363,15 @@ impl OpRules for ScaledDotProductAttention {
     fn output_shape(&self, inputs: &[&Shape]) -> Result<Shape> {
         Ok(self.geometry(inputs)?.out)
     }
-    /// Query, key and value (not the float mask: its effect is in the weights); the attention
-    /// weights travel in `Aux`, and the dropout mask is regenerated from the seed.
+    /// Query, key and value, and the float mask when there is one: the VJP recomputes the
+    /// attention weights from them (as flash attention does) rather than keep a scores-sized
+    /// tensor per call, and regenerates the dropout mask from the seed.
     fn saves(&self) -> Saves {
-        Saves::inputs(&[0, 1, 2])
+        if self.float_mask {
+            Saves::inputs(&[0, 1, 2, 3])
+        } else {
+            Saves::inputs(&[0, 1, 2])
+        }
     }
     fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         let g = self.geometry(&Self::shapes_of(x))?;
@@ -384,16 +379,17 @@ impl OpRules for ScaledDotProductAttention {
         ensure_allocatable::<S>(self.name(), &g.scores)?;
         let p = self.weights(&g, x[0], x[1], x.get(3).copied())?;
         let out = batched_matmul(&self.dropped(&p)?, false, x[2], false)?;
-        Ok(Forward {
-            value: out,
-            aux: Aux::Tensors(vec![p]),
-        })
+        Ok(Forward::new(out))
     }
     fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
         let op = self.name();
         let shapes: Vec<&Shape> = ctx.input_shapes.iter().collect();
         let g = self.geometry(&shapes)?;
-        let p = weights_of(ctx.aux, &g.scores)?;
+        let mask = match self.float_mask {
+            true => Some(ctx.input(op, 3)?),
+            false => None,
+        };
+        let p = &self.weights(&g, ctx.input(op, 0)?, ctx.input(op, 1)?, mask)?;
         let score_grad_needed = ctx.needs(0) || ctx.needs(1) || (self.float_mask && ctx.needs(3));
         // The gradient of the pre-softmax scores `q k^T * scale + mask`; the weights were
         // broadcast over the value's extra leading dimensions, if any.
@@ -452,11 +448,11 @@ impl OpRules for ScaledDotProductAttention {
     fn jvp<S: Scalar>(
         &self,
         x: &[&Tensor<S>],
-        out: &Forward<S>,
+        _out: &Forward<S>,
         t: &[&Tensor<S>],
     ) -> Result<Tensor<S>> {
         let g = self.geometry(&Self::shapes_of(x))?;
-        let p = weights_of(&out.aux, &g.scores)?;
+        let p = &self.weights(&g, x[0], x[1], x.get(3).copied())?;
         // d(pre-softmax scores) = (dq k^T + q dk^T) * scale + d mask.
         let mut dz = scaled(
             &add(

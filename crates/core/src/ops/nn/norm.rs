@@ -499,6 +499,10 @@ macro_rules! group_stats_rules {
             fn saves(&self) -> Saves {
                 saves_input_and_weight(self.weight)
             }
+            /// The input and weight are kept anyway; the normalised value is two passes over them.
+            fn recomputable(&self) -> bool {
+                true
+            }
             fn forward<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
                 let grouping = self.grouping(x[0].shape())?;
                 group_stats_forward(&grouping, self.eps, x, self.weight, self.bias)
