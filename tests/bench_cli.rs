@@ -113,6 +113,26 @@ fn peak_and_mlp_report_gflops_against_the_machine() {
 }
 
 #[test]
+fn generate_reports_tokens_per_second_at_the_presets_sizes() {
+    let v = bench_json(&["generate", "--tokens", "20"]);
+    common(&v, "generate", 1, "eager");
+    for (key, size) in [
+        ("tokens", 20),
+        ("context", 64),
+        ("layers", 4),
+        ("embd", 128),
+        ("heads", 4),
+    ] {
+        assert_eq!(v[key], size, "{v}");
+    }
+    // ms_per_step is per generated token; tokens/s is its median's inverse.
+    let ms = spread(&v, "ms_per_step", "ms");
+    let tokens_per_s = v["tokens_per_s"].as_f64().unwrap();
+    assert!(tokens_per_s > 0.0 && tokens_per_s.is_finite(), "{v}");
+    assert!((tokens_per_s * ms * 1e-3 - 1.0).abs() <= 1e-9, "{v}");
+}
+
+#[test]
 fn bad_flags_are_usage_errors() {
     let dir = tempdir("bench-flags");
     for (args, says) in [
@@ -132,6 +152,15 @@ fn bad_flags_are_usage_errors() {
             &["bench", "peak", "--backend", "compiled"],
             "mlp and gpt workloads only",
         ),
+        (
+            &["bench", "generate", "--backend", "compiled"],
+            "generate records no tape",
+        ),
+        (&["bench", "generate", "--tokens", "0"], "--tokens"),
+        (
+            &["bench", "generate", "--heads", "3"],
+            "the width 128 must be a multiple of the heads 3",
+        ),
         (&["bench", "mlp", "--backend", "jit"], "jit"),
         // Sizes no machine can hold: refused before allocating, not an allocation abort.
         (
@@ -145,6 +174,10 @@ fn bad_flags_are_usage_errors() {
         (
             &["bench", "mlp", "--batch", "100000000000"],
             "--batch 100000000000 needs about",
+        ),
+        (
+            &["bench", "generate", "--embd", "100000000"],
+            "--layers/--embd/--context needs about",
         ),
     ] {
         let err = fails(args, &dir);

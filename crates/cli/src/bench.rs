@@ -1,5 +1,6 @@
 //! `tapegrad bench`: timing of whole workloads (an MLP training step on either backend, the
-//! tape-overhead chain, square sgemm, a conv2d forward + backward), reported as median and spread
+//! tape-overhead chain, square sgemm, a conv2d forward + backward, the GPT preset's training step
+//! and its sampling with a key/value cache), reported as median and spread
 //! (min, quartiles, max) over repetitions, as a table or one JSON object per workload; each report
 //! names the vector instruction set the kernels dispatched to on this CPU, and `peak` measures
 //! the machine's own FMA ceiling that the GFLOP/s figures are read against.
@@ -17,6 +18,8 @@ use tapegrad_nn::gpt::GptPreset;
 use tapegrad_nn::{make_backend, Backend as StepBackend, BackendKind};
 use tapegrad_tensor::benchmarking::fma_peak_gflops;
 use tapegrad_tensor::kernels::{batched_matmul, matmul, simd_level};
+
+mod generate;
 
 /// Arguments of `tapegrad bench`.
 #[derive(Debug, Args)]
@@ -68,6 +71,22 @@ pub enum Workload {
     Gpt {
         #[arg(long, default_value_t = GptPreset::SHAKESPEARE.batch_size)]
         batch: usize,
+        #[arg(long, default_value_t = GptPreset::SHAKESPEARE.context)]
+        context: usize,
+        #[arg(long, default_value_t = GptPreset::SHAKESPEARE.layers)]
+        layers: usize,
+        #[arg(long, default_value_t = GptPreset::SHAKESPEARE.embd)]
+        embd: usize,
+        #[arg(long, default_value_t = GptPreset::SHAKESPEARE.heads)]
+        heads: usize,
+    },
+    /// Sampling `--tokens` characters from a one-character prompt with the preset's model (seeded
+    /// weights, the embedded text's vocabulary) as `tapegrad generate` does: key/value cache,
+    /// temperature 1, no top-k, a fixed seed, f32; the window slides past the context. Reports
+    /// tokens/s of a whole run and `ms_per_step` per generated token.
+    Generate {
+        #[arg(long, default_value_t = 500)]
+        tokens: usize,
         #[arg(long, default_value_t = GptPreset::SHAKESPEARE.context)]
         context: usize,
         #[arg(long, default_value_t = GptPreset::SHAKESPEARE.layers)]
@@ -282,7 +301,7 @@ pub fn run(args: BenchArgs) -> CliResult {
     let is_mlp = matches!(args.workload, Workload::Mlp { .. } | Workload::Gpt { .. });
     if args.backend == BackendArg::Compiled && !is_mlp {
         return Err(CliError::Usage(
-            "--backend compiled applies to the mlp and gpt workloads only; chain, matmul, conv and peak time the eager engine and the kernels".into(),
+            "--backend compiled applies to the mlp and gpt workloads only; chain, matmul, conv and peak time the eager engine and the kernels, and generate records no tape".into(),
         ));
     }
     crate::engine_flags::set_threads(args.threads)?;
@@ -386,6 +405,13 @@ pub fn run(args: BenchArgs) -> CliResult {
             embd,
             heads,
         } => gpt(&args, kind, [batch, context, layers, embd, heads])?,
+        Workload::Generate {
+            tokens,
+            context,
+            layers,
+            embd,
+            heads,
+        } => generate::generate(&args, backend, tokens, [context, layers, embd, heads])?,
         Workload::Peak => {
             let bursts = args.reps.unwrap_or(50_000);
             let gflops = fma_peak_gflops(args.threads, bursts);

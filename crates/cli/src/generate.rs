@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use tapegrad_nn::data::text::encode;
 use tapegrad_nn::gpt::checkpoint::GptCheckpoint;
-use tapegrad_nn::gpt::generate::{sample, Generator, Sampling};
+use tapegrad_nn::gpt::generate::{continue_prompt, Generator, Sampling};
 use tapegrad_tensor::Scalar;
 
 /// Arguments of `tapegrad generate`.
@@ -80,19 +80,13 @@ fn generate_typed<S: Scalar>(
         source: e,
     };
     write!(out, "{prompt}").map_err(io)?;
-    let mut logits = None;
-    for &id in &ids {
-        logits = Some(gen.push(id)?);
-    }
-    for _ in 0..args.tokens {
-        let Some(l) = &logits else { break };
-        let next = sample(l, sampling, &mut rng);
+    continue_prompt(&mut gen, &ids, args.tokens, sampling, &mut rng, |next| {
         if let Some(c) = vocab.get(next as usize) {
             write!(out, "{c}").map_err(io)?;
             out.flush().map_err(io)?;
         }
-        logits = Some(gen.push(next)?);
-    }
+        Ok::<(), CliError>(())
+    })?;
     writeln!(out).map_err(io)?;
     Ok(std::process::ExitCode::SUCCESS)
 }

@@ -233,6 +233,35 @@ fn add<S: Scalar>(a: &Tensor<S>, b: &Tensor<S>) -> NnResult<Tensor<S>> {
     Ok(Tensor::new(a.dims(), data)?)
 }
 
+/// Feeds `prompt` to `gen`, then draws `tokens` ids one at a time with `sampling` from `rng`,
+/// handing each to `emit` as soon as it is drawn: the loop `tapegrad generate` streams and
+/// `tapegrad bench generate` times. The last id drawn is not pushed, as nothing reads the logits
+/// after it; an empty prompt draws nothing.
+pub fn continue_prompt<S: Scalar, E: From<NnError>>(
+    gen: &mut Generator<S>,
+    prompt: &[u32],
+    tokens: usize,
+    sampling: Sampling,
+    rng: &mut ChaCha8Rng,
+    mut emit: impl FnMut(u32) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut logits = None;
+    for &id in prompt {
+        logits = Some(gen.push(id)?);
+    }
+    let Some(mut logits) = logits else {
+        return Ok(());
+    };
+    for drawn in 1..=tokens {
+        let next = sample(&logits, sampling, rng);
+        emit(next)?;
+        if drawn < tokens {
+            logits = gen.push(next)?;
+        }
+    }
+    Ok(())
+}
+
 /// Draws the next token from `logits`: divided by the temperature, restricted to the `top_k`
 /// likeliest (ties at the cut kept), softmax in f64, one uniform draw from `rng`.
 pub fn sample<S: Scalar>(logits: &Tensor<S>, sampling: Sampling, rng: &mut ChaCha8Rng) -> u32 {
