@@ -416,12 +416,12 @@ mod mpi_exchange {
         fn abort(&mut self, error: &NnError) {
             end_job(&self.world, self.rank, self.size, &error.to_string());
         }
-        fn disagree(&mut self, error: &NnError) {
-            // Every rank reports before any ends the job: the barrier holds the first one
-            // back until the last has written its line.
-            eprintln!("error: {error}");
-            self.world.barrier();
-            self.world.abort(2)
+        fn disagree(&mut self, _error: &NnError) {
+            // Every rank found the disagreement together, so every rank returns its error,
+            // prints it and finalises MPI (a collective that all of them reach) before it
+            // exits. An abort here could end the job before `mpiexec` forwarded another rank's
+            // line, however the ranks were synchronised first.
+            self.done = true;
         }
         fn finish(&mut self) {
             self.report();

@@ -50,10 +50,10 @@ pub trait Exchange {
     /// This rank failed on its own (its micro-batch's step) while the others may be waiting in
     /// a collective: end the whole job now, naming the error, rather than leave them hanging.
     fn abort(&mut self, _error: &NnError) {}
-    /// Every rank found, together, that the ranks disagree at the start of the run: end the job
-    /// once each rank has reported `error`. A launcher that ends every rank at the first exit
-    /// (`mpiexec`) would otherwise cut a rank off before it says what it found. The default
-    /// returns, and the run returns the error.
+    /// Every rank found, together, that the ranks disagree at the start of the run; each then
+    /// returns `error` from the run. An exchange whose clean shutdown is a collective (MPI's
+    /// finalize) may take it, since every rank reaches it, so that each rank exits after
+    /// reporting rather than be cut off by another's abort. The default does nothing.
     fn disagree(&mut self, _error: &NnError) {}
     /// The run ended normally on every rank: shut the exchange down cleanly.
     fn finish(&mut self) {}
