@@ -513,6 +513,21 @@ fn conv(args: &BenchArgs, backend: &str, stride: usize) -> Result<Report, CliErr
     ))
 }
 
+/// The preset's GPT at `[context, layers, embd, heads]` over `vocab` characters, without dropout:
+/// the model `bench gpt` trains and `bench generate` samples from.
+fn preset_gpt(vocab: usize, [context, layers, embd, heads]: [usize; 4]) -> tapegrad_nn::ModelSpec {
+    tapegrad_nn::ModelSpec::Gpt {
+        vocab,
+        context,
+        layers,
+        heads,
+        embd,
+        mlp_ratio: GptPreset::SHAKESPEARE.mlp_ratio,
+        dropout: 0.0,
+        tie_weights: false,
+    }
+}
+
 /// The gpt workload: `GptRun::train_step` (windows drawn, forward, backward, clipping, AdamW) of
 /// the preset's model at the given sizes, f32, on the embedded text. FLOPs count the products:
 /// `6 N` per token for the `N` weights of the linears (forward, input and weight gradients) and
@@ -533,16 +548,7 @@ fn gpt(args: &BenchArgs, kind: BackendKind, sizes: [usize; 5]) -> Result<Report,
         4.0 * per_token * (batch * context) as f64,
     )?;
     let data = TextData::load(&TextSource::Shakespeare, context)?;
-    let spec = tapegrad_nn::ModelSpec::Gpt {
-        vocab: data.vocab.len(),
-        context,
-        layers,
-        heads,
-        embd,
-        mlp_ratio: GptPreset::SHAKESPEARE.mlp_ratio,
-        dropout: 0.0,
-        tie_weights: false,
-    };
+    let spec = preset_gpt(data.vocab.len(), [context, layers, embd, heads]);
     let config = GptConfig::preset(TextSource::Shakespeare, spec, batch, 1500);
     let mut run = GptRun::<f32>::new(config, data, make_backend(kind)?)?;
     let st = Stats::of(

@@ -8,8 +8,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tapegrad_nn::data::text::{TextData, TextSource};
 use tapegrad_nn::gpt::generate::{continue_prompt, Generator, Sampling};
-use tapegrad_nn::gpt::GptPreset;
-use tapegrad_nn::{Model, ModelSpec};
+use tapegrad_nn::Model;
 
 /// Times `tokens` characters of sampling at `[context, layers, embd, heads]`, f32. The weights
 /// are the preset's seeded initial ones: the work per token does not depend on their values, and
@@ -27,16 +26,7 @@ pub(super) fn generate(
         ));
     }
     let data = TextData::load(&TextSource::Shakespeare, context)?;
-    let spec = ModelSpec::Gpt {
-        vocab: data.vocab.len(),
-        context,
-        layers,
-        heads,
-        embd,
-        mlp_ratio: GptPreset::SHAKESPEARE.mlp_ratio,
-        dropout: 0.0,
-        tie_weights: false,
-    };
+    let spec = super::preset_gpt(data.vocab.len(), sizes);
     // The model's weights, the generator's copy of them, and the cached keys and values.
     let weights = spec
         .gpt_shape()
