@@ -29,7 +29,7 @@ pub struct BenchArgs {
     /// Threads for every kernel, GEMM included (1 = single-threaded everywhere).
     #[arg(long, global = true, default_value_t = 1)]
     pub threads: usize,
-    /// Which engine runs the MLP step (the other workloads have no compiled form).
+    /// Which engine runs the mlp and gpt steps (the other workloads have no compiled form).
     #[arg(long, global = true, value_enum, default_value_t = BackendArg::Eager)]
     pub backend: BackendArg,
     /// Print one JSON object per workload instead of a table.
@@ -71,14 +71,8 @@ pub enum Workload {
     Gpt {
         #[arg(long, default_value_t = GptPreset::SHAKESPEARE.batch_size)]
         batch: usize,
-        #[arg(long, default_value_t = GptPreset::SHAKESPEARE.context)]
-        context: usize,
-        #[arg(long, default_value_t = GptPreset::SHAKESPEARE.layers)]
-        layers: usize,
-        #[arg(long, default_value_t = GptPreset::SHAKESPEARE.embd)]
-        embd: usize,
-        #[arg(long, default_value_t = GptPreset::SHAKESPEARE.heads)]
-        heads: usize,
+        #[command(flatten)]
+        sizes: GptSizes,
     },
     /// Sampling `--tokens` characters from a one-character prompt with the preset's model (seeded
     /// weights, the embedded text's vocabulary) as `tapegrad generate` does: key/value cache,
@@ -87,14 +81,8 @@ pub enum Workload {
     Generate {
         #[arg(long, default_value_t = 500)]
         tokens: usize,
-        #[arg(long, default_value_t = GptPreset::SHAKESPEARE.context)]
-        context: usize,
-        #[arg(long, default_value_t = GptPreset::SHAKESPEARE.layers)]
-        layers: usize,
-        #[arg(long, default_value_t = GptPreset::SHAKESPEARE.embd)]
-        embd: usize,
-        #[arg(long, default_value_t = GptPreset::SHAKESPEARE.heads)]
-        heads: usize,
+        #[command(flatten)]
+        sizes: GptSizes,
     },
     /// The f32 fused multiply-add peak of --threads cores at once (register-resident chains on
     /// the widest vector path this CPU has, the best of --reps rounds, 50,000 by default, in
@@ -398,20 +386,24 @@ pub fn run(args: BenchArgs) -> CliResult {
             )
         }
         Workload::Conv { stride } => conv(&args, backend, stride)?,
-        Workload::Gpt {
-            batch,
-            context,
-            layers,
-            embd,
-            heads,
-        } => gpt(&args, kind, [batch, context, layers, embd, heads])?,
-        Workload::Generate {
-            tokens,
-            context,
-            layers,
-            embd,
-            heads,
-        } => generate::generate(&args, backend, tokens, [context, layers, embd, heads])?,
+        Workload::Gpt { batch, sizes } => {
+            let GptSizes {
+                context,
+                layers,
+                embd,
+                heads,
+            } = sizes;
+            gpt(&args, kind, [batch, context, layers, embd, heads])?
+        }
+        Workload::Generate { tokens, sizes } => {
+            let GptSizes {
+                context,
+                layers,
+                embd,
+                heads,
+            } = sizes;
+            generate::generate(&args, backend, tokens, [context, layers, embd, heads])?
+        }
         Workload::Peak => {
             let bursts = args.reps.unwrap_or(50_000);
             let gflops = fma_peak_gflops(args.threads, bursts);
@@ -511,6 +503,19 @@ fn conv(args: &BenchArgs, backend: &str, stride: usize) -> Result<Report, CliErr
         args,
         backend,
     ))
+}
+
+/// The model sizes of the gpt and generate workloads, the `train gpt` preset's by default.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct GptSizes {
+    #[arg(long, default_value_t = GptPreset::SHAKESPEARE.context)]
+    context: usize,
+    #[arg(long, default_value_t = GptPreset::SHAKESPEARE.layers)]
+    layers: usize,
+    #[arg(long, default_value_t = GptPreset::SHAKESPEARE.embd)]
+    embd: usize,
+    #[arg(long, default_value_t = GptPreset::SHAKESPEARE.heads)]
+    heads: usize,
 }
 
 /// The preset's GPT at `[context, layers, embd, heads]` over `vocab` characters, without dropout:
