@@ -387,22 +387,11 @@ pub fn run(args: BenchArgs) -> CliResult {
         }
         Workload::Conv { stride } => conv(&args, backend, stride)?,
         Workload::Gpt { batch, sizes } => {
-            let GptSizes {
-                context,
-                layers,
-                embd,
-                heads,
-            } = sizes;
+            let [context, layers, embd, heads] = sizes.dims();
             gpt(&args, kind, [batch, context, layers, embd, heads])?
         }
         Workload::Generate { tokens, sizes } => {
-            let GptSizes {
-                context,
-                layers,
-                embd,
-                heads,
-            } = sizes;
-            generate::generate(&args, backend, tokens, [context, layers, embd, heads])?
+            generate::generate(&args, backend, tokens, sizes.dims())?
         }
         Workload::Peak => {
             let bursts = args.reps.unwrap_or(50_000);
@@ -516,6 +505,13 @@ pub struct GptSizes {
     embd: usize,
     #[arg(long, default_value_t = GptPreset::SHAKESPEARE.heads)]
     heads: usize,
+}
+
+impl GptSizes {
+    /// `[context, layers, embd, heads]`.
+    fn dims(self) -> [usize; 4] {
+        [self.context, self.layers, self.embd, self.heads]
+    }
 }
 
 /// The preset's GPT at `[context, layers, embd, heads]` over `vocab` characters, without dropout:
