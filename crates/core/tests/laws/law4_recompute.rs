@@ -42,6 +42,29 @@ fn values<S: Scalar>(g: &Graph, seed: u64) -> (Vec<Tensor<S>>, Tensor<S>) {
     (xs, random_like(&mut rng, out))
 }
 
+/// A normalised input `x` of `rows x width` with the layer norm's weight and bias, as inputs
+/// that require grad.
+fn norm_inputs(g: &mut Graph, rows: usize, width: usize) -> [usize; 3] {
+    let shape = |d: &[usize]| Shape::new(d).unwrap();
+    [
+        g.input("x", shape(&[rows, width]), true).unwrap(),
+        g.input("ln.weight", shape(&[width]), true).unwrap(),
+        g.input("ln.bias", shape(&[width]), true).unwrap(),
+    ]
+}
+
+/// `g` compiled, random inputs and output seed from `seed`, and what each node of a pass for
+/// input gradients keeps, in f64.
+fn lean_pass(g: &Graph, seed: u64) -> (CompiledGraph, Vec<Tensor<f64>>, Tensor<f64>, Vec<usize>) {
+    let compiled = CompiledGraph::new(g.clone());
+    let (xs, out_seed) = values::<f64>(g, seed);
+    let by_node = compiled
+        .forward_for_input_grads(&xs)
+        .unwrap()
+        .kept_bytes_by_node();
+    (compiled, xs, out_seed, by_node)
+}
+
 /// The lean pass's gradients have the bits of the dense pass's (which recomputes nothing).
 fn assert_same_gradients<S: Scalar>(compiled: &CompiledGraph, xs: &[Tensor<S>], seed: &Tensor<S>) {
     let dense = compiled.forward(xs).unwrap().backward(seed).unwrap();
@@ -66,9 +89,7 @@ fn check_block<S: Scalar>(approximate: GeluApproximate) {
     let (rows, width, hidden, out) = (6, 16, 32, 8);
     let mut g = Graph::new();
     let shape = |d: &[usize]| Shape::new(d).unwrap();
-    let x = g.input("x", shape(&[rows, width]), true).unwrap();
-    let lw = g.input("ln.weight", shape(&[width]), true).unwrap();
-    let lb = g.input("ln.bias", shape(&[width]), true).unwrap();
+    let [x, lw, lb] = norm_inputs(&mut g, rows, width);
     let w1 = g.input("fc.weight", shape(&[hidden, width]), true).unwrap();
     let w2 = g.input("proj.weight", shape(&[out, hidden]), true).unwrap();
     let n = g.node("ln", layer_norm(width), &[x, lw, lb]).unwrap();
@@ -118,19 +139,12 @@ fn a_value_read_by_a_recomputed_node_or_kept_by_two_nodes_stays_kept() {
     let (rows, width) = (5, 12);
     let shape = |d: &[usize]| Shape::new(d).unwrap();
     let mut g = Graph::new();
-    let x = g.input("x", shape(&[rows, width]), true).unwrap();
-    let lw = g.input("ln.weight", shape(&[width]), true).unwrap();
-    let lb = g.input("ln.bias", shape(&[width]), true).unwrap();
+    let [x, lw, lb] = norm_inputs(&mut g, rows, width);
     let w = g.input("w", shape(&[7, width]), true).unwrap();
     let n = g.node("ln", layer_norm(width), &[x, lw, lb]).unwrap();
     let a = g.node("gelu", gelu(GeluApproximate::None), &[n]).unwrap();
     g.node("proj", linear(), &[a, w]).unwrap();
-    let compiled = CompiledGraph::new(g.clone());
-    let (xs, seed) = values::<f64>(&g, 5);
-    let by_node = compiled
-        .forward_for_input_grads(&xs)
-        .unwrap()
-        .kept_bytes_by_node();
+    let (compiled, xs, seed, by_node) = lean_pass(&g, 5);
     assert_eq!(
         by_node[1],
         8 * rows * width,
@@ -140,9 +154,7 @@ fn a_value_read_by_a_recomputed_node_or_kept_by_two_nodes_stays_kept() {
     assert_same_gradients(&compiled, &xs, &seed);
 
     let mut g = Graph::new();
-    let x = g.input("x", shape(&[rows, width]), true).unwrap();
-    let lw = g.input("ln.weight", shape(&[width]), true).unwrap();
-    let lb = g.input("ln.bias", shape(&[width]), true).unwrap();
+    let [x, lw, lb] = norm_inputs(&mut g, rows, width);
     let w1 = g.input("w1", shape(&[7, width]), true).unwrap();
     let w2 = g.input("w2", shape(&[7, width]), true).unwrap();
     let n = g.node("ln", layer_norm(width), &[x, lw, lb]).unwrap();
@@ -156,12 +168,7 @@ fn a_value_read_by_a_recomputed_node_or_kept_by_two_nodes_stays_kept() {
         &[p, q],
     )
     .unwrap();
-    let compiled = CompiledGraph::new(g.clone());
-    let (xs, seed) = values::<f64>(&g, 6);
-    let by_node = compiled
-        .forward_for_input_grads(&xs)
-        .unwrap()
-        .kept_bytes_by_node();
+    let (compiled, xs, seed, by_node) = lean_pass(&g, 6);
     assert_eq!(
         by_node[1],
         8 * (rows * width + 7 * width),

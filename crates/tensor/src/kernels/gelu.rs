@@ -54,19 +54,25 @@ pub fn gelu_erf_with_slope<S: Scalar>(x: &[S], value: &mut [S], slope: &mut [S])
 /// `x * Phi(x)` of one element, rounded from f64 (the bits of [`gelu_erf`]).
 #[inline(always)]
 pub fn gelu_erf_value<S: Scalar>(x: S) -> S {
-    let x = x.to_f64();
-    let (cdf, _) = normal_cdf_density::<S>(x);
-    S::from_f64(x * cdf)
+    gelu_erf_value_and_slope(x).0
 }
 
 /// `Phi(x) + x * phi(x)` of one element, rounded from f64 (the factor [`gelu_erf_backward`]
-/// multiplies by). Where the density underflows to 0 the second term is 0 (not `inf * 0` for an
-/// infinite x), so it tends to its limits 0 and 1.
+/// multiplies by).
 #[inline(always)]
 pub fn gelu_erf_slope<S: Scalar>(x: S) -> S {
+    gelu_erf_value_and_slope(x).1
+}
+
+/// The value and the slope of one element from one evaluation of Phi and phi (inlined, so a
+/// caller that takes one of them computes only that one). Where the density underflows to 0 the
+/// slope's second term is 0 (not `inf * 0` for an infinite x), so it tends to its limits 0 and 1.
+#[inline(always)]
+fn gelu_erf_value_and_slope<S: Scalar>(x: S) -> (S, S) {
     let x = x.to_f64();
     let (cdf, pdf) = normal_cdf_density::<S>(x);
-    S::from_f64(if pdf == 0.0 { cdf } else { cdf + x * pdf })
+    let slope = if pdf == 0.0 { cdf } else { cdf + x * pdf };
+    (S::from_f64(x * cdf), S::from_f64(slope))
 }
 
 /// (Phi(x), phi(x)) in f64, as accurate as `S` needs: to a few f64 ulps (Cody's approximation,
@@ -128,10 +134,7 @@ impl<S: Scalar> pulp::WithSimd for Both<'_, S> {
     fn with_simd<V: pulp::Simd>(self, _simd: V) {
         let outs = self.value.iter_mut().zip(self.slope.iter_mut());
         for ((v, s), &x) in outs.zip(self.x) {
-            let x = x.to_f64();
-            let (cdf, pdf) = normal_cdf_density::<S>(x);
-            *v = S::from_f64(x * cdf);
-            *s = S::from_f64(if pdf == 0.0 { cdf } else { cdf + x * pdf });
+            (*v, *s) = gelu_erf_value_and_slope(x);
         }
     }
 }

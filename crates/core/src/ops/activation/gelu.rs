@@ -90,10 +90,14 @@ impl OpRules for Gelu {
     fn recompute<S: Scalar>(&self, x: &[&Tensor<S>]) -> Result<Forward<S>> {
         match (self.approximate, x) {
             (GeluApproximate::None, [x]) if x.numel() > 1 => {
-                let mut slope = Tensor::zeros(x.shape());
-                let value = Tensor::from_writer(x.shape().clone(), |out| {
-                    gelu::gelu_erf_with_slope(x.data(), out, slope.data_mut())
+                // Both buffers written whole by the one pass (no zero fill first).
+                let mut value = None;
+                let slope = Tensor::from_writer(x.shape().clone(), |slope| {
+                    value = Some(Tensor::from_writer(x.shape().clone(), |out| {
+                        gelu::gelu_erf_with_slope(x.data(), out, slope)
+                    }));
                 });
+                let value = value.ok_or_else(|| Error::invalid(self.name(), "no value written"))?;
                 Ok(Forward {
                     value,
                     aux: Aux::Tensors(vec![slope]),
