@@ -118,10 +118,11 @@ fn check_padding(op: &'static str, kernel: [usize; 2], padding: [usize; 2]) -> R
     Ok(())
 }
 
-/// The valid input positions of window `o` along one axis: `start + k * dilation` for the `k`
-/// that land in `0..len`, found arithmetically so that a huge kernel costs nothing extra.
-/// `Window::count` keeps every position within `isize`.
-fn window_positions(win: &Window, o: usize, len: usize) -> impl Iterator<Item = usize> {
+/// The valid input positions of window `o` along one axis, `first + k * dilation` for `k` in
+/// `0..count`, as `(first, count)`: the positions `start + k * dilation` that land in `0..len`,
+/// found arithmetically so that a huge kernel costs nothing extra (`count` 0: none, and `first`
+/// means nothing). `Window::count` keeps every position within `isize`.
+fn window_run(win: &Window, o: usize, len: usize) -> (usize, usize) {
     let start = (o * win.stride) as isize - win.padding as isize;
     let d = win.dilation;
     let first = if start < 0 {
@@ -135,7 +136,10 @@ fn window_positions(win: &Window, o: usize, len: usize) -> impl Iterator<Item = 
     } else {
         (room as usize).div_ceil(d).min(win.kernel)
     };
-    (first..end.max(first)).map(move |k| (start + (k * d) as isize) as usize)
+    if end <= first {
+        return (0, 0);
+    }
+    ((start + (first * d) as isize) as usize, end - first)
 }
 
 /// The windows that reach into the padding on either side (the others lie inside the input and
@@ -183,7 +187,7 @@ impl MaxPool2d {
         // With dilation a window can skip over a small input entirely; its max would be undefined.
         for (win, out, len, axis) in [(wh, oh, p.h, "height"), (ww, ow, p.w, "width")] {
             let mut edges = edge_windows(&win, out, len);
-            if let Some(o) = edges.find(|&o| window_positions(&win, o, len).next().is_none()) {
+            if let Some(o) = edges.find(|&o| window_run(&win, o, len).1 == 0) {
                 return Err(Error::invalid(
                     op,
                     format!("window {o} along {axis} covers only padding (input {x}, {self})"),
@@ -210,32 +214,38 @@ impl OpRules for MaxPool2d {
         let [wh, ww] = self.windows();
         let src = x[0].data();
         let plane = p.h * p.w;
+        // Each axis's windows worked out once, not once per output element.
+        let rows: Vec<(usize, usize)> = (0..oh).map(|o| window_run(&wh, o, p.h)).collect();
+        let cols: Vec<(usize, usize)> = (0..ow).map(|o| window_run(&ww, o, p.w)).collect();
+        if shape.numel() > 0 && rows.iter().chain(&cols).any(|&(_, n)| n == 0) {
+            return Err(Error::invalid(
+                "max_pool2d",
+                "empty pooling window (checked by the shape rule)",
+            ));
+        }
+        let (dh, dw) = (wh.dilation, ww.dilation);
         let mut out = Vec::with_capacity(shape.numel());
         let mut argmax = Vec::with_capacity(shape.numel());
         for base in (0..p.planes).map(|i| i * plane) {
-            for oy in 0..oh {
-                for ox in 0..ow {
-                    let mut best: Option<(usize, S)> = None;
-                    for ih in window_positions(&wh, oy, p.h) {
-                        for iw in window_positions(&ww, ox, p.w) {
-                            let i = base + ih * p.w + iw;
+            for &(y0, ny) in &rows {
+                for &(x0, nx) in &cols {
+                    let mut best_at = base + y0 * p.w + x0;
+                    let mut best = src[best_at];
+                    for ky in 0..ny {
+                        let row = base + (y0 + ky * dh) * p.w + x0;
+                        for kx in 0..nx {
+                            let i = row + kx * dw;
                             let v = src[i];
-                            // PyTorch's rule: strictly greater (so the first maximum wins) or NaN;
-                            // the first position is the default even when it is -inf.
-                            match best {
-                                Some((_, m)) if !(v > m || v.is_nan()) => {}
-                                _ => best = Some((i, v)),
+                            // PyTorch's rule: strictly greater (so the first maximum wins) or
+                            // NaN; the first position is the default even when it is -inf.
+                            if v > best || v.is_nan() {
+                                best_at = i;
+                                best = v;
                             }
                         }
                     }
-                    let (i, v) = best.ok_or_else(|| {
-                        Error::invalid(
-                            "max_pool2d",
-                            "empty pooling window (checked by the shape rule)",
-                        )
-                    })?;
-                    out.push(v);
-                    argmax.push(i);
+                    out.push(best);
+                    argmax.push(best_at);
                 }
             }
         }
@@ -632,6 +642,43 @@ mod tests {
         };
         let y = avg.forward(&[&x]).unwrap().value;
         assert_eq!((y.dims(), y.data()), (&[1, 1, 1][..], &[5.0][..]));
+    }
+
+    /// A window's run (first position, count) holds exactly the positions `start + k *
+    /// dilation`, `k < kernel`, that land inside the input, in order.
+    #[test]
+    fn window_runs_hold_the_positions_inside_the_input() {
+        for len in 1..7 {
+            for kernel in 1..5 {
+                for stride in 1..4 {
+                    for padding in 0..=kernel / 2 {
+                        for dilation in 1..4 {
+                            let win = Window {
+                                kernel,
+                                stride,
+                                padding,
+                                dilation,
+                            };
+                            let Ok(out) = win.count("t", "h", len, true) else {
+                                continue;
+                            };
+                            for o in 0..out {
+                                let start = (o * stride) as isize - padding as isize;
+                                let inside: Vec<usize> = (0..kernel)
+                                    .map(|k| start + (k * dilation) as isize)
+                                    .filter(|&i| 0 <= i && i < len as isize)
+                                    .map(|i| i as usize)
+                                    .collect();
+                                let (first, n) = window_run(&win, o, len);
+                                let run: Vec<usize> =
+                                    (0..n).map(|k| first + k * dilation).collect();
+                                assert_eq!(run, inside, "{win:?} len {len} o {o}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The edge windows are exactly the windows that reach outside the input, so checking only
