@@ -109,6 +109,32 @@ macro_rules! family_dispatch {
 }
 pub(crate) use family_dispatch;
 
+/// Declares an op family from one list of its ops: the enum, with one variant per op struct named
+/// as the struct; the family's `each!` macro, one plain `match` over those variants that the
+/// family's own code may use after the declaration; and the family's `OpRules` and `Display`
+/// (`family_dispatch`). The leading `$` is passed in as a token, so that the `each!` it declares
+/// can have metavariables of its own.
+macro_rules! op_family {
+    ($d:tt $(#[$meta:meta])* $vis:vis enum $family:ident { $($variant:ident),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq)]
+        $vis enum $family {
+            $($variant($variant)),+
+        }
+
+        macro_rules! each {
+            ($d family:expr, $d op:ident => $d body:expr) => {
+                match $d family {
+                    $($family::$variant($d op) => $d body,)+
+                }
+            };
+        }
+
+        $crate::ops::family_dispatch!($family, each);
+    };
+}
+pub(crate) use op_family;
+
 /// The saves and JVP of a linear op whose VJP needs only shapes and attributes (the structural
 /// and indexing ops): it keeps nothing, and its JVP is the op applied to the tangents. Expands to
 /// those `OpRules` methods, in the op's `impl OpRules`.

@@ -11,35 +11,21 @@ pub use gelu::{Gelu, GeluApproximate};
 pub use rectifiers::{LeakyRelu, Relu};
 pub use smooth::{Sigmoid, Silu, Softplus, Tanh};
 
-use super::{family_dispatch, Arity, Aux, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
+use super::{op_family, Arity, Aux, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
 use tapegrad_tensor::{Result, Scalar, Shape, Tensor};
 
+op_family!($
 /// Elementwise activation functions (one argument, output of the same shape), each variant
 /// holding its op's struct.
-#[derive(Debug, Clone, PartialEq)]
 pub enum ActivationOp {
-    Relu(Relu),
-    LeakyRelu(LeakyRelu),
-    Sigmoid(Sigmoid),
-    Tanh(Tanh),
-    Gelu(Gelu),
-    Softplus(Softplus),
-    Silu(Silu),
-}
-
-macro_rules! each {
-    ($self:expr, $op:ident => $body:expr) => {
-        match $self {
-            ActivationOp::Relu($op) => $body,
-            ActivationOp::LeakyRelu($op) => $body,
-            ActivationOp::Sigmoid($op) => $body,
-            ActivationOp::Tanh($op) => $body,
-            ActivationOp::Gelu($op) => $body,
-            ActivationOp::Softplus($op) => $body,
-            ActivationOp::Silu($op) => $body,
-        }
-    };
-}
+    Relu,
+    LeakyRelu,
+    Sigmoid,
+    Tanh,
+    Gelu,
+    Softplus,
+    Silu,
+});
 
 /// What an activation defines; `activation_shell!` makes the op contract from it. The Jacobian
 /// is diagonal, so one local-derivative rule serves as both the VJP and the JVP, which makes the
@@ -158,8 +144,6 @@ macro_rules! activation_shell {
     };
 }
 use activation_shell;
-
-family_dispatch!(ActivationOp, each);
 
 /// The logistic function without overflow: `exp` only ever sees a non-positive argument, so
 /// sigmoid(-1000) is 0 and sigmoid(1000) is 1 rather than NaN.

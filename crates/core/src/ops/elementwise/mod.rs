@@ -10,58 +10,33 @@ pub use arithmetic::{Add, Div, Mul, Neg, Scale, Sub};
 pub use math::{Abs, Cos, Exp, Log, Pow, SafeLog, Sin, Sqrt};
 pub use select::{Clamp, Maximum, Minimum, Where};
 
-use super::{family_dispatch, Arity, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
+use super::{op_family, Arity, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
 use tapegrad_tensor::kernels::sum_to;
 use tapegrad_tensor::{Result, Scalar, Shape, Tensor};
 
+op_family!($
 /// Elementwise operations, each variant holding its op's struct. Binary ones broadcast under
 /// NumPy/PyTorch rules.
-#[derive(Debug, Clone, PartialEq)]
 pub enum ElementwiseOp {
-    Add(Add),
-    Sub(Sub),
-    Mul(Mul),
-    Div(Div),
-    Neg(Neg),
-    Scale(Scale),
-    Abs(Abs),
-    Sqrt(Sqrt),
-    Exp(Exp),
-    Log(Log),
-    SafeLog(SafeLog),
-    Sin(Sin),
-    Cos(Cos),
-    Pow(Pow),
-    Clamp(Clamp),
-    Maximum(Maximum),
-    Minimum(Minimum),
-    Where(Where),
-}
-
-macro_rules! each {
-    ($self:expr, $op:ident => $body:expr) => {
-        match $self {
-            ElementwiseOp::Add($op) => $body,
-            ElementwiseOp::Sub($op) => $body,
-            ElementwiseOp::Mul($op) => $body,
-            ElementwiseOp::Div($op) => $body,
-            ElementwiseOp::Neg($op) => $body,
-            ElementwiseOp::Scale($op) => $body,
-            ElementwiseOp::Abs($op) => $body,
-            ElementwiseOp::Sqrt($op) => $body,
-            ElementwiseOp::Exp($op) => $body,
-            ElementwiseOp::Log($op) => $body,
-            ElementwiseOp::SafeLog($op) => $body,
-            ElementwiseOp::Sin($op) => $body,
-            ElementwiseOp::Cos($op) => $body,
-            ElementwiseOp::Pow($op) => $body,
-            ElementwiseOp::Clamp($op) => $body,
-            ElementwiseOp::Maximum($op) => $body,
-            ElementwiseOp::Minimum($op) => $body,
-            ElementwiseOp::Where($op) => $body,
-        }
-    };
-}
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Neg,
+    Scale,
+    Abs,
+    Sqrt,
+    Exp,
+    Log,
+    SafeLog,
+    Sin,
+    Cos,
+    Pow,
+    Clamp,
+    Maximum,
+    Minimum,
+    Where,
+});
 
 /// What an elementwise op adds to the op contract: its forward's value alone (elementwise ops
 /// have no auxiliary data), which the hot path of `Op::forward` calls without the wrapper.
@@ -182,8 +157,6 @@ impl ElementwiseOp {
         each!(self, op => op.value(x))
     }
 }
-
-family_dispatch!(ElementwiseOp, each);
 
 /// Applies a per-element derivative: `cot * d(x)` for a unary op.
 fn chain<S: Scalar>(

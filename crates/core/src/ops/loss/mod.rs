@@ -20,9 +20,7 @@ pub use label_losses::{CrossEntropy, NllLoss};
 pub use pointwise::{BinaryCrossEntropyWithLogits, MseLoss};
 pub use reduction::Reduction;
 
-use super::{
-    family_dispatch, s, Arity, Aux, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext,
-};
+use super::{op_family, s, Arity, Aux, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
 use reduction::Weights;
 use std::sync::Arc;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
@@ -54,29 +52,15 @@ impl Default for ClassLossOptions {
     }
 }
 
+op_family!($
 /// Loss functions, each variant holding its op's struct.
-#[derive(Debug, Clone, PartialEq)]
 pub enum LossOp {
-    MseLoss(MseLoss),
-    CrossEntropy(CrossEntropy),
-    BinaryCrossEntropyWithLogits(BinaryCrossEntropyWithLogits),
-    NllLoss(NllLoss),
-    CrossEntropyProbs(CrossEntropyProbs),
-}
-
-macro_rules! each {
-    ($self:expr, $op:ident => $body:expr) => {
-        match $self {
-            LossOp::MseLoss($op) => $body,
-            LossOp::CrossEntropy($op) => $body,
-            LossOp::BinaryCrossEntropyWithLogits($op) => $body,
-            LossOp::NllLoss($op) => $body,
-            LossOp::CrossEntropyProbs($op) => $body,
-        }
-    };
-}
-
-family_dispatch!(LossOp, each);
+    MseLoss,
+    CrossEntropy,
+    BinaryCrossEntropyWithLogits,
+    NllLoss,
+    CrossEntropyProbs,
+});
 
 impl LossOp {
     /// cross_entropy with none of PyTorch's options (no class weights, no ignored label, no

@@ -18,52 +18,28 @@ pub use norm::{batch_stats, BatchNorm, BatchStats, GroupNorm, LayerNorm};
 pub use pad::{NamedPadding, PaddingMode};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
 
-use super::{family_dispatch, Arity, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
+use super::{op_family, Arity, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
+op_family!($
 /// Neural-network operations; each variant holds the op's attributes.
-#[derive(Debug, Clone, PartialEq)]
 pub enum NnOp {
-    Conv1d(Conv1d),
-    Conv2d(Conv2d),
-    MaxPool2d(MaxPool2d),
-    AvgPool2d(AvgPool2d),
-    AdaptiveAvgPool2d(AdaptiveAvgPool2d),
-    LayerNorm(LayerNorm),
-    BatchNorm(BatchNorm),
-    GroupNorm(GroupNorm),
-    Embedding(Embedding),
-    IndexSelect(IndexSelect),
-    Gather(Gather),
-    ScatterAdd(ScatterAdd),
-    Select(Select),
-    Dropout(Dropout),
-    ScaledDotProductAttention(ScaledDotProductAttention),
-}
-
-macro_rules! each {
-    ($self:expr, $op:ident => $body:expr) => {
-        match $self {
-            NnOp::Conv1d($op) => $body,
-            NnOp::Conv2d($op) => $body,
-            NnOp::MaxPool2d($op) => $body,
-            NnOp::AvgPool2d($op) => $body,
-            NnOp::AdaptiveAvgPool2d($op) => $body,
-            NnOp::LayerNorm($op) => $body,
-            NnOp::BatchNorm($op) => $body,
-            NnOp::GroupNorm($op) => $body,
-            NnOp::Embedding($op) => $body,
-            NnOp::IndexSelect($op) => $body,
-            NnOp::Gather($op) => $body,
-            NnOp::ScatterAdd($op) => $body,
-            NnOp::Select($op) => $body,
-            NnOp::Dropout($op) => $body,
-            NnOp::ScaledDotProductAttention($op) => $body,
-        }
-    };
-}
-
-family_dispatch!(NnOp, each);
+    Conv1d,
+    Conv2d,
+    MaxPool2d,
+    AvgPool2d,
+    AdaptiveAvgPool2d,
+    LayerNorm,
+    BatchNorm,
+    GroupNorm,
+    Embedding,
+    IndexSelect,
+    Gather,
+    ScatterAdd,
+    Select,
+    Dropout,
+    ScaledDotProductAttention,
+});
 
 impl From<NnOp> for super::Op {
     fn from(op: NnOp) -> super::Op {

@@ -11,34 +11,19 @@ pub use maxima::{Amax, LogSumExp};
 pub use softmax::{LogSoftmax, Softmax};
 pub use sums::{Mean, Sum};
 
-use super::{
-    family_dispatch, Arity, Forward, Grads, LinearVjp, OpKind, OpRules, Saves, VjpContext,
-};
+use super::{op_family, Arity, Forward, Grads, LinearVjp, OpKind, OpRules, Saves, VjpContext};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
+op_family!($
 /// Reductions and softmax-like ops (one argument), each variant holding its op's struct.
-#[derive(Debug, Clone, PartialEq)]
 pub enum ReduceOp {
-    Sum(Sum),
-    Mean(Mean),
-    Amax(Amax),
-    LogSumExp(LogSumExp),
-    Softmax(Softmax),
-    LogSoftmax(LogSoftmax),
-}
-
-macro_rules! each {
-    ($self:expr, $op:ident => $body:expr) => {
-        match $self {
-            ReduceOp::Sum($op) => $body,
-            ReduceOp::Mean($op) => $body,
-            ReduceOp::Amax($op) => $body,
-            ReduceOp::LogSumExp($op) => $body,
-            ReduceOp::Softmax($op) => $body,
-            ReduceOp::LogSoftmax($op) => $body,
-        }
-    };
-}
+    Sum,
+    Mean,
+    Amax,
+    LogSumExp,
+    Softmax,
+    LogSoftmax,
+});
 
 impl ReduceOp {
     /// The reduction over axes of this kind (sum, mean, amax, logsumexp), `None` for any other
@@ -65,8 +50,6 @@ impl ReduceOp {
         }
     }
 }
-
-family_dispatch!(ReduceOp, each);
 
 /// What a reduction over axes (sum, mean, amax, logsumexp) defines; `over_axes_shell!` makes its
 /// contract from it, except the saves.

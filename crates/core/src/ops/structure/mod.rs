@@ -9,32 +9,18 @@ mod shape;
 pub use join::{Concat, Slice};
 pub use shape::{BroadcastTo, Flatten, Reshape};
 
-use super::{family_dispatch, Arity, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
+use super::{op_family, Arity, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
+op_family!($
 /// Shape-changing and copying ops, each variant holding its op's struct.
-#[derive(Debug, Clone, PartialEq)]
 pub enum StructureOp {
-    Reshape(Reshape),
-    Flatten(Flatten),
-    BroadcastTo(BroadcastTo),
-    Concat(Concat),
-    Slice(Slice),
-}
-
-macro_rules! each {
-    ($self:expr, $op:ident => $body:expr) => {
-        match $self {
-            StructureOp::Reshape($op) => $body,
-            StructureOp::Flatten($op) => $body,
-            StructureOp::BroadcastTo($op) => $body,
-            StructureOp::Concat($op) => $body,
-            StructureOp::Slice($op) => $body,
-        }
-    };
-}
-
-family_dispatch!(StructureOp, each);
+    Reshape,
+    Flatten,
+    BroadcastTo,
+    Concat,
+    Slice,
+});
 
 /// Normalises a signed axis; a rank-0 shape accepts 0 and -1 when `scalar_ok` (torch.flatten).
 fn resolve_axis(
