@@ -229,23 +229,10 @@ impl OpRules for MaxPool2d {
         for base in (0..p.planes).map(|i| i * plane) {
             for &(y0, ny) in &rows {
                 for &(x0, nx) in &cols {
-                    let mut best_at = base + y0 * p.w + x0;
-                    let mut best = src[best_at];
-                    for ky in 0..ny {
-                        let row = base + (y0 + ky * dh) * p.w + x0;
-                        for kx in 0..nx {
-                            let i = row + kx * dw;
-                            let v = src[i];
-                            // PyTorch's rule: strictly greater (so the first maximum wins) or
-                            // NaN; the first position is the default even when it is -inf.
-                            if v > best || v.is_nan() {
-                                best_at = i;
-                                best = v;
-                            }
-                        }
-                    }
+                    let first = base + y0 * p.w + x0;
+                    let (at, best) = window_max(src, first, [ny, nx], [dh * p.w, dw]);
                     out.push(best);
-                    argmax.push(best_at);
+                    argmax.push(at);
                 }
             }
         }
@@ -275,6 +262,49 @@ impl OpRules for MaxPool2d {
         let data = argmax.iter().map(|&i| t[0].data()[i]).collect();
         Tensor::from_shape(out.value.shape().clone(), data)
     }
+}
+
+/// The maximum of `src` over the window of `rows x cols` positions `first + ky * row_step + kx *
+/// col_step` (at least one) and where it is, by PyTorch's
+/// rule: a later element replaces the maximum when it is strictly greater or NaN, so the first
+/// maximum wins, the last NaN wins, and the first position stands when nothing beats it.
+///
+/// Without NaN that is a running `v > best` on which both the value and the position are
+/// selected, which compiles to a max and a conditional move: no branch for the predictor to miss
+/// (after a ReLU, whether the next element is greater is a coin toss). A window holding a NaN is
+/// walked again by the rule as written.
+#[inline]
+fn window_max<S: Scalar>(
+    src: &[S],
+    first: usize,
+    [rows, cols]: [usize; 2],
+    [row_step, col_step]: [usize; 2],
+) -> (usize, S) {
+    let (mut at, mut best) = (first, src[first]);
+    let mut nan = false;
+    for ky in 0..rows {
+        let row = first + ky * row_step;
+        for i in (0..cols).map(|kx| row + kx * col_step) {
+            let v = src[i];
+            nan |= v.is_nan();
+            let greater = v > best;
+            at = if greater { i } else { at };
+            best = if greater { v } else { best };
+        }
+    }
+    if nan {
+        (at, best) = (first, src[first]);
+        for ky in 0..rows {
+            let row = first + ky * row_step;
+            for i in (0..cols).map(|kx| row + kx * col_step) {
+                let v = src[i];
+                if v > best || v.is_nan() {
+                    (at, best) = (i, v);
+                }
+            }
+        }
+    }
+    (at, best)
 }
 
 fn argmax_of<'a, S>(aux: &'a Aux<S>, outputs: usize, input: &Shape) -> Result<&'a [usize]> {
@@ -642,6 +672,42 @@ mod tests {
         };
         let y = avg.forward(&[&x]).unwrap().value;
         assert_eq!((y.dims(), y.data()), (&[1, 1, 1][..], &[5.0][..]));
+    }
+
+    /// `window_max` gives the value and position of PyTorch's rule written out (strictly greater
+    /// or NaN replaces), bit for bit, on windows mixing ties, signed zeros, infinities and NaNs.
+    #[test]
+    fn window_max_follows_the_strictly_greater_or_nan_rule() {
+        let specials = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            2.0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ];
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            let len = 1 + (state % 9) as usize;
+            let src: Vec<f64> = (0..len)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    specials[(state % 8) as usize]
+                })
+                .collect();
+            let (mut want_at, mut want) = (0, src[0]);
+            for (i, &v) in src.iter().enumerate() {
+                if v > want || v.is_nan() {
+                    (want_at, want) = (i, v);
+                }
+            }
+            let (at, got) = window_max(&src, 0, [1, len], [0, 1]);
+            assert_eq!((at, got.to_bits()), (want_at, want.to_bits()), "{src:?}");
+        }
     }
 
     /// A window's run (first position, count) holds exactly the positions `start + k *
