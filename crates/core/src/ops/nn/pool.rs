@@ -230,7 +230,9 @@ impl OpRules for MaxPool2d {
             for &(y0, ny) in &rows {
                 for &(x0, nx) in &cols {
                     let first = base + y0 * p.w + x0;
-                    let (at, best) = window_max(src, first, [ny, nx], [dh * p.w, dw]);
+                    // A window of one row never steps down a row, and its dilation may be huge.
+                    let row_step = if ny > 1 { dh * p.w } else { 0 };
+                    let (at, best) = window_max(src, first, [ny, nx], [row_step, dw]);
                     out.push(best);
                     argmax.push(at);
                 }
