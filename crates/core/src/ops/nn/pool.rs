@@ -266,10 +266,10 @@ impl OpRules for MaxPool2d {
     }
 }
 
-/// The maximum of `src` over the window of `rows x cols` positions `first + ky * row_step + kx *
-/// col_step` (at least one) and where it is, by PyTorch's
-/// rule: a later element replaces the maximum when it is strictly greater or NaN, so the first
-/// maximum wins, the last NaN wins, and the first position stands when nothing beats it.
+/// The maximum of `src` over a window of `rows x cols` positions (at least one), `first + ky *
+/// row_step + kx * col_step`, and where it is, by PyTorch's rule: a later element replaces the
+/// maximum when it is strictly greater or NaN, so the first maximum wins, the last NaN wins, and
+/// the first position stands when nothing beats it.
 ///
 /// Without NaN that is a running `v > best` on which both the value and the position are
 /// selected, which compiles to a max and a conditional move: no branch for the predictor to miss
