@@ -1,6 +1,7 @@
-//! GELU, x * Phi(x), in PyTorch's two forms: the exact erf form (evaluated in f64 by the tensor
-//! kernel's element rule, vectorised for slices) and the tanh approximation (written with
-//! sigmoid, free of cancellation). The derivative is read from the input.
+//! GELU, x * Phi(x), in PyTorch's two forms: the exact erf form (the tensor kernel's element
+//! rule, vectorised for slices: f32 within 7 ulps, f64 through libm's `erfc`) and the tanh
+//! approximation (written with sigmoid, free of cancellation). The derivative is read from the
+//! input.
 
 use super::{activation_shell, sigmoid, ActivationRules};
 use crate::ops::{s, Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
@@ -118,14 +119,14 @@ impl std::fmt::Display for Gelu {
 const GELU_BETA: f64 = std::f64::consts::SQRT_2 * std::f64::consts::FRAC_2_SQRT_PI * 0.5;
 /// PyTorch's `kKappa`.
 const GELU_KAPPA: f64 = 0.044715;
-/// x * Phi(x) (Phi the standard normal distribution function), evaluated in f64 and rounded to
-/// `S`, so that the f32 result is within its own rounding: the tensor kernel's element rule (see
-/// `kernels::gelu`), not `(1 + erf(x / sqrt 2)) / 2`, which cancels in the far negative tail.
+/// x * Phi(x) (Phi the standard normal distribution function) by the tensor kernel's element
+/// rule (see `kernels::gelu`), not `(1 + erf(x / sqrt 2)) / 2`, which cancels in the far
+/// negative tail.
 fn gelu_erf<S: Scalar>(x: S) -> S {
     gelu::gelu_erf_value(x)
 }
 
-/// d/dx of x * Phi(x) = Phi(x) + x * phi(x), in f64 as the forward. Where the density underflows
+/// d/dx of x * Phi(x) = Phi(x) + x * phi(x), by the kernel's element rule as the forward. Where the density underflows
 /// to 0 the second term is 0 (not `inf * 0` for an infinite x), so it tends to its limits 0 and 1.
 fn gelu_erf_grad<S: Scalar>(x: S) -> S {
     gelu::gelu_erf_slope(x)
@@ -161,25 +162,47 @@ fn gelu_tanh_grad<S: Scalar>(x: S) -> S {
 mod tests {
     use super::*;
 
+    /// The far negative tail, where the textbook `1 + erf` form gives 0 or noise even in f64,
+    /// keeps the f32 kernel's stated accuracy: the value within 7 ulps, the slope within 5 ulps
+    /// of its larger term `x phi(x)`.
     #[test]
     fn erf_gelu_keeps_its_far_negative_tail_in_f32() {
-        // (x, x Phi(x), Phi(x) + x phi(x)) from Python's math.erfc, correct to f64 rounding.
-        // The far negative tail, where the textbook `1 + erf` form gives 0 or noise in f64.
+        // (x, x Phi(x), Phi(x) + x phi(x), x phi(x)) from Python's math.erfc and math.exp,
+        // correct to f64 rounding.
         let table = [
-            (-6.0, -5.919525870226207e-09, -3.5468709453902015e-08),
-            (-10.0, -7.619853024160593e-23, -7.618400096464813e-22),
-            (-12.5, -4.6657053735972626e-35, -5.831668554480155e-34),
+            (
+                -6.0,
+                -5.919525870226207e-09,
+                -3.5468709453902015e-08,
+                -3.645529709893972e-08,
+            ),
+            (
+                -10.0,
+                -7.619853024160593e-23,
+                -7.618400096464813e-22,
+                -7.694598626706419e-22,
+            ),
+            (
+                -12.5,
+                -4.6657053735972626e-35,
+                -5.831668554480155e-34,
+                -5.868994197468933e-34,
+            ),
         ];
-        for (x, value, slope) in table {
-            let ulp = |v: f64| f64::from((v as f32).abs()) * f64::from(f32::EPSILON);
+        // The spacing of f32s at |v|'s binade.
+        let ulp = |v: f64| {
+            let bits = (v as f32).abs().to_bits() & 0x7f80_0000;
+            f64::from(f32::from_bits(bits)) * f64::from(f32::EPSILON)
+        };
+        for (x, value, slope, density_term) in table {
             let got = f64::from(gelu_erf(x as f32));
             assert!(
-                (got - value).abs() <= ulp(value),
+                (got - value).abs() <= 7.0 * ulp(value),
                 "gelu({x}) = {got}, not {value}"
             );
             let got = f64::from(gelu_erf_grad(x as f32));
             assert!(
-                (got - slope).abs() <= ulp(slope),
+                (got - slope).abs() <= 5.0 * ulp(density_term),
                 "gelu'({x}) = {got}, not {slope}"
             );
         }
