@@ -1,6 +1,7 @@
 //! Property tests of `matmul` (PyTorch semantics: 1-D promotion on either side, batch broadcasting)
 //! and `batched_matmul` (all four transpose flags) against a naive triple loop, in f32 and f64,
-//! with zero-size m, n, k and batches; and bit-identical results for one and two GEMM threads.
+//! with zero-size m, n, k and batches; and bit-identical results for one, two and three GEMM
+//! threads, for products cut into bands and for many small products spread whole.
 
 mod common;
 
@@ -285,6 +286,29 @@ fn threaded_case<S: Scalar>(trans_a: bool, trans_b: bool) -> (Vec<S>, Vec<S>) {
     (one.into_vec(), two.into_vec())
 }
 
+/// 36 products of 40 x 33 x 50, each too small to split but together enough for two threads:
+/// whole products go to the threads. On 1, 2 and 3 threads the bits agree, and on 2 they equal
+/// the naive loop (small integers, so exactly).
+fn many_small_products_case<S: Scalar>(trans_a: bool, trans_b: bool) -> [Vec<S>; 3] {
+    let (m, k, n) = (40, 33, 50);
+    let ad = if trans_a { [4, 9, k, m] } else { [4, 9, m, k] };
+    let bd = if trans_b { [9, n, k] } else { [9, k, n] };
+    let (av, bv) = (small_ints(numel(&ad), 5), small_ints(numel(&bd), 6));
+    let (a, b) = (tensor::<S>(&ad, &av), tensor::<S>(&bd, &bv));
+    let on = |threads| {
+        set_num_threads(threads);
+        let out = batched_matmul(&a, trans_a, &b, trans_b);
+        set_num_threads(1);
+        out.unwrap()
+    };
+    let (one, two, three) = (on(1), on(2), on(3));
+    let (dims, want) =
+        reference_batched(&tensor(&ad, &av), trans_a, &tensor(&bd, &bv), trans_b).unwrap();
+    assert_eq!(two.dims(), &dims[..]);
+    assert_eq!(two.to_f64_vec(), want, "trans {trans_a} {trans_b}");
+    [one.into_vec(), two.into_vec(), three.into_vec()]
+}
+
 /// The only test that changes the thread count; it restores 1 before returning.
 #[test]
 #[cfg_attr(
@@ -297,6 +321,16 @@ fn one_and_two_threads_give_identical_bits() {
         assert!(same_bits(&one, &two), "f64 trans {ta} {tb}");
         let (one, two) = threaded_case::<f32>(ta, tb);
         assert!(same_bits(&one, &two), "f32 trans {ta} {tb}");
+        let [one, two, three] = many_small_products_case::<f64>(ta, tb);
+        assert!(
+            same_bits(&one, &two) && same_bits(&one, &three),
+            "f64 products {ta} {tb}"
+        );
+        let [one, two, three] = many_small_products_case::<f32>(ta, tb);
+        assert!(
+            same_bits(&one, &two) && same_bits(&one, &three),
+            "f32 products {ta} {tb}"
+        );
     }
     assert_eq!(num_threads(), 1);
     set_num_threads(0);

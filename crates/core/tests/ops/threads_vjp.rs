@@ -1,10 +1,12 @@
-//! The operand gradients of matmul and linear give the same bits on 1 to 4 GEMM threads, at
-//! sizes where they stay on one thread, where linear's two gradients run side by side (one
-//! single-threaded product each) and where they are cut into bands: batched and broadcast
-//! matmuls, a shared matrix folded into rows, linear with and without bias, and only one operand
-//! needing a gradient.
+//! The values and operand gradients of matmul, linear and attention give the same bits on 1 to 4
+//! GEMM threads, at sizes where they stay on one thread, where linear's two gradients run side
+//! by side (one single-threaded product each), where products are cut into bands and where many
+//! small products go to the threads whole: batched and broadcast matmuls, a shared matrix folded
+//! into rows, linear with and without bias, only one operand needing a gradient, and causal and
+//! full attention over (batch, head) products.
 
 use tapegrad_core::ops::linalg::{Linear, Matmul};
+use tapegrad_core::ops::nn::ScaledDotProductAttention;
 use tapegrad_core::ops::LinalgOp;
 use tapegrad_core::{Op, Tape, Tensor};
 use tapegrad_tensor::kernels::set_num_threads;
@@ -17,8 +19,8 @@ fn values(dims: &[usize], salt: usize) -> Tensor<f32> {
     Tensor::from_f64(dims, &data).unwrap()
 }
 
-/// Every gradient's bits of `op` on leaves of `dims` (with `needs` saying which need one), for
-/// a seed of ones on `threads` threads.
+/// The value's bits of `op` on leaves of `dims`, then every gradient's (with `needs` saying
+/// which need one) for a fixed seed, on `threads` threads.
 fn grads(op: &Op, dims: &[&[usize]], needs: &[bool], threads: usize) -> Vec<u32> {
     set_num_threads(threads);
     let mut tape = Tape::<f32>::new();
@@ -32,17 +34,21 @@ fn grads(op: &Op, dims: &[&[usize]], needs: &[bool], threads: usize) -> Vec<u32>
     let seed = values(tape.value(out).unwrap().dims(), 9);
     let all = tape.backward_all(out, &seed).unwrap();
     set_num_threads(1);
-    leaves
-        .iter()
-        .zip(needs)
-        .filter(|(_, &need)| need)
-        .flat_map(|(&leaf, _)| {
-            all[leaf]
-                .data()
+    let value = tape.value(out).unwrap().data().iter().map(|v| v.to_bits());
+    value
+        .chain(
+            leaves
                 .iter()
-                .map(|v| v.to_bits())
-                .collect::<Vec<_>>()
-        })
+                .zip(needs)
+                .filter(|(_, &need)| need)
+                .flat_map(|(&leaf, _)| {
+                    all[leaf]
+                        .data()
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect::<Vec<_>>()
+                }),
+        )
         .collect()
 }
 
@@ -53,6 +59,17 @@ type Case = (Op, Vec<&'static [usize]>, Vec<bool>);
 fn operand_gradients_are_bit_identical_on_every_thread_count() {
     let matmul = Op::Linalg(LinalgOp::Matmul(Matmul));
     let linear = |bias| Op::Linalg(LinalgOp::Linear(Linear { bias }));
+    let attention = |is_causal| -> Op {
+        ScaledDotProductAttention {
+            is_causal,
+            scale: None,
+            attn_mask: None,
+            float_mask: false,
+            dropout_p: 0.0,
+            seed: 0,
+        }
+        .into()
+    };
     // (op, operand shapes, which need a gradient); multiply-adds per gradient in the comments.
     let cases: Vec<Case> = vec![
         (matmul.clone(), vec![&[40, 30], &[30, 20]], vec![true, true]), // 24k: one thread
@@ -90,6 +107,21 @@ fn operand_gradients_are_bit_identical_on_every_thread_count() {
             linear(true),
             vec![&[128, 96], &[64, 96], &[64]],
             vec![false, true, true],
+        ),
+        (
+            matmul.clone(),
+            vec![&[6, 9, 48, 36], &[9, 36, 40]],
+            vec![true, true],
+        ), // 54 products of 69k: whole products to the threads
+        (
+            attention(true),
+            vec![&[4, 8, 64, 32], &[4, 8, 64, 32], &[4, 8, 64, 32]],
+            vec![true, true, true],
+        ), // 32 heads of 131k per product, softmax rows in bands
+        (
+            attention(false),
+            vec![&[4, 8, 64, 32], &[4, 8, 64, 32], &[4, 8, 64, 32]],
+            vec![true, true, true],
         ),
     ];
     for (op, dims, needs) in cases {

@@ -4,6 +4,7 @@
 
 use super::broadcast::{broadcast_shape, broadcast_strides};
 use super::strided_walk;
+use super::workers::for_each_band_mut;
 use crate::{Error, Result, Scalar, Shape, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -318,6 +319,44 @@ pub fn batched_matmul<S: Scalar>(
     let (ad, bd) = (a.data(), b.data());
     let mn = m * n;
     let threads = num_threads();
+    let product_work = m.saturating_mul(n).saturating_mul(k);
+    // Many products each too small to split (attention's per-head products): whole products
+    // go to the threads instead, each on one thread as it would be alone, so the bits do not
+    // depend on the thread count.
+    let products = batch.numel();
+    if threads > 1
+        && !worth_threads(product_work)
+        && worth_threads(product_work.saturating_mul(products))
+    {
+        let mut offsets = Vec::with_capacity(products);
+        strided_walk(batch.dims(), [&a_strides, &b_strides], |_, [ia, ib]| {
+            offsets.push((ia, ib))
+        });
+        let min_products_per_thread = (MIN_PARALLEL_WORK / 2).div_ceil(product_work.max(1));
+        return Ok(Tensor::from_writer(out_shape, |out| {
+            for_each_band_mut(out, mn, min_products_per_thread, |start, band| {
+                for (i, out) in band.chunks_mut(mn).enumerate() {
+                    let (ia, ib) = offsets[start / mn + i];
+                    S::gemm(
+                        m,
+                        n,
+                        k,
+                        out,
+                        n,
+                        &ad[ia..ia + a_mat],
+                        a_rs,
+                        a_cs,
+                        &bd[ib..ib + b_mat],
+                        b_rs,
+                        b_cs,
+                        false,
+                        S::ONE,
+                        1,
+                    );
+                }
+            })
+        }));
+    }
     // The GEMM writes straight into the output's (possibly recycled) buffer: without
     // accumulation it overwrites every element of each product (zeros when k = 0), and the
     // batch walk visits every product, so the buffer needs no zeroing first.

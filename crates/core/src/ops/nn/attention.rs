@@ -8,8 +8,10 @@ use super::dropout::dropout_mask;
 use crate::ops::{Arity, Forward, Grads, Mask, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::alloc::ensure_allocatable;
+use tapegrad_tensor::kernels::par_map::MIN_MAP_PER_THREAD;
 use tapegrad_tensor::kernels::{
-    batched_matmul, broadcast_shape, broadcast_to, pairwise_sum, pairwise_sum_by, sum_to,
+    batched_matmul, broadcast_shape, broadcast_to, for_each_band_mut, pairwise_sum,
+    pairwise_sum_by, sum_to,
 };
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
@@ -294,18 +296,24 @@ impl ScaledDotProductAttention {
                 ),
             ));
         }
-        // Every row written, straight into a pooled buffer (no vector copied in).
+        // Every row written, straight into a pooled buffer (no vector copied in); rows are
+        // independent, so bands of them go to the threads with the same bits.
+        let keys = g.keys;
         Ok(Tensor::from_writer(g.scores.clone(), |out| {
-            if g.keys == 0 {
+            if keys == 0 {
                 return;
             }
-            let rows = p.data().chunks(g.keys).zip(d.data().chunks(g.keys));
-            for (o, (pr, dr)) in out.chunks_mut(g.keys).zip(rows) {
-                let dot = pairwise_sum_by(pr.len(), |j| pr[j] * dr[j]);
-                for ((o, &a), &b) in o.iter_mut().zip(pr).zip(dr) {
-                    *o = a * (b - dot);
+            let rows_per_thread = MIN_MAP_PER_THREAD.div_ceil(keys);
+            for_each_band_mut(out, keys, rows_per_thread, |start, band| {
+                let (p, d) = (&p.data()[start..], &d.data()[start..]);
+                let rows = p.chunks(keys).zip(d.chunks(keys));
+                for (o, (pr, dr)) in band.chunks_mut(keys).zip(rows) {
+                    let dot = pairwise_sum_by(pr.len(), |j| pr[j] * dr[j]);
+                    for ((o, &a), &b) in o.iter_mut().zip(pr).zip(dr) {
+                        *o = a * (b - dot);
+                    }
                 }
-            }
+            })
         }))
     }
 }
@@ -324,8 +332,22 @@ fn causal_softmax_rows<S: Scalar>(g: &Geometry, p: &mut [S]) {
         return;
     }
     let scale = S::from_f64(g.scale);
-    for (r, row) in p.chunks_mut(keys).enumerate() {
-        let end = (r % queries + 1).min(keys);
+    // Rows are independent: bands of them go to the threads with the same bits.
+    for_each_band_mut(p, keys, MIN_MAP_PER_THREAD.div_ceil(keys), |start, band| {
+        causal_softmax_band(start / keys, queries, keys, scale, band)
+    });
+}
+
+/// [`causal_softmax_rows`] on the rows of `band`, the first of which is row `first_row`.
+fn causal_softmax_band<S: Scalar>(
+    first_row: usize,
+    queries: usize,
+    keys: usize,
+    scale: S,
+    band: &mut [S],
+) {
+    for (r, row) in band.chunks_mut(keys).enumerate() {
+        let end = ((first_row + r) % queries + 1).min(keys);
         let (kept, masked) = row.split_at_mut(end);
         // `+ 0` as the general path adds its absent float mask (it turns -0 into +0).
         let z = |s: S| s * scale + S::ZERO;
