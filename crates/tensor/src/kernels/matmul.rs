@@ -318,6 +318,27 @@ pub fn batched_matmul<S: Scalar>(
     let (b_rs, b_cs) = if trans_b { (1, b_cols) } else { (b_cols, 1) };
     let (ad, bd) = (a.data(), b.data());
     let mn = m * n;
+    // One product of the batch, from the operands at offsets `ia` and `ib`, into `out`. Without
+    // accumulation the GEMM overwrites every element (zeros when k = 0) and every product is
+    // visited, so the output's (possibly recycled) buffer needs no zeroing first.
+    let product = |out: &mut [S], (ia, ib): (usize, usize), threads: usize| {
+        S::gemm(
+            m,
+            n,
+            k,
+            out,
+            n,
+            &ad[ia..ia + a_mat],
+            a_rs,
+            a_cs,
+            &bd[ib..ib + b_mat],
+            b_rs,
+            b_cs,
+            false,
+            S::ONE,
+            threads,
+        )
+    };
     let threads = num_threads();
     let product_work = m.saturating_mul(n).saturating_mul(k);
     // Many products each too small to split (attention's per-head products): whole products
@@ -336,48 +357,14 @@ pub fn batched_matmul<S: Scalar>(
         return Ok(Tensor::from_writer(out_shape, |out| {
             for_each_band_mut(out, mn, min_products_per_thread, |start, band| {
                 for (i, out) in band.chunks_mut(mn).enumerate() {
-                    let (ia, ib) = offsets[start / mn + i];
-                    S::gemm(
-                        m,
-                        n,
-                        k,
-                        out,
-                        n,
-                        &ad[ia..ia + a_mat],
-                        a_rs,
-                        a_cs,
-                        &bd[ib..ib + b_mat],
-                        b_rs,
-                        b_cs,
-                        false,
-                        S::ONE,
-                        1,
-                    );
+                    product(out, offsets[start / mn + i], 1);
                 }
             })
         }));
     }
-    // The GEMM writes straight into the output's (possibly recycled) buffer: without
-    // accumulation it overwrites every element of each product (zeros when k = 0), and the
-    // batch walk visits every product, so the buffer needs no zeroing first.
     Ok(Tensor::from_writer(out_shape, |out| {
         strided_walk(batch.dims(), [&a_strides, &b_strides], |lin, [ia, ib]| {
-            S::gemm(
-                m,
-                n,
-                k,
-                &mut out[lin * mn..(lin + 1) * mn],
-                n,
-                &ad[ia..ia + a_mat],
-                a_rs,
-                a_cs,
-                &bd[ib..ib + b_mat],
-                b_rs,
-                b_cs,
-                false,
-                S::ONE,
-                threads,
-            );
+            product(&mut out[lin * mn..(lin + 1) * mn], (ia, ib), threads)
         })
     }))
 }
