@@ -173,8 +173,9 @@ const INV_SQRT_2PI_F32: f32 = INV_SQRT_2PI as f32;
 /// minus that (at least 1/2, no cancellation). Over every f32 (the ignored exhaustive test
 /// below) the value is within 6.5 ulps of the exact value and the slope within 4.7 ulps of its
 /// larger term (it is 0 at x = -0.7518, where its two terms cancel); the fraction's Horner
-/// steps and division make about half of that, the exponential most of the rest. NaN gives NaN; gelu(-inf) = -inf * 0 =
-/// NaN as the formula says, gelu(inf) = inf; the slope tends to its limits 0 and 1.
+/// steps and division make about half of that, the exponential most of the rest. NaN gives
+/// NaN; gelu(-inf) = -inf * 0 = NaN as the formula says, gelu(inf) = inf; the slope tends to
+/// its limits 0 and 1.
 #[inline(always)]
 fn gelu_f32(x: f32) -> (f32, f32) {
     let a = x.abs();
@@ -240,7 +241,7 @@ fn exp_scaled(a: f32, rest: f32) -> f32 {
     for &c in EXP_POLY[..6].iter().rev() {
         p = p.mul_add(r, c);
     }
-    // n + 64 + 127 lies in [0, 191] on the range: a normal exponent field.
+    // n lies in [-163, 0] on the range, so n + 64 + 127 in [28, 191]: a normal exponent field.
     let n_bits = t.to_bits().wrapping_sub(SHIFTER.to_bits()) as i32;
     let exponent = n_bits.wrapping_add(SCALE_UP_EXPONENT + 127) as u32;
     p * f32::from_bits(exponent.wrapping_shl(23))
