@@ -21,7 +21,7 @@ fn values(dims: &[usize], salt: usize) -> Tensor<f32> {
 
 /// The value's bits of `op` on leaves of `dims`, then every gradient's (with `needs` saying
 /// which need one) for a fixed seed, on `threads` threads.
-fn grads(op: &Op, dims: &[&[usize]], needs: &[bool], threads: usize) -> Vec<u32> {
+fn value_and_grads(op: &Op, dims: &[&[usize]], needs: &[bool], threads: usize) -> Vec<u32> {
     set_num_threads(threads);
     let mut tape = Tape::<f32>::new();
     let leaves: Vec<usize> = dims
@@ -125,10 +125,10 @@ fn operand_gradients_are_bit_identical_on_every_thread_count() {
         ),
     ];
     for (op, dims, needs) in cases {
-        let one = grads(&op, &dims, &needs, 1);
+        let one = value_and_grads(&op, &dims, &needs, 1);
         for threads in 2..=4 {
             assert!(
-                grads(&op, &dims, &needs, threads) == one,
+                value_and_grads(&op, &dims, &needs, threads) == one,
                 "{op:?} on {dims:?}: {threads} threads differ from 1"
             );
         }
