@@ -16,6 +16,7 @@ use tapegrad_core::ops::nn::LayerNorm;
 use tapegrad_core::ops::{ActivationOp, GeluApproximate, LinalgOp, NnOp};
 use tapegrad_core::Error;
 use tapegrad_core::Op;
+use tapegrad_tensor::kernels::exp::exp_value;
 use tapegrad_tensor::{Scalar, Tensor};
 
 /// How to pick each next token.
@@ -176,7 +177,7 @@ impl<S: Scalar> Generator<S> {
                 let max = scores
                     .iter()
                     .fold(S::NEG_INFINITY, |m, &s| if s > m { s } else { m });
-                let exps: Vec<S> = scores.iter().map(|&s| (s - max).exp()).collect();
+                let exps: Vec<S> = scores.iter().map(|&s| exp_value(s - max)).collect();
                 let total = exps.iter().fold(S::ZERO, |s, &v| s + v);
                 let out = &mut merged[head * d..(head + 1) * d];
                 for (p, v) in exps.iter().zip(values.chunks_exact(d)) {

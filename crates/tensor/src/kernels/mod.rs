@@ -4,7 +4,9 @@
 
 pub mod alloc;
 pub mod broadcast;
+pub mod causal_softmax;
 pub mod conv;
+pub mod exp;
 pub mod gelu;
 pub mod group_sum;
 mod isa;

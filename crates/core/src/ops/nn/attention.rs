@@ -1,13 +1,16 @@
 //! `scaled_dot_product_attention` on (..., L, E) queries and (..., S, E) keys, (..., S, Ev) values
 //! whose leading (batch, head) dimensions broadcast as PyTorch's matmul does, with an optional
 //! causal, boolean or float mask and seeded dropout on the attention weights.
-//! Masked scores never enter an `exp`, so no NaN arises; a row with every key masked (boolean or
-//! -inf) has output 0 and passes no gradient (a documented choice).
+//! Masked scores never reach a maximum, a sum or a weight, so no NaN arises from them; a row
+//! with every key masked (boolean or -inf) has output 0 and passes no gradient (a documented
+//! choice).
 
 use super::dropout::dropout_mask;
 use crate::ops::{Arity, Forward, Grads, Mask, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::alloc::ensure_allocatable;
+use tapegrad_tensor::kernels::causal_softmax::causal_softmax;
+use tapegrad_tensor::kernels::exp::exp_value;
 use tapegrad_tensor::kernels::par_map::MIN_MAP_PER_THREAD;
 use tapegrad_tensor::kernels::{
     batched_matmul, broadcast_shape, broadcast_to, for_each_band_mut, pairwise_sum,
@@ -241,7 +244,11 @@ impl ScaledDotProductAttention {
                     continue;
                 };
                 for (j, s) in row.iter_mut().enumerate() {
-                    *s = if ok(j) { (z(j, *s) - m).exp() } else { S::ZERO };
+                    *s = if ok(j) {
+                        exp_value(z(j, *s) - m)
+                    } else {
+                        S::ZERO
+                    };
                 }
                 // Pairwise, as softmax's denominator: long rows stay accurate in f32. Up to the
                 // last key taken, so that a causal row has the bits of the same row cut there
@@ -278,12 +285,14 @@ impl ScaledDotProductAttention {
     }
 
     /// `P * (d - rowsum(P * d))`: the softmax derivative applied to a change `d` of the
-    /// pre-softmax scores, zero wherever `P` is (masked scores and fully masked rows).
+    /// pre-softmax scores, zero wherever `P` is (masked scores and fully masked rows); with
+    /// `then_scale`, each element times it after (the bits of a separate pass).
     fn softmax_derivative<S: Scalar>(
         &self,
         g: &Geometry,
         p: &Tensor<S>,
         d: &Tensor<S>,
+        then_scale: Option<f64>,
     ) -> Result<Tensor<S>> {
         if p.numel() != g.scores.numel() || d.numel() != g.scores.numel() {
             return Err(Error::invalid(
@@ -299,6 +308,7 @@ impl ScaledDotProductAttention {
         // Every row written, straight into a pooled buffer (no vector copied in); rows are
         // independent, so bands of them go to the threads with the same bits.
         let keys = g.keys;
+        let then_scale = then_scale.map(S::from_f64);
         Ok(Tensor::from_writer(g.scores.clone(), |out| {
             if keys == 0 {
                 return;
@@ -309,8 +319,10 @@ impl ScaledDotProductAttention {
                 let rows = p.chunks(keys).zip(d.chunks(keys));
                 for (o, (pr, dr)) in band.chunks_mut(keys).zip(rows) {
                     let dot = pairwise_sum_by(pr.len(), |j| pr[j] * dr[j]);
-                    for ((o, &a), &b) in o.iter_mut().zip(pr).zip(dr) {
-                        *o = a * (b - dot);
+                    let terms = o.iter_mut().zip(pr).zip(dr);
+                    match then_scale {
+                        None => terms.for_each(|((o, &a), &b)| *o = a * (b - dot)),
+                        Some(c) => terms.for_each(|((o, &a), &b)| *o = a * (b - dot) * c),
                     }
                 }
             })
@@ -320,53 +332,12 @@ impl ScaledDotProductAttention {
 
 /// The causal weights in place over the raw scores `p` (row-major over `g.scores`): query `i`
 /// of a row keeps keys `j <= i`, the row's valid prefix, known without a mask. The same values,
-/// in the same order, as the general masked path of `weights` (max over the prefix, `exp` of the
-/// scaled differences, the prefix summed pairwise, every element divided), so the bits are those
-/// of that path and of a key/value-cache step cut at the row's last key; the masked part is only
-/// zeroed, never compared or exponentiated.
+/// in the same order, as the general masked path of `weights`, so the bits are those of that
+/// path and of a key/value-cache step cut at the row's last key.
 fn causal_softmax_rows<S: Scalar>(g: &Geometry, p: &mut [S]) {
-    let keys = g.keys;
     let dims = g.scores.dims();
     let queries = dims[dims.len() - 2];
-    if keys == 0 || queries == 0 {
-        return;
-    }
-    let scale = S::from_f64(g.scale);
-    // Rows are independent: bands of them go to the threads with the same bits.
-    for_each_band_mut(p, keys, MIN_MAP_PER_THREAD.div_ceil(keys), |start, band| {
-        causal_softmax_band(start / keys, queries, keys, scale, band)
-    });
-}
-
-/// [`causal_softmax_rows`] on the rows of `band`, the first of which is row `first_row`.
-fn causal_softmax_band<S: Scalar>(
-    first_row: usize,
-    queries: usize,
-    keys: usize,
-    scale: S,
-    band: &mut [S],
-) {
-    for (r, row) in band.chunks_mut(keys).enumerate() {
-        let end = ((first_row + r) % queries + 1).min(keys);
-        let (kept, masked) = row.split_at_mut(end);
-        // `+ 0` as the general path adds its absent float mask (it turns -0 into +0).
-        let z = |s: S| s * scale + S::ZERO;
-        let m = kept
-            .iter()
-            .map(|&s| z(s))
-            .fold(None, |m: Option<S>, s| Some(m.map_or(s, |m| m.max_nan(s))));
-        // `end >= 1`, so the row has a maximum.
-        let m = m.unwrap_or(S::ZERO);
-        for s in kept.iter_mut() {
-            *s = (z(*s) - m).exp();
-        }
-        let total = pairwise_sum(kept);
-        for s in kept.iter_mut() {
-            *s /= total;
-        }
-        // 0 / total, as the general path divides its zeros too (NaN when the row is NaN).
-        masked.fill(S::ZERO / total);
-    }
+    causal_softmax(p, queries, g.keys, S::from_f64(g.scale));
 }
 
 fn add<S: Scalar>(a: Tensor<S>, b: &Tensor<S>) -> Result<Tensor<S>> {
@@ -412,25 +383,31 @@ impl OpRules for ScaledDotProductAttention {
             false => None,
         };
         let p = &self.weights(&g, ctx.input(op, 0)?, ctx.input(op, 1)?, mask)?;
-        let score_grad_needed = ctx.needs(0) || ctx.needs(1) || (self.float_mask && ctx.needs(3));
-        // The gradient of the pre-softmax scores `q k^T * scale + mask`; the weights were
-        // broadcast over the value's extra leading dimensions, if any.
-        let dz = if score_grad_needed {
+        // `dz`, the gradient of the pre-softmax scores `q k^T * scale + mask`, is the float
+        // mask's; `ds = dz * scale`, that of `q k^T`, the query's and the key's. The weights
+        // were broadcast over the value's extra leading dimensions, if any.
+        let dz_needed = self.float_mask && ctx.needs(3);
+        let ds_needed = ctx.needs(0) || ctx.needs(1);
+        let (dz, ds) = if dz_needed || ds_needed {
             let dp = sum_to(
                 &batched_matmul(cot, false, ctx.input(op, 2)?, true)?,
                 &g.scores,
             )?;
-            Some(self.softmax_derivative(&g, p, &self.dropped(&dp)?)?)
+            let dp = self.dropped(&dp)?;
+            if dz_needed {
+                let dz = self.softmax_derivative(&g, p, &dp, None)?;
+                let ds = ds_needed.then(|| scaled(&dz, g.scale));
+                (Some(dz), ds)
+            } else {
+                // The same two roundings per element as `dz`, then `* scale`, in one pass.
+                let ds = self.softmax_derivative(&g, p, &dp, Some(g.scale))?;
+                (None, Some(ds))
+            }
         } else {
-            None
+            (None, None)
         };
         let dz = dz.as_ref();
         let need_dz = || dz.ok_or_else(|| Error::invalid(op, "score gradient missing"));
-        let ds = if ctx.needs(0) || ctx.needs(1) {
-            Some(scaled(need_dz()?, g.scale))
-        } else {
-            None
-        };
         let ds = ds.as_ref();
         let need_ds = || ds.ok_or_else(|| Error::invalid(op, "score gradient missing"));
         // Each summed back over the leading dimensions its argument was broadcast along.
@@ -486,7 +463,7 @@ impl OpRules for ScaledDotProductAttention {
         if g.float_mask.is_some() {
             dz = add(dz, &broadcast_to(t[3], &g.scores)?)?;
         }
-        let dp = self.dropped(&self.softmax_derivative(&g, p, &dz)?)?;
+        let dp = self.dropped(&self.softmax_derivative(&g, p, &dz, None)?)?;
         add(
             batched_matmul(&dp, false, x[2], false)?,
             &batched_matmul(&self.dropped(p)?, false, t[2], false)?,
