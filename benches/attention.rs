@@ -1,0 +1,50 @@
+//! Causal scaled dot-product attention at the `train gpt` preset's shape (batch 32, 4 heads,
+//! 64 positions, head width 32) on f32, single-threaded: the forward alone, and forward plus
+//! VJP (which recomputes the weights). Throughput is in attention weights (scores) per call.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use std::hint::black_box;
+use tapegrad::ops::nn::ScaledDotProductAttention;
+use tapegrad::ops::Saved;
+use tapegrad::tensor::kernels::set_num_threads;
+use tapegrad::{Op, Tensor};
+
+const DIMS: [usize; 4] = [32, 4, 64, 32];
+
+fn filled(dims: &[usize], salt: usize) -> Tensor<f32> {
+    let n: usize = dims.iter().product();
+    let data = (0..n)
+        .map(|i| (((i + salt) * 7919) % 1000) as f32 / 250.0 - 2.0)
+        .collect();
+    Tensor::new(dims, data).unwrap()
+}
+
+fn attention(c: &mut Criterion) {
+    set_num_threads(1);
+    let op: Op = ScaledDotProductAttention {
+        is_causal: true,
+        ..Default::default()
+    }
+    .into();
+    let (q, k, v) = (filled(&DIMS, 0), filled(&DIMS, 1), filled(&DIMS, 2));
+    let inputs = [&q, &k, &v];
+    let seed = filled(&DIMS, 3);
+    let scores = (DIMS[0] * DIMS[1] * DIMS[2] * DIMS[2]) as u64;
+    let mut group = c.benchmark_group("causal_attention_f32_1thread");
+    group.sample_size(30);
+    group.throughput(Throughput::Elements(scores));
+    group.bench_function("forward", |b| {
+        b.iter(|| black_box(op.forward(&inputs).unwrap()))
+    });
+    group.bench_function("forward_and_vjp", |b| {
+        b.iter(|| {
+            let fwd = op.forward(&inputs).unwrap();
+            let saved = Saved::keep(op.saves(), &inputs, &fwd, vec![true; 3]);
+            black_box(op.vjp(&saved.context(), &seed).unwrap())
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, attention);
+criterion_main!(benches);
