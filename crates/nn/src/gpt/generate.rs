@@ -16,7 +16,7 @@ use tapegrad_core::ops::nn::LayerNorm;
 use tapegrad_core::ops::{ActivationOp, GeluApproximate, LinalgOp, NnOp};
 use tapegrad_core::Error;
 use tapegrad_core::Op;
-use tapegrad_tensor::kernels::exp::exp_value;
+use tapegrad_tensor::kernels::exp::exp_in_place;
 use tapegrad_tensor::{Scalar, Tensor};
 
 /// How to pick each next token.
@@ -177,7 +177,8 @@ impl<S: Scalar> Generator<S> {
                 let max = scores
                     .iter()
                     .fold(S::NEG_INFINITY, |m, &s| if s > m { s } else { m });
-                let exps: Vec<S> = scores.iter().map(|&s| exp_value(s - max)).collect();
+                let mut exps: Vec<S> = scores.iter().map(|&s| s - max).collect();
+                exp_in_place(&mut exps);
                 let total = exps.iter().fold(S::ZERO, |s, &v| s + v);
                 let out = &mut merged[head * d..(head + 1) * d];
                 for (p, v) in exps.iter().zip(values.chunks_exact(d)) {

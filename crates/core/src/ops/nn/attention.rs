@@ -10,7 +10,7 @@ use crate::ops::{Arity, Forward, Grads, Mask, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
 use tapegrad_tensor::kernels::alloc::ensure_allocatable;
 use tapegrad_tensor::kernels::causal_softmax::causal_softmax;
-use tapegrad_tensor::kernels::exp::exp_value;
+use tapegrad_tensor::kernels::exp::exp_in_place;
 use tapegrad_tensor::kernels::par_map::MIN_MAP_PER_THREAD;
 use tapegrad_tensor::kernels::{
     batched_matmul, broadcast_shape, broadcast_to, for_each_band_mut, pairwise_sum,
@@ -243,13 +243,11 @@ impl ScaledDotProductAttention {
                     row.fill(S::ZERO);
                     continue;
                 };
+                // A masked score becomes -inf, whose exp is exactly 0.
                 for (j, s) in row.iter_mut().enumerate() {
-                    *s = if ok(j) {
-                        exp_value(z(j, *s) - m)
-                    } else {
-                        S::ZERO
-                    };
+                    *s = if ok(j) { z(j, *s) - m } else { S::NEG_INFINITY };
                 }
+                exp_in_place(row);
                 // Pairwise, as softmax's denominator: long rows stay accurate in f32. Up to the
                 // last key taken, so that a causal row has the bits of the same row cut there
                 // (a generation step with a key/value cache).
