@@ -52,6 +52,14 @@ fn norms(c: &mut Criterion) {
         &[64, 4096],
         4096,
     );
+    // The GPT preset's shape: batch 32 x context 64 rows of width 128.
+    forward_backward(
+        c,
+        "layer_norm_2048x128",
+        affine(vec![128]),
+        &[2048, 128],
+        128,
+    );
     let batch: Op = BatchNorm {
         training: true,
         momentum: 0.1,
