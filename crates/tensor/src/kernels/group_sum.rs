@@ -44,8 +44,16 @@ struct CascadeSum<S, const M: usize> {
     lanes: [[S; LANES]; M],
     in_block: usize,
     blocks: usize,
-    levels: Vec<[S; M]>,
+    /// Levels 0 to `INLINE_LEVELS - 1`, in place: a group of fewer than 2^INLINE_LEVELS
+    /// blocks (8,192 values) never touches the heap, where a normalisation over many short
+    /// groups (a transformer's layer norm: rows of a few hundred) would allocate per group.
+    levels: [[S; M]; INLINE_LEVELS],
+    /// The levels above those, in order.
+    more_levels: Vec<[S; M]>,
 }
+
+/// The levels a [`CascadeSum`] holds in place.
+const INLINE_LEVELS: usize = 6;
 
 impl<S: Scalar, const M: usize> CascadeSum<S, M> {
     fn new() -> Self {
@@ -53,7 +61,28 @@ impl<S: Scalar, const M: usize> CascadeSum<S, M> {
             lanes: [[S::ZERO; LANES]; M],
             in_block: 0,
             blocks: 0,
-            levels: Vec::new(),
+            levels: [[S::ZERO; M]; INLINE_LEVELS],
+            more_levels: Vec::new(),
+        }
+    }
+
+    /// The partial sum at `level` (set once bit `level` of `blocks` has been set).
+    fn level(&self, level: usize) -> [S; M] {
+        match level.checked_sub(INLINE_LEVELS) {
+            None => self.levels[level],
+            Some(k) => self.more_levels[k],
+        }
+    }
+
+    /// Sets the partial sum at `level`; levels are first reached in increasing order, so one
+    /// above all held so far is the next one.
+    fn set_level(&mut self, level: usize, sum: [S; M]) {
+        match level.checked_sub(INLINE_LEVELS) {
+            None => self.levels[level] = sum,
+            Some(k) => match self.more_levels.get_mut(k) {
+                Some(slot) => *slot = sum,
+                None => self.more_levels.push(sum),
+            },
         }
     }
 
@@ -99,22 +128,20 @@ impl<S: Scalar, const M: usize> CascadeSum<S, M> {
         self.in_block = 0;
         let mut level = 0;
         while self.blocks >> level & 1 == 1 {
-            carry = add_each(self.levels[level], carry);
+            carry = add_each(self.level(level), carry);
             level += 1;
         }
-        match self.levels.get_mut(level) {
-            Some(slot) => *slot = carry,
-            None => self.levels.push(carry),
-        }
+        self.set_level(level, carry);
         self.blocks += 1;
     }
 
     /// The totals: the partial sums from the largest (earliest) down, then the open block.
     fn total(&self) -> [S; M] {
-        let whole = (0..self.levels.len())
+        let held = (usize::BITS - self.blocks.leading_zeros()) as usize;
+        let whole = (0..held)
             .rev()
             .filter(|&level| self.blocks >> level & 1 == 1)
-            .map(|level| self.levels[level])
+            .map(|level| self.level(level))
             .reduce(add_each);
         let open = self.lanes.map(fold_lanes);
         match whole {
@@ -535,6 +562,11 @@ mod tests {
             257,
             384,
             128 * 7 + 3,
+            // Around the levels held in place (`INLINE_LEVELS`) and past them.
+            128 * 63 + 5,
+            128 * 64,
+            128 * 64 + 1,
+            128 * 129 + 7,
             20_000,
         ] {
             let values: Vec<f32> = (0..len).map(|i| value(i * 3 + len) - 1000.5).collect();
