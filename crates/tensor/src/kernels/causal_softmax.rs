@@ -118,3 +118,82 @@ fn first_nan_or_max<S: Scalar>(row: &[S]) -> S {
         .copied()
         .fold(first, |m, v| if v > m { v } else { m })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::exp::exp_value;
+
+    /// The definition, one row at a time: `max_nan` folded left to right over the kept prefix,
+    /// `exp` of each scaled difference, the prefix summed pairwise, each element divided, the
+    /// rest `0 / sum`.
+    fn reference<S: Scalar>(p: &[S], queries: usize, keys: usize, scale: S) -> Vec<S> {
+        let mut out = p.to_vec();
+        for (r, row) in out.chunks_mut(keys).enumerate() {
+            let end = (r % queries + 1).min(keys);
+            let z: Vec<S> = row[..end].iter().map(|&s| s * scale + S::ZERO).collect();
+            let m = z[1..].iter().fold(z[0], |m, &v| m.max_nan(v));
+            let e: Vec<S> = z.iter().map(|&v| exp_value(v - m)).collect();
+            let total = pairwise_sum(&e);
+            for (o, v) in row.iter_mut().zip(e.iter().map(|&v| v / total)) {
+                *o = v;
+            }
+            row[end..].fill(S::ZERO / total);
+        }
+        out
+    }
+
+    /// Scores from a fixed word stream, spread over [-spread, spread), with each row's
+    /// largest value at a different position.
+    fn scores<S: Scalar>(n: usize, spread: f64, salt: u64) -> Vec<S> {
+        let mut state = salt;
+        (0..n)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                let unit = (state >> 11) as f64 / (1u64 << 53) as f64;
+                S::from_f64(spread * (2.0 * unit - 1.0))
+            })
+            .collect()
+    }
+
+    fn same_bits<S: Scalar>(got: &[S], want: &[S]) -> bool {
+        got.iter().zip(want).all(|(a, b)| {
+            a.to_f64().to_bits() == b.to_f64().to_bits() || (a.is_nan() && b.is_nan())
+        })
+    }
+
+    fn check<S: Scalar>() {
+        // Key counts around the 16-lane blocks; more queries than keys, so rows also run past
+        // the keys (kept prefix = every key) and wrap to a new block of queries.
+        for keys in [1, 2, 15, 16, 17, 31, 33, 47, 64, 70] {
+            for (queries, spread) in [(keys, 3.0), (keys + 5, 40.0), (3, 1.0)] {
+                let p: Vec<S> = scores(2 * queries * keys, spread, keys as u64);
+                let scale = S::from_f64(0.37);
+                let mut got = p.clone();
+                causal_softmax(&mut got, queries, keys, scale);
+                let want = reference(&p, queries, keys, scale);
+                assert!(same_bits(&got, &want), "keys {keys}, queries {queries}");
+            }
+        }
+        // A NaN score makes its row NaN, masked part included, and leaves the others alone.
+        let keys = 20;
+        let mut p: Vec<S> = scores(keys * keys, 5.0, 9);
+        p[10 * keys + 5] = S::from_f64(f64::NAN);
+        let want = reference(&p, keys, keys, S::ONE);
+        causal_softmax(&mut p, keys, keys, S::ONE);
+        assert!(p[10 * keys..11 * keys].iter().all(|v| v.is_nan()));
+        assert!(p[..10 * keys]
+            .iter()
+            .chain(&p[11 * keys..])
+            .all(|v| !v.is_nan()));
+        assert!(same_bits(&p, &want));
+    }
+
+    #[test]
+    fn rows_have_the_bits_of_the_definition() {
+        check::<f32>();
+        check::<f64>();
+    }
+}
