@@ -12,7 +12,9 @@ use crate::Scalar;
 /// scores; query `i` of each block of `queries` rows keeps keys `j <= i`): the maximum of the
 /// prefix, `exp` of the differences ([`exp_value`]), the prefix summed pairwise, each element
 /// divided by the sum; the masked part is set to `0 / sum` (0, or NaN for a NaN row), never
-/// compared or exponentiated. The bits depend on neither the thread count nor the CPU.
+/// compared or summed (the few masked scores a row's last block of lanes takes in are
+/// exponentiated and then overwritten). The bits depend on neither the thread count nor the
+/// CPU.
 pub fn causal_softmax<S: Scalar>(p: &mut [S], queries: usize, keys: usize, scale: S) {
     if keys == 0 || queries == 0 {
         return;
