@@ -1,14 +1,15 @@
 //! Property tests of the reductions: `sum_axes`, `mean_axes` and `max_axes` over any subset of axes
 //! with and without keepdim, against a reference that loops over each output's reduced indices;
 //! the trailing-axes fast path against the general walk (bit for bit); `expand_reduced`; and
-//! `pairwise_sum`, which has `sum_axes`'s bits.
+//! `pairwise_sum`, which has `sum_axes`'s bits, and its several-rows and zero-padded forms.
 
 mod common;
 
 use common::*;
 use proptest::prelude::*;
 use tapegrad_tensor::kernels::{
-    expand_reduced, max_axes, mean_axes, pairwise_sum, pairwise_sum_by, reduced_shape, sum_axes,
+    expand_reduced, max_axes, mean_axes, pairwise_span, pairwise_sum, pairwise_sum_by,
+    pairwise_sums_by, reduced_shape, sum_axes,
 };
 use tapegrad_tensor::{Error, Shape, Tensor};
 
@@ -286,5 +287,24 @@ proptest! {
         prop_assert_eq!(pairwise_sum(x32.data()).to_bits(), want32.to_bits());
         let by = pairwise_sum_by(n, |i| x32.data()[i]);
         prop_assert_eq!(by.to_bits(), want32.to_bits());
+    }
+
+    /// Three rows summed together have each row's own bits; a row followed by zeros up to its
+    /// `pairwise_span` too (mixed signs, so the totals pass through cancellations).
+    #[test]
+    fn rows_together_and_padded_rows_keep_the_bits(n in 0usize..300, seed in any::<u64>()) {
+        let rows: Vec<Vec<f32>> = (0..3)
+            .map(|r| floats(n, seed.wrapping_add(r), 3.0).iter().map(|&v| v as f32).collect())
+            .collect();
+        let together = pairwise_sums_by::<f32, 3>(n, &|g, j| rows[g][j]);
+        for (row, total) in rows.iter().zip(together) {
+            prop_assert_eq!(total.to_bits(), pairwise_sum(row).to_bits());
+            let mut padded = row.clone();
+            let span = pairwise_span(n);
+            prop_assert!(span >= n && span < n + 32);
+            padded.resize(span, 0.0);
+            let alone = pairwise_sum_by(span, |j| padded[j]);
+            prop_assert_eq!(alone.to_bits(), pairwise_sum(row).to_bits());
+        }
     }
 }

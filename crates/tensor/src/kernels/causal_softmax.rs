@@ -4,7 +4,7 @@
 
 use super::exp::exp_value;
 use super::par_map::MIN_MAP_PER_THREAD;
-use super::reduce::pairwise_sum;
+use super::reduce::{pairwise_span, pairwise_sum, pairwise_sums_by};
 use super::workers::for_each_band_mut;
 use crate::Scalar;
 
@@ -53,24 +53,58 @@ impl<S: Scalar> pulp::WithSimd for Band<'_, S> {
             scale,
             band,
         } = self;
-        for (r, row) in band.chunks_mut(keys).enumerate() {
-            let end = ((first_row + r) % queries + 1).min(keys);
-            // The maps run over whole blocks of lanes: the few masked scores past `end` that
-            // this takes in are overwritten below, and a row's scalar tail would cost more.
-            let padded = end.next_multiple_of(LANES).min(keys);
-            // `+ 0` as a masked softmax adds its absent float mask (it turns -0 into +0).
-            in_lanes(&mut row[..padded], |s| s * scale + S::ZERO);
-            let m = first_nan_or_max(&row[..end]);
-            in_lanes(&mut row[..padded], |s| exp_value(s - m));
-            let (kept, masked) = row.split_at_mut(end);
-            let total = pairwise_sum(kept);
-            for s in kept.iter_mut() {
-                *s /= total;
+        let rows = band.len() / keys;
+        for first in (0..rows).step_by(SUM_ROWS) {
+            let group = (rows - first).min(SUM_ROWS);
+            let row_at = |g: usize| (first + g) * keys;
+            let mut ends = [0; SUM_ROWS];
+            for (g, end) in ends.iter_mut().enumerate().take(group) {
+                let row = &mut band[row_at(g)..row_at(g) + keys];
+                *end = ((first_row + first + g) % queries + 1).min(keys);
+                // The maps run over whole blocks of lanes: the few masked scores past `end` that
+                // this takes in are overwritten below, and a row's scalar tail would cost more.
+                let padded = end.next_multiple_of(LANES).min(keys);
+                // `+ 0` as a masked softmax adds its absent float mask (it turns -0 into +0).
+                in_lanes(&mut row[..padded], |s| s * scale + S::ZERO);
+                let m = first_nan_or_max(&row[..*end]);
+                in_lanes(&mut row[..padded], |s| exp_value(s - m));
             }
-            masked.fill(S::ZERO / total);
+            // The group's sums together when their pairwise orders share one tree: each kept
+            // prefix padded with zeros (over masked scores, overwritten below) to that tree's span.
+            let span = pairwise_span(ends[0]);
+            let together = group == SUM_ROWS
+                && span <= keys
+                && ends.iter().all(|&end| pairwise_span(end) == span);
+            let totals: [S; SUM_ROWS] = if together {
+                for (g, &end) in ends.iter().enumerate() {
+                    band[row_at(g) + end..row_at(g) + span].fill(S::ZERO);
+                }
+                let band = &*band;
+                pairwise_sums_by::<S, SUM_ROWS>(span, &|g, j| band[row_at(g) + j])
+            } else {
+                std::array::from_fn(|g| {
+                    let start = row_at(g);
+                    if g < group {
+                        pairwise_sum(&band[start..start + ends[g]])
+                    } else {
+                        S::ZERO
+                    }
+                })
+            };
+            for g in 0..group {
+                let row = &mut band[row_at(g)..row_at(g) + keys];
+                let (kept, masked) = row.split_at_mut(ends[g]);
+                for s in kept.iter_mut() {
+                    *s /= totals[g];
+                }
+                masked.fill(S::ZERO / totals[g]);
+            }
         }
     }
 }
+
+/// How many rows take their sums together (their additions interleaved).
+const SUM_ROWS: usize = 8;
 
 /// The width of the blocks the row loops work in: one AVX-512 register of f32, two of f64.
 const LANES: usize = 16;

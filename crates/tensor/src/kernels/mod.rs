@@ -28,8 +28,8 @@ pub use matmul::{
     batched_matmul, matmul, matvec_rows, num_threads, outer_product, set_num_threads,
 };
 pub use reduce::{
-    column_sums, expand_reduced, max_axes, mean_axes, pairwise_sum, pairwise_sum_by, reduced_shape,
-    sum_axes,
+    column_sums, expand_reduced, max_axes, mean_axes, pairwise_span, pairwise_sum, pairwise_sum_by,
+    pairwise_sums_by, reduced_shape, sum_axes,
 };
 pub use softmax::{cross_entropy_rows, exp_sum, log_softmax, softmax};
 pub use vecmat::vecmat_rows;

@@ -95,6 +95,47 @@ pub fn pairwise_sum_by<S: Scalar>(n: usize, at: impl Fn(usize) -> S) -> S {
     pairwise_by(0, n, &at)
 }
 
+/// The length `n` values take in `pairwise_sum`'s order once their last block is filled up: the
+/// order's tree of blocks depends on their count alone, so `n` values followed by zeros up to
+/// this length sum to the same bits (a total that starts at +0 is never -0, and `x + 0 = x`).
+pub fn pairwise_span(n: usize) -> usize {
+    n.div_ceil(FOLD_BLOCK) * FOLD_BLOCK
+}
+
+/// `pairwise_sum_by` of `G` rows at once: sum `g` is `pairwise_sum_by(n, |j| at(g, j))`, bit
+/// for bit. The rows' additions are interleaved, so the `G` running totals of a block advance
+/// together instead of each waiting for its own previous addition (short rows are bound by that
+/// latency, not by the additions themselves).
+#[inline(always)]
+pub fn pairwise_sums_by<S: Scalar, const G: usize>(
+    n: usize,
+    at: &impl Fn(usize, usize) -> S,
+) -> [S; G] {
+    lockstep_by(0, n, at)
+}
+
+fn lockstep_by<S: Scalar, const G: usize>(
+    start: usize,
+    n: usize,
+    at: &impl Fn(usize, usize) -> S,
+) -> [S; G] {
+    if n <= FOLD_BLOCK {
+        let mut totals = [S::ZERO; G];
+        for j in start..start + n {
+            for (g, total) in totals.iter_mut().enumerate() {
+                *total += at(g, j);
+            }
+        }
+        return totals;
+    }
+    let left = fold_split(n);
+    let (a, b) = (
+        lockstep_by::<S, G>(start, left, at),
+        lockstep_by::<S, G>(start + left, n - left, at),
+    );
+    std::array::from_fn(|g| a[g] + b[g])
+}
+
 /// Folds `t` over `axes` (normalised, distinct) with `f`, each output slot from `init` in
 /// `fold_run`'s order.
 fn fold_axes<S: Scalar>(
