@@ -1,10 +1,11 @@
 //! Causal scaled dot-product attention at the `train gpt` preset's shape (batch 32, 4 heads,
 //! 64 positions, head width 32) on f32, single-threaded: the forward alone, and forward plus
-//! VJP (which recomputes the weights). Throughput is in attention weights (scores) per call.
+//! VJP (which recomputes the weights); and `qkv_attention`, the GPT layer's form, on the packed
+//! `[32, 64, 384]` projection. Throughput is in attention weights (scores) per call.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
-use tapegrad::ops::nn::ScaledDotProductAttention;
+use tapegrad::ops::nn::{QkvAttention, ScaledDotProductAttention};
 use tapegrad::ops::Saved;
 use tapegrad::tensor::kernels::set_num_threads;
 use tapegrad::{Op, Tensor};
@@ -41,6 +42,22 @@ fn attention(c: &mut Criterion) {
             let fwd = op.forward(&inputs).unwrap();
             let saved = Saved::keep(op.saves(), &inputs, &fwd, vec![true; 3]);
             black_box(op.vjp(&saved.context(), &seed).unwrap())
+        })
+    });
+    let packed: Op = QkvAttention {
+        heads: DIMS[1],
+        is_causal: true,
+        ..Default::default()
+    }
+    .into();
+    let width = DIMS[1] * DIMS[3];
+    let qkv = filled(&[DIMS[0], DIMS[2], 3 * width], 0);
+    let packed_seed = filled(&[DIMS[0], DIMS[2], width], 3);
+    group.bench_function("qkv_forward_and_vjp", |b| {
+        b.iter(|| {
+            let fwd = packed.forward(&[&qkv]).unwrap();
+            let saved = Saved::keep(packed.saves(), &[&qkv], &fwd, vec![true]);
+            black_box(packed.vjp(&saved.context(), &packed_seed).unwrap())
         })
     });
     group.finish();

@@ -670,7 +670,8 @@ fn nn_ops_round_trip_and_differentiate() {
   {"name": "seq", "shape": [2, 3, 4], "data": [0.3, -0.2, 0.5, 0.1, -0.4, 0.6, 0.2, -0.1, 0.7, -0.3, 0.4, 0.05, -0.6, 0.25, 0.35, -0.45, 0.55, -0.15, 0.45, 0.65, -0.25, 0.15, -0.35, 0.75], "requires_grad": true},
   {"name": "emb", "shape": [5, 4], "data": [0.1, 0.2, 0.3, 0.4, -0.1, -0.2, -0.3, -0.4, 0.5, -0.5, 0.6, -0.6, 0.7, 0.8, -0.7, -0.8, 0.9, -0.9, 0.05, -0.05], "requires_grad": true},
   {"name": "sig", "shape": [1, 2, 6], "data": [0.3, -0.1, 0.4, -0.2, 0.5, 0.15, -0.3, 0.2, -0.4, 0.1, 0.25, -0.35], "requires_grad": true},
-  {"name": "k1", "shape": [2, 1, 3], "data": [0.5, -0.25, 0.125, -0.5, 0.75, 0.3], "requires_grad": true}],
+  {"name": "k1", "shape": [2, 1, 3], "data": [0.5, -0.25, 0.125, -0.5, 0.75, 0.3], "requires_grad": true},
+  {"name": "qkv", "shape": [1, 3, 6], "data": [0.4, -0.3, 0.2, 0.6, -0.5, 0.1, -0.2, 0.7, 0.35, -0.45, 0.15, 0.55, 0.25, -0.65, -0.1, 0.3, 0.5, -0.35], "requires_grad": true}],
  "nodes": [
   {"name": "c", "op": "conv2d", "args": ["img", "k", "kb"], "attrs": {"stride": [1, 2], "padding": 1, "dilation": [1, 1], "groups": 1}},
   {"name": "mp", "op": "max_pool2d", "args": ["c"], "attrs": {"kernel_size": 2, "stride": [1, 1], "ceil_mode": false}},
@@ -687,6 +688,7 @@ fn nn_ops_round_trip_and_differentiate() {
   {"name": "se", "op": "select", "args": ["att"], "attrs": {"dim": -1, "index": 2}},
   {"name": "dr", "op": "dropout", "args": ["e"], "attrs": {"p": 0.25, "seed": 18446744073709551615}},
   {"name": "c1", "op": "conv1d", "args": ["sig", "k1"], "attrs": {"stride": 2, "padding": 1, "groups": 2}},
+  {"name": "qa", "op": "qkv_attention", "args": ["qkv"], "attrs": {"heads": 2, "is_causal": true, "scale": 0.7}},
   {"name": "s1", "op": "sum", "args": ["mp"]},
   {"name": "s2", "op": "sum", "args": ["ap"]},
   {"name": "s3", "op": "sum", "args": ["aap"]},
@@ -707,7 +709,10 @@ fn nn_ops_round_trip_and_differentiate() {
   {"name": "t5", "op": "add", "args": ["t4", "s6"]},
   {"name": "t6", "op": "add", "args": ["t5", "s7"]},
   {"name": "t7", "op": "add", "args": ["t6", "s8"]},
-  {"name": "loss", "op": "add", "args": ["t7", "s9"]}]}"#;
+  {"name": "qa2", "op": "mul", "args": ["qa", "qa"]},
+  {"name": "s10", "op": "sum", "args": ["qa2"]},
+  {"name": "t8", "op": "add", "args": ["t7", "s9"]},
+  {"name": "loss", "op": "add", "args": ["t8", "s10"]}]}"#;
     let file = GraphFile::parse(text).unwrap_or_else(|e| panic!("{e}"));
     let written = file.to_json().unwrap();
     let again = GraphFile::parse(&written).unwrap();

@@ -245,5 +245,6 @@ op_list! {
         Select => "select",
         Dropout => "dropout",
         ScaledDotProductAttention => "scaled_dot_product_attention",
+        QkvAttention => "qkv_attention",
     }
 }

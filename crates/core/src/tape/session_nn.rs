@@ -6,7 +6,7 @@ use super::{Rule, Session, Var};
 use crate::ops::nn::{
     batch_stats, AdaptiveAvgPool2d, AvgPool2d, BatchNorm, BatchStats, Conv1d, Conv2d, Dropout,
     Embedding, Gather, GroupNorm, IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NnOp,
-    ScaledDotProductAttention, ScatterAdd, Select,
+    QkvAttention, ScaledDotProductAttention, ScatterAdd, Select,
 };
 use crate::ops::Op;
 use crate::Result;
@@ -216,6 +216,13 @@ impl<S: Scalar> Session<S> {
             ..options
         };
         self.nn(op, &[q, k, v])
+    }
+
+    /// Multi-head self-attention on a packed `[..., T, 3E]` q|k|v projection, giving
+    /// `[..., T, E]`: the heads' split, `scaled_dot_product_attention` and merge in one op
+    /// ([`QkvAttention`]).
+    pub fn qkv_attention(&mut self, qkv: Var, options: QkvAttention) -> Result<Var> {
+        self.nn(options, &[qkv])
     }
 
     /// `F.scaled_dot_product_attention` with a float `attn_mask` tensor (added to the scores,

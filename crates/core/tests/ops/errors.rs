@@ -25,7 +25,7 @@ use tapegrad_core::ops::loss::{
 };
 use tapegrad_core::ops::nn::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm, Conv1d, Conv2d, Dropout, Embedding, Gather, GroupNorm,
-    IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NamedPadding, PaddingMode,
+    IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NamedPadding, PaddingMode, QkvAttention,
     ScaledDotProductAttention, ScatterAdd, Select,
 };
 use tapegrad_core::ops::reduce::{Amax, LogSoftmax, LogSumExp, Mean, Softmax, Sum};
@@ -478,6 +478,18 @@ fn hostile_nn(kind: NnKind, rng: &mut ChaCha8Rng) -> Op {
             }
             .into()
         }
+        N::QkvAttention => QkvAttention {
+            heads: size(rng),
+            is_causal: rng.random_bool(0.5),
+            scale: rng.random_bool(0.5).then(|| value(rng)),
+            dropout_p: if rng.random_bool(0.5) {
+                0.0
+            } else {
+                value(rng)
+            },
+            seed: rng.random(),
+        }
+        .into(),
     }
 }
 

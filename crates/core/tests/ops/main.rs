@@ -19,5 +19,6 @@ mod nn_index;
 mod nn_norm;
 mod nn_options;
 mod nn_options_attention;
+mod nn_qkv_attention;
 mod reduce_linalg_structure;
 mod threads_vjp;

@@ -146,8 +146,10 @@ impl<S: Scalar> Compiled<S> {
                     let k = slot - plan.sources.len();
                     let mut op = plan.graph.graph().nodes()[k].op.clone();
                     if let Op::Nn(nn) = &mut op {
-                        if let NnOp::ScaledDotProductAttention(a) = nn.as_mut() {
-                            a.seed = rng.random();
+                        match nn.as_mut() {
+                            NnOp::ScaledDotProductAttention(a) => a.seed = rng.random(),
+                            NnOp::QkvAttention(a) => a.seed = rng.random(),
+                            _ => {}
                         }
                     }
                     plan.graph.set_op(slot, op)?;

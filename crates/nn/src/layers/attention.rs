@@ -1,12 +1,13 @@
 //! `CausalSelfAttention`: nanoGPT's multi-head self-attention. One fused `c_attn` linear makes
-//! queries, keys and values (`[3E, E]` as `nn.Linear` stores it), heads are split and merged by
-//! reshape and permute, `scaled_dot_product_attention(is_causal)` mixes them (with dropout on the
-//! attention weights in training), and `c_proj` projects back, followed by residual dropout.
+//! queries, keys and values (`[3E, E]` as `nn.Linear` stores it); `qkv_attention(is_causal)` splits
+//! them into heads, mixes them as `scaled_dot_product_attention` does (with dropout on the
+//! attention weights in training) and merges the heads; `c_proj` projects back, followed by
+//! residual dropout.
 
 use super::{Builder, Ctx, Dropout, Linear, Mode};
 use crate::init::Init;
 use rand::Rng;
-use tapegrad_core::ops::nn::ScaledDotProductAttention;
+use tapegrad_core::ops::nn::QkvAttention;
 use tapegrad_core::Var;
 use tapegrad_core::{Error, Result};
 use tapegrad_tensor::Scalar;
@@ -61,18 +62,11 @@ impl CausalSelfAttention {
                 format!("expects [batch, time, {}], found {dims:?}", self.embd),
             ));
         }
-        // Lossless: the value exists, so each dimension is below isize::MAX.
-        let (b, t) = (dims[0] as isize, dims[1] as isize);
-        let (h, d) = (self.heads as isize, (self.embd / self.heads) as isize);
         let qkv = self.c_attn.forward(ctx, x)?;
-        let s = ctx.session();
-        let qkv = s.reshape(qkv, &[b, t, 3, h, d])?;
-        let qkv = s.permute(qkv, &[2, 0, 3, 1, 4])?;
-        let q = s.select(qkv, 0, 0)?;
-        let k = s.select(qkv, 0, 1)?;
-        let v = s.select(qkv, 0, 2)?;
         let train_dropout = ctx.mode() == Mode::Train && self.attn_dropout > 0.0;
-        let options = ScaledDotProductAttention {
+        // The heads' split and merge happen inside the op, on the projection's own layout.
+        let options = QkvAttention {
+            heads: self.heads,
             is_causal: true,
             dropout_p: if train_dropout {
                 self.attn_dropout
@@ -82,15 +76,10 @@ impl CausalSelfAttention {
             seed: if train_dropout { ctx.rng().random() } else { 0 },
             ..Default::default()
         };
-        let y = ctx
-            .session()
-            .scaled_dot_product_attention(q, k, v, options)?;
+        let y = ctx.session().qkv_attention(qkv, options)?;
         if train_dropout {
             ctx.note_seeded(y);
         }
-        let s = ctx.session();
-        let y = s.transpose(y, 1, 2)?;
-        let y = s.reshape(y, &[b, t, h * d])?;
         let y = self.c_proj.forward(ctx, y)?;
         self.resid_dropout.forward(ctx, y)
     }

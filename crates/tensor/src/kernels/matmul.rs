@@ -77,6 +77,13 @@ pub(crate) fn worth_threads(work: usize) -> bool {
     work >= MIN_PARALLEL_WORK
 }
 
+/// How many of a batch's small products, each `work` multiply-adds, a thread should get at
+/// least when whole products go to the threads (each product on one thread, so the bits do not
+/// depend on the thread count).
+pub fn min_products_per_thread(work: usize) -> usize {
+    (MIN_PARALLEL_WORK / 2).div_ceil(work.max(1))
+}
+
 /// The split for an m x k by k x n product on `threads` threads; `lhs_row_major` says whether
 /// lhs is stored with column stride 1 (not a transposed view).
 ///
@@ -353,9 +360,9 @@ pub fn batched_matmul<S: Scalar>(
         strided_walk(batch.dims(), [&a_strides, &b_strides], |_, [ia, ib]| {
             offsets.push((ia, ib))
         });
-        let min_products_per_thread = (MIN_PARALLEL_WORK / 2).div_ceil(product_work.max(1));
+        let min_per_thread = min_products_per_thread(product_work);
         return Ok(Tensor::from_writer(out_shape, |out| {
-            for_each_band_mut(out, mn, min_products_per_thread, |start, band| {
+            for_each_band_mut(out, mn, min_per_thread, |start, band| {
                 for (i, out) in band.chunks_mut(mn).enumerate() {
                     product(out, offsets[start / mn + i], 1);
                 }

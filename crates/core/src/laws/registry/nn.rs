@@ -8,8 +8,8 @@ use super::{
 };
 use crate::ops::nn::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm, Conv1d, Conv2d, Dropout, Embedding, Gather, GroupNorm,
-    IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NnOp, ScaledDotProductAttention, ScatterAdd,
-    Select,
+    IndexSelect, IndexTensor, LayerNorm, MaxPool2d, NnOp, QkvAttention, ScaledDotProductAttention,
+    ScatterAdd, Select,
 };
 use crate::ops::nn::{NamedPadding, PaddingMode};
 use crate::ops::{Mask, Op, OpRules};
@@ -87,6 +87,12 @@ pub(super) fn variants(kind: NnKind) -> &'static [&'static str] {
             "float mask",
             "key and value broadcast over leading axes",
         ],
+        N::QkvAttention => &[
+            "causal, up to three heads",
+            "one head",
+            "scale 0.5, head width 1",
+            "causal, dropout 0.3",
+        ],
     }
 }
 
@@ -120,6 +126,13 @@ pub(super) fn random_first_shape<R: Rng + ?Sized>(kind: NnKind, rng: &mut R) -> 
             let lead = rng.random_range(0..=2);
             let mut dims: Vec<usize> = (0..lead).map(|_| rng.random_range(1..=2)).collect();
             dims.extend([rng.random_range(1..=4), rng.random_range(1..=4)]);
+            shape(&dims)
+        }
+        N::QkvAttention => {
+            let lead = rng.random_range(0..=2);
+            let mut dims: Vec<usize> = (0..lead).map(|_| rng.random_range(1..=2)).collect();
+            let width = 3 * rng.random_range(1..=3) * rng.random_range(1..=2);
+            dims.extend([rng.random_range(1..=4), width]);
             shape(&dims)
         }
         N::LayerNorm | N::IndexSelect | N::Gather | N::ScatterAdd | N::Select | N::Dropout => {
@@ -604,6 +617,37 @@ pub(super) fn generate<R: Rng + ?Sized>(
             }
             (op.into(), inputs)
         }
+        N::QkvAttention => {
+            let e = match d.last() {
+                Some(&w) if rank >= 2 && w > 0 && w % 3 == 0 => w / 3,
+                _ => return None,
+            };
+            let largest_divisor_up_to_3 = (1..=3).rev().find(|h| e % h == 0).unwrap_or(1);
+            let op = match variant {
+                0 => QkvAttention {
+                    heads: largest_divisor_up_to_3,
+                    is_causal: true,
+                    ..Default::default()
+                },
+                1 => QkvAttention {
+                    heads: 1,
+                    ..Default::default()
+                },
+                2 => QkvAttention {
+                    heads: e,
+                    scale: Some(0.5),
+                    ..Default::default()
+                },
+                _ => QkvAttention {
+                    heads: largest_divisor_up_to_3,
+                    is_causal: true,
+                    dropout_p: 0.3,
+                    seed: rng.random(),
+                    ..Default::default()
+                },
+            };
+            (op.into(), vec![uniform(x, rng, -2.0, 2.0)])
+        }
     })
 }
 
@@ -649,7 +693,8 @@ pub(super) fn is_generic_nn(op: &NnOp, inputs: &[&Tensor<f64>]) -> bool {
         | NnOp::ScatterAdd(_)
         | NnOp::Select(_)
         | NnOp::Dropout(_)
-        | NnOp::ScaledDotProductAttention(_) => true,
+        | NnOp::ScaledDotProductAttention(_)
+        | NnOp::QkvAttention(_) => true,
     }
 }
 

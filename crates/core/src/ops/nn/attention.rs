@@ -14,8 +14,11 @@ use tapegrad_tensor::kernels::exp::exp_in_place;
 use tapegrad_tensor::kernels::par_map::MIN_MAP_PER_THREAD;
 use tapegrad_tensor::kernels::{
     batched_matmul, broadcast_shape, broadcast_to, for_each_band_mut, pairwise_sum,
-    pairwise_sum_by, sum_to,
+    pairwise_sum_by, pairwise_sums_by, sum_to,
 };
+
+/// How many rows of the softmax derivative take their dot products together.
+const DOT_ROWS: usize = 8;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
 /// `F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)`:
@@ -56,19 +59,19 @@ pub struct ScaledDotProductAttention {
 }
 
 /// Shapes of one attention call.
-struct Geometry {
+pub(super) struct Geometry {
     /// (..., L, S): the query's and the key's leading dimensions broadcast.
-    scores: Shape,
+    pub(super) scores: Shape,
     /// (..., L, Ev): the scores' and the value's leading dimensions broadcast.
-    out: Shape,
-    keys: usize,
-    scale: f64,
+    pub(super) out: Shape,
+    pub(super) keys: usize,
+    pub(super) scale: f64,
     /// The float mask's own shape, when there is one.
     float_mask: Option<Shape>,
 }
 
 impl ScaledDotProductAttention {
-    fn geometry(&self, shapes: &[&Shape]) -> Result<Geometry> {
+    pub(super) fn geometry(&self, shapes: &[&Shape]) -> Result<Geometry> {
         let op = "scaled_dot_product_attention";
         let (q, k, v) = (shapes[0], shapes[1], shapes[2]);
         let shapes_text = || format!("query {q}, key {k}, value {v}");
@@ -215,7 +218,16 @@ impl ScaledDotProductAttention {
         k: &Tensor<S>,
         float_mask: Option<&Tensor<S>>,
     ) -> Result<Tensor<S>> {
-        let mut scores = batched_matmul(q, false, k, true)?;
+        self.weights_of_scores(g, batched_matmul(q, false, k, true)?, float_mask)
+    }
+
+    /// [`Self::weights`] from the products `q k^T` already made (shaped as the scores).
+    pub(super) fn weights_of_scores<S: Scalar>(
+        &self,
+        g: &Geometry,
+        mut scores: Tensor<S>,
+        float_mask: Option<&Tensor<S>>,
+    ) -> Result<Tensor<S>> {
         if self.is_causal && float_mask.is_none() && scores.shape() == &g.scores {
             // In place on the product's own buffer: no copy of the scores.
             causal_softmax_rows(g, scores.data_mut());
@@ -263,15 +275,11 @@ impl ScaledDotProductAttention {
 
     /// The dropout map on score-shaped `t` (the attention weights, or their gradient or tangent:
     /// it is linear and diagonal); the identity when `dropout_p` is 0.
-    fn dropped<S: Scalar>(&self, t: &Tensor<S>) -> Result<Tensor<S>> {
+    pub(super) fn dropped<S: Scalar>(&self, t: &Tensor<S>) -> Result<Tensor<S>> {
         if self.dropout_p == 0.0 {
             return Ok(t.clone());
         }
-        let keep_scale = if self.dropout_p < 1.0 {
-            S::from_f64(1.0 / (1.0 - self.dropout_p))
-        } else {
-            S::ZERO
-        };
+        let keep_scale = self.keep_scale::<S>();
         let mask = dropout_mask(self.seed, t.numel(), self.dropout_p);
         let data = t
             .data()
@@ -285,7 +293,7 @@ impl ScaledDotProductAttention {
     /// `P * (d - rowsum(P * d))`: the softmax derivative applied to a change `d` of the
     /// pre-softmax scores, zero wherever `P` is (masked scores and fully masked rows); with
     /// `then_scale`, each element times it after (the bits of a separate pass).
-    fn softmax_derivative<S: Scalar>(
+    pub(super) fn softmax_derivative<S: Scalar>(
         &self,
         g: &Geometry,
         p: &Tensor<S>,
@@ -314,17 +322,77 @@ impl ScaledDotProductAttention {
             let rows_per_thread = MIN_MAP_PER_THREAD.div_ceil(keys);
             for_each_band_mut(out, keys, rows_per_thread, |start, band| {
                 let (p, d) = (&p.data()[start..], &d.data()[start..]);
-                let rows = p.chunks(keys).zip(d.chunks(keys));
-                for (o, (pr, dr)) in band.chunks_mut(keys).zip(rows) {
-                    let dot = pairwise_sum_by(pr.len(), |j| pr[j] * dr[j]);
-                    let terms = o.iter_mut().zip(pr).zip(dr);
-                    match then_scale {
-                        None => terms.for_each(|((o, &a), &b)| *o = a * (b - dot)),
-                        Some(c) => terms.for_each(|((o, &a), &b)| *o = a * (b - dot) * c),
-                    }
-                }
+                derivative_rows(p, d, band, keys, then_scale)
             })
         }))
+    }
+
+    /// What `dropped` multiplies a kept element by.
+    pub(super) fn keep_scale<S: Scalar>(&self) -> S {
+        if self.dropout_p < 1.0 {
+            S::from_f64(1.0 / (1.0 - self.dropout_p))
+        } else {
+            S::ZERO
+        }
+    }
+}
+
+/// The rows of `out` (`keys` each) as `softmax_derivative` writes them, from the rows of `p` and
+/// `d` that start where they do.
+pub(super) fn derivative_rows<S: Scalar>(
+    p: &[S],
+    d: &[S],
+    out: &mut [S],
+    keys: usize,
+    then_scale: Option<S>,
+) {
+    let rows = out.len() / keys;
+    // The rows' dot products eight at a time, with each one's bits.
+    let mut dots = Vec::with_capacity(rows);
+    let whole = rows - rows % DOT_ROWS;
+    for first in (0..whole).step_by(DOT_ROWS) {
+        let at = |g: usize, j: usize| {
+            let i = (first + g) * keys + j;
+            p[i] * d[i]
+        };
+        dots.extend(pairwise_sums_by::<S, DOT_ROWS>(keys, &at));
+    }
+    for r in whole..rows {
+        let (pr, dr) = (&p[r * keys..(r + 1) * keys], &d[r * keys..(r + 1) * keys]);
+        dots.push(pairwise_sum_by(keys, |j| pr[j] * dr[j]));
+    }
+    let rows = p.chunks(keys).zip(d.chunks(keys)).zip(dots);
+    for (o, ((pr, dr), dot)) in out.chunks_mut(keys).zip(rows) {
+        let terms = o.iter_mut().zip(pr).zip(dr);
+        match then_scale {
+            None => terms.for_each(|((o, &a), &b)| *o = a * (b - dot)),
+            Some(c) => terms.for_each(|((o, &a), &b)| *o = a * (b - dot) * c),
+        }
+    }
+}
+
+/// Softmax of `scores * scale` over each whole row of `keys`, in place: `weights`' general path
+/// without a mask, with its bits.
+pub(super) fn unmasked_softmax_rows<S: Scalar>(p: &mut [S], keys: usize, scale: S) {
+    if keys == 0 {
+        return;
+    }
+    for row in p.chunks_mut(keys) {
+        let Some(m) = row
+            .iter()
+            .map(|&s| s * scale + S::ZERO)
+            .fold(None, |m: Option<S>, s| Some(m.map_or(s, |m| m.max_nan(s))))
+        else {
+            continue;
+        };
+        for s in row.iter_mut() {
+            *s = (*s * scale + S::ZERO) - m;
+        }
+        exp_in_place(row);
+        let total = pairwise_sum(row);
+        for s in row.iter_mut() {
+            *s /= total;
+        }
     }
 }
 
@@ -446,6 +514,17 @@ impl OpRules for ScaledDotProductAttention {
         &self,
         x: &[&Tensor<S>],
         _out: &Forward<S>,
+        t: &[&Tensor<S>],
+    ) -> Result<Tensor<S>> {
+        self.tangent(x, t)
+    }
+}
+
+impl ScaledDotProductAttention {
+    /// The JVP: the output's tangent from the arguments `x` and their tangents `t`.
+    pub(super) fn tangent<S: Scalar>(
+        &self,
+        x: &[&Tensor<S>],
         t: &[&Tensor<S>],
     ) -> Result<Tensor<S>> {
         let g = self.geometry(&Self::shapes_of(x))?;

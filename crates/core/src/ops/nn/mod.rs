@@ -9,6 +9,7 @@ mod index;
 mod norm;
 mod pad;
 mod pool;
+mod qkv_attention;
 
 pub use attention::ScaledDotProductAttention;
 pub use conv::{Conv1d, Conv2d};
@@ -17,6 +18,7 @@ pub use index::{Embedding, Gather, IndexSelect, IndexTensor, ScatterAdd, Select}
 pub use norm::{batch_stats, BatchNorm, BatchStats, GroupNorm, LayerNorm};
 pub use pad::{NamedPadding, PaddingMode};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
+pub use qkv_attention::QkvAttention;
 
 use super::{op_family, Arity, Forward, Grads, LinearVjp, OpRules, Saves, VjpContext};
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
@@ -39,6 +41,7 @@ pub enum NnOp {
     Select,
     Dropout,
     ScaledDotProductAttention,
+    QkvAttention,
 });
 
 impl From<NnOp> for super::Op {

@@ -10,8 +10,8 @@
 use super::super::attrs::{not_writable, AttrWriter, Attrs};
 use crate::ops::nn::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm, Conv1d, Conv2d, Dropout, Embedding, Gather, GroupNorm,
-    IndexSelect, LayerNorm, MaxPool2d, NamedPadding, PaddingMode, ScaledDotProductAttention,
-    ScatterAdd, Select,
+    IndexSelect, LayerNorm, MaxPool2d, NamedPadding, PaddingMode, QkvAttention,
+    ScaledDotProductAttention, ScatterAdd, Select,
 };
 use crate::ops::{NnKind as NK, NnOp as N, Op, OpKind as K, OpRules};
 use crate::Result;
@@ -178,6 +178,13 @@ pub(super) fn parse(kind: K, args: usize, a: &mut Attrs) -> Result<Op> {
                 seed: a.u64_or("seed", 0)?,
             })
         }
+        K::Nn(NK::QkvAttention) => N::QkvAttention(QkvAttention {
+            heads: a.usize_req("heads")?,
+            is_causal: a.bool_or("is_causal", false)?,
+            scale: a.f64("scale")?,
+            dropout_p: a.f64_or("dropout_p", 0.0)?,
+            seed: a.u64_or("seed", 0)?,
+        }),
         other => return Err(not_writable(other.label())),
     };
     Ok(Op::Nn(Box::new(op)))
@@ -270,6 +277,15 @@ pub(super) fn write(op: &N, w: &mut AttrWriter) -> Result<()> {
             if let Some(mask) = &s.attn_mask {
                 w.mask("attn_mask", mask);
             }
+            if s.dropout_p != 0.0 || s.seed != 0 {
+                w.f64("dropout_p", s.dropout_p);
+                w.int("seed", s.seed);
+            }
+        }
+        N::QkvAttention(s) => {
+            w.int("heads", s.heads);
+            w.bool("is_causal", s.is_causal);
+            w.opt_f64("scale", s.scale);
             if s.dropout_p != 0.0 || s.seed != 0 {
                 w.f64("dropout_p", s.dropout_p);
                 w.int("seed", s.seed);
