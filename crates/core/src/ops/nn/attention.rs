@@ -119,20 +119,9 @@ impl ScaledDotProductAttention {
                 "attn_mask is given twice: as a boolean mask and as a float tensor argument",
             ));
         }
-        if !(0.0..=1.0).contains(&self.dropout_p) {
-            return Err(Error::invalid(
-                op,
-                format!(
-                    "dropout_p has to be between 0 and 1, but got {}",
-                    self.dropout_p
-                ),
-            ));
-        }
+        check_dropout_and_scale(op, self.dropout_p, self.scale)?;
         let e = qd[rq - 1];
         let scale = match self.scale {
-            Some(s) if !s.is_finite() => {
-                return Err(Error::invalid(op, format!("scale must be finite, got {s}")))
-            }
             Some(s) => s,
             None if e == 0 => 1.0,
             None => 1.0 / (e as f64).sqrt(),
@@ -334,6 +323,26 @@ impl ScaledDotProductAttention {
         } else {
             S::ZERO
         }
+    }
+}
+
+/// An error naming `op` unless `dropout_p` is a probability and `scale`, if given, is finite.
+pub(super) fn check_dropout_and_scale(
+    op: &'static str,
+    dropout_p: f64,
+    scale: Option<f64>,
+) -> Result<()> {
+    if !(0.0..=1.0).contains(&dropout_p) {
+        return Err(Error::invalid(
+            op,
+            format!("dropout_p has to be between 0 and 1, but got {dropout_p}"),
+        ));
+    }
+    match scale {
+        Some(s) if !s.is_finite() => {
+            Err(Error::invalid(op, format!("scale must be finite, got {s}")))
+        }
+        _ => Ok(()),
     }
 }
 

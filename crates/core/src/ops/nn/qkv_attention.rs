@@ -4,7 +4,8 @@
 //! bits, but without their copies in the forward pass or their zero-filled gradients in the VJP.
 
 use super::attention::{
-    derivative_rows, unmasked_softmax_rows, Geometry, ScaledDotProductAttention,
+    check_dropout_and_scale, derivative_rows, unmasked_softmax_rows, Geometry,
+    ScaledDotProductAttention,
 };
 use super::dropout::dropout_mask;
 use crate::ops::{Arity, Forward, Grads, OpRules, Saves, VjpContext};
@@ -160,18 +161,7 @@ impl QkvAttention {
         if self.heads == 0 {
             return Err(Error::invalid(op, "heads must be at least 1, got 0"));
         }
-        if !(0.0..=1.0).contains(&self.dropout_p) {
-            return Err(Error::invalid(
-                op,
-                format!(
-                    "dropout_p has to be between 0 and 1, but got {}",
-                    self.dropout_p
-                ),
-            ));
-        }
-        if let Some(s) = self.scale.filter(|s| !s.is_finite()) {
-            return Err(Error::invalid(op, format!("scale must be finite, got {s}")));
-        }
+        check_dropout_and_scale(op, self.dropout_p, self.scale)?;
         let (t, width) = (dims[split], dims[split + 1]);
         if self
             .heads
