@@ -228,7 +228,9 @@ impl ScaledDotProductAttention {
         let added = added.as_ref().map(|m| m.data());
         let scale = S::from_f64(g.scale);
         let keys = g.keys;
-        if keys > 0 {
+        if allowed.is_none() && added.is_none() {
+            unmasked_softmax_rows(&mut p, keys, scale);
+        } else if keys > 0 {
             for (r, row) in p.chunks_mut(keys).enumerate() {
                 let i = |j: usize| r * keys + j;
                 let ok = |j: usize| {
@@ -380,8 +382,8 @@ pub(super) fn derivative_rows<S: Scalar>(
     }
 }
 
-/// Softmax of `scores * scale` over each whole row of `keys`, in place: `weights`' general path
-/// without a mask, with its bits.
+/// Softmax of `scores * scale` over each whole row of `keys`, in place: the weights with no mask
+/// (what the general masked path computes when every key takes part).
 pub(super) fn unmasked_softmax_rows<S: Scalar>(p: &mut [S], keys: usize, scale: S) {
     if keys == 0 {
         return;

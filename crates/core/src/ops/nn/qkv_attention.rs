@@ -90,6 +90,15 @@ impl Layout {
         }
     }
 
+    /// `out = w rhs` (`w^T rhs` when `transpose`) for one head: `w` a `t x t` block of weights
+    /// (or of their gradient), `rhs` and `out` `t x d`, all contiguous, as
+    /// `scaled_dot_product_attention`'s batched products lay them out.
+    fn weights_times<S: Scalar>(&self, out: &mut [S], w: &[S], transpose: bool, rhs: &[S]) {
+        let (t, d) = (self.t, self.d);
+        let (w_rs, w_cs) = if transpose { (1, t) } else { (t, 1) };
+        S::gemm(t, d, t, out, d, w, w_rs, w_cs, rhs, d, 1, false, S::ONE, 1);
+    }
+
     /// `f(b, block, scratch)` for every batch row `b`, where `block` is row `b`'s `row_len`
     /// elements of `out` and `scratch` holds `scratch_len` elements; batch rows of `work`
     /// multiply-adds each go to the threads whole (each product on one thread, so the bits do
@@ -262,9 +271,8 @@ impl OpRules for QkvAttention {
                 self.weights(&l, scale, q, k, p);
                 self.drop_in_place(mask.as_deref(), block, b, p);
                 for h in 0..l.heads {
-                    let (ph, vh) = (&p[h * t * t..], &v[h * t * d..]);
-                    let yh = &mut y[h * t * d..(h + 1) * t * d];
-                    S::gemm(t, d, t, yh, d, ph, t, 1, vh, d, 1, false, S::ONE, 1);
+                    let head = h * t * d..(h + 1) * t * d;
+                    l.weights_times(&mut y[head.clone()], &p[h * t * t..], false, &v[head]);
                 }
                 l.scatter([&*y], e, rows);
             })
@@ -328,54 +336,9 @@ impl OpRules for QkvAttention {
                         let head = h * t * d..(h + 1) * t * d;
                         let (qh, kh, dyh) =
                             (&q[head.clone()], &k[head.clone()], &dyb[head.clone()]);
-                        S::gemm(
-                            t,
-                            d,
-                            t,
-                            &mut dq[head.clone()],
-                            d,
-                            dsh,
-                            t,
-                            1,
-                            kh,
-                            d,
-                            1,
-                            false,
-                            S::ONE,
-                            1,
-                        );
-                        S::gemm(
-                            t,
-                            d,
-                            t,
-                            &mut dk[head.clone()],
-                            d,
-                            dsh,
-                            1,
-                            t,
-                            qh,
-                            d,
-                            1,
-                            false,
-                            S::ONE,
-                            1,
-                        );
-                        S::gemm(
-                            t,
-                            d,
-                            t,
-                            &mut dv[head],
-                            d,
-                            ph,
-                            1,
-                            t,
-                            dyh,
-                            d,
-                            1,
-                            false,
-                            S::ONE,
-                            1,
-                        );
+                        l.weights_times(&mut dq[head.clone()], dsh, false, kh);
+                        l.weights_times(&mut dk[head.clone()], dsh, true, qh);
+                        l.weights_times(&mut dv[head], ph, true, dyh);
                     }
                     l.scatter([&*dq, &*dk, &*dv], 3 * e, rows);
                 },
