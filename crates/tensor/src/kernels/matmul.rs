@@ -259,6 +259,115 @@ pub fn matmul<S: Scalar>(a: &Tensor<S>, b: &Tensor<S>) -> Result<Tensor<S>> {
     out.reshape(&dims)
 }
 
+/// The products of a batched `op(a) @ op(b)` (operands of rank >= 2, `op` transposing the last
+/// two axes when its flag is set, batch dimensions broadcast): their sizes, the output's shape,
+/// each operand's strides as one matrix, and where each product's operands start.
+pub(crate) struct BatchedProducts {
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) out_shape: Shape,
+    /// Elements of one matrix of `a` and of `b` as stored.
+    pub(crate) a_mat: usize,
+    pub(crate) b_mat: usize,
+    /// Row and column strides of `op(a)` and `op(b)` within their matrices.
+    pub(crate) a_strides: (usize, usize),
+    pub(crate) b_strides: (usize, usize),
+    batch: Shape,
+    a_batch_strides: Vec<usize>,
+    b_batch_strides: Vec<usize>,
+}
+
+impl BatchedProducts {
+    pub(crate) fn new<S: Scalar>(
+        a: &Tensor<S>,
+        trans_a: bool,
+        b: &Tensor<S>,
+        trans_b: bool,
+    ) -> Result<BatchedProducts> {
+        if a.rank() < 2 || b.rank() < 2 {
+            return Err(Error::invalid(
+                "matmul",
+                format!(
+                    "batched operands need rank >= 2, got {} and {}",
+                    a.shape(),
+                    b.shape()
+                ),
+            ));
+        }
+        let (ra, rb) = (a.rank(), b.rank());
+        let (a_rows, a_cols) = (a.dims()[ra - 2], a.dims()[ra - 1]);
+        let (b_rows, b_cols) = (b.dims()[rb - 2], b.dims()[rb - 1]);
+        let (m, k) = if trans_a {
+            (a_cols, a_rows)
+        } else {
+            (a_rows, a_cols)
+        };
+        let (k2, n) = if trans_b {
+            (b_cols, b_rows)
+        } else {
+            (b_rows, b_cols)
+        };
+        if k != k2 {
+            return Err(Error::Broadcast {
+                op: "matmul",
+                lhs: Box::new(a.shape().clone()),
+                rhs: Box::new(b.shape().clone()),
+            });
+        }
+        let a_batch = Shape::new(&a.dims()[..ra - 2])?;
+        let b_batch = Shape::new(&b.dims()[..rb - 2])?;
+        let batch =
+            broadcast_shape("matmul", &a_batch, &b_batch).map_err(|_| Error::Broadcast {
+                op: "matmul",
+                lhs: Box::new(a.shape().clone()),
+                rhs: Box::new(b.shape().clone()),
+            })?;
+        let mut out_dims = batch.dims().to_vec();
+        out_dims.extend([m, n]);
+        let out_shape = Shape::new(out_dims)?;
+        let a_mat = a_rows * a_cols;
+        let b_mat = b_rows * b_cols;
+        let scaled = |strides: Vec<usize>, by: usize| strides.iter().map(|s| s * by).collect();
+        let a_batch_strides = scaled(broadcast_strides(&a_batch, &batch), a_mat);
+        let b_batch_strides = scaled(broadcast_strides(&b_batch, &batch), b_mat);
+        // Row-major a is (rs = cols, cs = 1); its transpose swaps the two.
+        let a_strides = if trans_a { (1, a_cols) } else { (a_cols, 1) };
+        let b_strides = if trans_b { (1, b_cols) } else { (b_cols, 1) };
+        Ok(BatchedProducts {
+            m,
+            n,
+            k,
+            out_shape,
+            a_mat,
+            b_mat,
+            a_strides,
+            b_strides,
+            batch,
+            a_batch_strides,
+            b_batch_strides,
+        })
+    }
+
+    /// How many products.
+    pub(crate) fn count(&self) -> usize {
+        self.batch.numel()
+    }
+
+    /// `f(product, (offset in a, offset in b))` for every product, in order.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(usize, (usize, usize))) {
+        let strides = [&self.a_batch_strides[..], &self.b_batch_strides[..]];
+        strided_walk(self.batch.dims(), strides, |lin, [ia, ib]| f(lin, (ia, ib)))
+    }
+
+    /// Where each product's operands start, in order.
+    pub(crate) fn offsets(&self) -> Vec<(usize, usize)> {
+        let mut offsets = Vec::with_capacity(self.count());
+        self.for_each(|_, at| offsets.push(at));
+        offsets
+    }
+}
+
 /// Batched `op(a) @ op(b)` for operands of rank >= 2, where `op` transposes the last two axes when
 /// its flag is set. Batch dimensions broadcast.
 pub fn batched_matmul<S: Scalar>(
@@ -267,62 +376,13 @@ pub fn batched_matmul<S: Scalar>(
     b: &Tensor<S>,
     trans_b: bool,
 ) -> Result<Tensor<S>> {
-    if a.rank() < 2 || b.rank() < 2 {
-        return Err(Error::invalid(
-            "matmul",
-            format!(
-                "batched operands need rank >= 2, got {} and {}",
-                a.shape(),
-                b.shape()
-            ),
-        ));
+    let plan = BatchedProducts::new(a, trans_a, b, trans_b)?;
+    if plan.out_shape.numel() == 0 {
+        return Ok(Tensor::zeros(&plan.out_shape));
     }
-    let (ra, rb) = (a.rank(), b.rank());
-    let (a_rows, a_cols) = (a.dims()[ra - 2], a.dims()[ra - 1]);
-    let (b_rows, b_cols) = (b.dims()[rb - 2], b.dims()[rb - 1]);
-    let (m, k) = if trans_a {
-        (a_cols, a_rows)
-    } else {
-        (a_rows, a_cols)
-    };
-    let (k2, n) = if trans_b {
-        (b_cols, b_rows)
-    } else {
-        (b_rows, b_cols)
-    };
-    if k != k2 {
-        return Err(Error::Broadcast {
-            op: "matmul",
-            lhs: Box::new(a.shape().clone()),
-            rhs: Box::new(b.shape().clone()),
-        });
-    }
-    let a_batch = Shape::new(&a.dims()[..ra - 2])?;
-    let b_batch = Shape::new(&b.dims()[..rb - 2])?;
-    let batch = broadcast_shape("matmul", &a_batch, &b_batch).map_err(|_| Error::Broadcast {
-        op: "matmul",
-        lhs: Box::new(a.shape().clone()),
-        rhs: Box::new(b.shape().clone()),
-    })?;
-    let mut out_dims = batch.dims().to_vec();
-    out_dims.extend([m, n]);
-    let out_shape = Shape::new(out_dims)?;
-    if out_shape.numel() == 0 {
-        return Ok(Tensor::zeros(&out_shape));
-    }
-    let a_mat = a_rows * a_cols;
-    let b_mat = b_rows * b_cols;
-    let a_strides: Vec<usize> = broadcast_strides(&a_batch, &batch)
-        .iter()
-        .map(|s| s * a_mat)
-        .collect();
-    let b_strides: Vec<usize> = broadcast_strides(&b_batch, &batch)
-        .iter()
-        .map(|s| s * b_mat)
-        .collect();
-    // Row-major a is (rs = cols, cs = 1); its transpose swaps the two.
-    let (a_rs, a_cs) = if trans_a { (1, a_cols) } else { (a_cols, 1) };
-    let (b_rs, b_cs) = if trans_b { (1, b_cols) } else { (b_cols, 1) };
+    let (m, n, k) = (plan.m, plan.n, plan.k);
+    let ((a_rs, a_cs), (b_rs, b_cs)) = (plan.a_strides, plan.b_strides);
+    let (a_mat, b_mat) = (plan.a_mat, plan.b_mat);
     let (ad, bd) = (a.data(), b.data());
     let mn = m * n;
     // One product of the batch, from the operands at offsets `ia` and `ib`, into `out`. Without
@@ -351,17 +411,14 @@ pub fn batched_matmul<S: Scalar>(
     // Many products each too small to split (attention's per-head products): whole products
     // go to the threads instead, each on one thread as it would be alone, so the bits do not
     // depend on the thread count.
-    let products = batch.numel();
+    let products = plan.count();
     if threads > 1
         && !worth_threads(product_work)
         && worth_threads(product_work.saturating_mul(products))
     {
-        let mut offsets = Vec::with_capacity(products);
-        strided_walk(batch.dims(), [&a_strides, &b_strides], |_, [ia, ib]| {
-            offsets.push((ia, ib))
-        });
+        let offsets = plan.offsets();
         let min_per_thread = min_products_per_thread(product_work);
-        return Ok(Tensor::from_writer(out_shape, |out| {
+        return Ok(Tensor::from_writer(plan.out_shape.clone(), |out| {
             for_each_band_mut(out, mn, min_per_thread, |start, band| {
                 for (i, out) in band.chunks_mut(mn).enumerate() {
                     product(out, offsets[start / mn + i], 1);
@@ -369,10 +426,8 @@ pub fn batched_matmul<S: Scalar>(
             })
         }));
     }
-    Ok(Tensor::from_writer(out_shape, |out| {
-        strided_walk(batch.dims(), [&a_strides, &b_strides], |lin, [ia, ib]| {
-            product(&mut out[lin * mn..(lin + 1) * mn], (ia, ib), threads)
-        })
+    Ok(Tensor::from_writer(plan.out_shape.clone(), |out| {
+        plan.for_each(|lin, at| product(&mut out[lin * mn..(lin + 1) * mn], at, threads))
     }))
 }
 

@@ -11,10 +11,11 @@ use smallvec::smallvec;
 use tapegrad_tensor::kernels::alloc::ensure_allocatable;
 use tapegrad_tensor::kernels::causal_softmax::causal_softmax;
 use tapegrad_tensor::kernels::exp::exp_in_place;
+use tapegrad_tensor::kernels::head_product::{batched_head_product, Extent};
 use tapegrad_tensor::kernels::par_map::MIN_MAP_PER_THREAD;
 use tapegrad_tensor::kernels::{
-    batched_matmul, broadcast_shape, broadcast_to, for_each_band_mut, pairwise_sum,
-    pairwise_sum_by, pairwise_sums_by, sum_to,
+    broadcast_shape, broadcast_to, for_each_band_mut, pairwise_sum, pairwise_sum_by,
+    pairwise_sums_by, sum_to,
 };
 
 /// How many rows of the softmax derivative take their dot products together.
@@ -207,7 +208,8 @@ impl ScaledDotProductAttention {
         k: &Tensor<S>,
         float_mask: Option<&Tensor<S>>,
     ) -> Result<Tensor<S>> {
-        self.weights_of_scores(g, batched_matmul(q, false, k, true)?, float_mask)
+        let scores = self.products(q, false, k, true, Extent::LowerColumns)?;
+        self.weights_of_scores(g, scores, float_mask)
     }
 
     /// [`Self::weights`] from the products `q k^T` already made (shaped as the scores).
@@ -316,6 +318,20 @@ impl ScaledDotProductAttention {
                 derivative_rows(p, d, band, keys, then_scale)
             })
         }))
+    }
+
+    /// Batched `op(a) @ op(b)` of attention, within `causal` (the part of the product a causal
+    /// mask leaves) when the mask is causal.
+    fn products<S: Scalar>(
+        &self,
+        a: &Tensor<S>,
+        trans_a: bool,
+        b: &Tensor<S>,
+        trans_b: bool,
+        causal: Extent,
+    ) -> Result<Tensor<S>> {
+        let extent = if self.is_causal { causal } else { Extent::Full };
+        batched_head_product(a, trans_a, b, trans_b, extent)
     }
 
     /// What `dropped` multiplies a kept element by.
@@ -448,7 +464,7 @@ impl OpRules for ScaledDotProductAttention {
         // The scores can be far larger than every argument and the result (long sequences).
         ensure_allocatable::<S>(self.name(), &g.scores)?;
         let p = self.weights(&g, x[0], x[1], x.get(3).copied())?;
-        let out = batched_matmul(&self.dropped(&p)?, false, x[2], false)?;
+        let out = self.products(&self.dropped(&p)?, false, x[2], false, Extent::LowerWeights)?;
         Ok(Forward::new(out))
     }
     fn vjp<S: Scalar>(&self, ctx: &VjpContext<'_, S>, cot: &Tensor<S>) -> Result<Grads<S>> {
@@ -466,8 +482,9 @@ impl OpRules for ScaledDotProductAttention {
         let dz_needed = self.float_mask && ctx.needs(3);
         let ds_needed = ctx.needs(0) || ctx.needs(1);
         let (dz, ds) = if dz_needed || ds_needed {
+            let v = ctx.input(op, 2)?;
             let dp = sum_to(
-                &batched_matmul(cot, false, ctx.input(op, 2)?, true)?,
+                &self.products(cot, false, v, true, Extent::LowerColumns)?,
                 &g.scores,
             )?;
             let dp = self.dropped(&dp)?;
@@ -491,23 +508,23 @@ impl OpRules for ScaledDotProductAttention {
         let to = |i: usize, t: Tensor<S>| sum_to(&t, &ctx.input_shapes[i]);
         let mut grads = smallvec![
             if ctx.needs(0) {
-                Some(to(
-                    0,
-                    batched_matmul(need_ds()?, false, ctx.input(op, 1)?, false)?,
-                )?)
+                let k = ctx.input(op, 1)?;
+                let dq = self.products(need_ds()?, false, k, false, Extent::LowerWeights)?;
+                Some(to(0, dq)?)
             } else {
                 None
             },
             if ctx.needs(1) {
-                Some(to(
-                    1,
-                    batched_matmul(need_ds()?, true, ctx.input(op, 0)?, false)?,
-                )?)
+                let q = ctx.input(op, 0)?;
+                let dk = self.products(need_ds()?, true, q, false, Extent::UpperWeights)?;
+                Some(to(1, dk)?)
             } else {
                 None
             },
             if ctx.needs(2) {
-                Some(to(2, batched_matmul(&self.dropped(p)?, true, cot, false)?)?)
+                let p = self.dropped(p)?;
+                let dv = self.products(&p, true, cot, false, Extent::UpperWeights)?;
+                Some(to(2, dv)?)
             } else {
                 None
             },
@@ -543,8 +560,8 @@ impl ScaledDotProductAttention {
         // d(pre-softmax scores) = (dq k^T + q dk^T) * scale + d mask.
         let mut dz = scaled(
             &add(
-                batched_matmul(t[0], false, x[1], true)?,
-                &batched_matmul(x[0], false, t[1], true)?,
+                self.products(t[0], false, x[1], true, Extent::LowerColumns)?,
+                &self.products(x[0], false, t[1], true, Extent::LowerColumns)?,
             )?,
             g.scale,
         );
@@ -553,8 +570,8 @@ impl ScaledDotProductAttention {
         }
         let dp = self.dropped(&self.softmax_derivative(&g, p, &dz, None)?)?;
         add(
-            batched_matmul(&dp, false, x[2], false)?,
-            &batched_matmul(&self.dropped(p)?, false, t[2], false)?,
+            self.products(&dp, false, x[2], false, Extent::LowerWeights)?,
+            &self.products(&self.dropped(p)?, false, t[2], false, Extent::LowerWeights)?,
         )
     }
 }

@@ -13,6 +13,7 @@ use smallvec::smallvec;
 use tapegrad_tensor::kernels::alloc::ensure_allocatable;
 use tapegrad_tensor::kernels::causal_softmax::causal_softmax;
 use tapegrad_tensor::kernels::for_each_band_mut;
+use tapegrad_tensor::kernels::head_product::{head_product, Extent};
 use tapegrad_tensor::kernels::matmul::min_products_per_thread;
 use tapegrad_tensor::{Error, Result, Scalar, Shape, Tensor};
 
@@ -91,12 +92,49 @@ impl Layout {
     }
 
     /// `out = w rhs` (`w^T rhs` when `transpose`) for one head: `w` a `t x t` block of weights
-    /// (or of their gradient), `rhs` and `out` `t x d`, all contiguous, as
-    /// `scaled_dot_product_attention`'s batched products lay them out.
-    fn weights_times<S: Scalar>(&self, out: &mut [S], w: &[S], transpose: bool, rhs: &[S]) {
+    /// (or of their gradient), zero above its diagonal when causal, and `rhs` and `out` `t x d`,
+    /// all contiguous, as `scaled_dot_product_attention`'s batched products lay them out; a
+    /// causal product skips the zero weights.
+    fn weights_times<S: Scalar>(
+        &self,
+        causal: bool,
+        out: &mut [S],
+        w: &[S],
+        transpose: bool,
+        rhs: &[S],
+    ) {
         let (t, d) = (self.t, self.d);
-        let (w_rs, w_cs) = if transpose { (1, t) } else { (t, 1) };
-        S::gemm(t, d, t, out, d, w, w_rs, w_cs, rhs, d, 1, false, S::ONE, 1);
+        let (strides, extent) = match (transpose, causal) {
+            (false, false) => ((t, 1), Extent::Full),
+            (false, true) => ((t, 1), Extent::LowerWeights),
+            (true, false) => ((1, t), Extent::Full),
+            (true, true) => ((1, t), Extent::UpperWeights),
+        };
+        head_product(out, (t, d, t), (w, strides.0, strides.1), rhs, extent);
+    }
+
+    /// `out = a b^T` for one head: `a` `t x d` and `bt` (`b` transposed) `d x t`; when causal,
+    /// only the scores a causal softmax keeps (the rest are +0).
+    fn scores<S: Scalar>(&self, causal: bool, out: &mut [S], a: &[S], bt: &[S]) {
+        let (t, d) = (self.t, self.d);
+        let extent = if causal {
+            Extent::LowerColumns
+        } else {
+            Extent::Full
+        };
+        head_product(out, (t, t, d), (a, d, 1), bt, extent);
+    }
+
+    /// Each head of `heads` (`[heads, t, d]`) transposed into `out` (`[heads, d, t]`).
+    fn transpose_heads<S: Copy>(&self, heads: &[S], out: &mut [S]) {
+        let (t, d) = (self.t, self.d);
+        for (head, out) in heads.chunks_exact(t * d).zip(out.chunks_exact_mut(t * d)) {
+            for (i, row) in head.chunks_exact(d).enumerate() {
+                for (l, &v) in row.iter().enumerate() {
+                    out[l * t + i] = v;
+                }
+            }
+        }
     }
 
     /// `f(b, block, scratch)` for every batch row `b`, where `block` is row `b`'s `row_len`
@@ -204,15 +242,14 @@ impl QkvAttention {
         (self.dropout_p != 0.0).then(|| dropout_mask(self.seed, weights, self.dropout_p))
     }
 
-    /// One batch row's attention weights in `p` (`[heads, t, t]`) from its heads `q` and
-    /// `k`, before dropout: the products, then the softmax, row for row as
-    /// `scaled_dot_product_attention` makes them.
-    fn weights<S: Scalar>(&self, l: &Layout, scale: S, q: &[S], k: &[S], p: &mut [S]) {
+    /// One batch row's attention weights in `p` (`[heads, t, t]`) from its heads `q` and `kt`
+    /// (`k` transposed, `[heads, d, t]`), before dropout: the products, then the softmax, row
+    /// for row as `scaled_dot_product_attention` makes them.
+    fn weights<S: Scalar>(&self, l: &Layout, scale: S, q: &[S], kt: &[S], p: &mut [S]) {
         let (t, d) = (l.t, l.d);
         for h in 0..l.heads {
             let s = &mut p[h * t * t..(h + 1) * t * t];
-            let (qh, kh) = (&q[h * t * d..], &k[h * t * d..]);
-            S::gemm(t, t, d, s, t, qh, d, 1, kh, 1, d, false, S::ONE, 1);
+            l.scores(self.is_causal, s, &q[h * t * d..], &kt[h * t * d..]);
         }
         if self.is_causal {
             causal_softmax(p, t, t, scale);
@@ -262,17 +299,20 @@ impl OpRules for QkvAttention {
         let mask = self.dropout_mask(g.scores.numel());
         let out = Tensor::from_writer(self.output_shape(&[x[0].shape()])?, |out| {
             let work = 2 * block * d;
-            l.per_batch_row(out, t * e, work, 4 * n + block, |b, rows, scratch| {
-                let (heads, p) = scratch.split_at_mut(4 * n);
+            l.per_batch_row(out, t * e, work, 5 * n + block, |b, rows, scratch| {
+                let (heads, p) = scratch.split_at_mut(5 * n);
                 let (q, rest) = heads.split_at_mut(n);
                 let (k, rest) = rest.split_at_mut(n);
-                let (v, y) = rest.split_at_mut(n);
+                let (v, rest) = rest.split_at_mut(n);
+                let (kt, y) = rest.split_at_mut(n);
                 l.gather(qkv, 3 * e, b, [&mut *q, &mut *k, &mut *v]);
-                self.weights(&l, scale, q, k, p);
+                l.transpose_heads(k, kt);
+                self.weights(&l, scale, q, kt, p);
                 self.drop_in_place(mask.as_deref(), block, b, p);
                 for h in 0..l.heads {
                     let head = h * t * d..(h + 1) * t * d;
-                    l.weights_times(&mut y[head.clone()], &p[h * t * t..], false, &v[head]);
+                    let ph = &p[h * t * t..];
+                    l.weights_times(self.is_causal, &mut y[head.clone()], ph, false, &v[head]);
                 }
                 l.scatter([&*y], e, rows);
             })
@@ -306,22 +346,25 @@ impl OpRules for QkvAttention {
                 out,
                 3 * t * e,
                 work,
-                7 * n + 3 * block,
+                9 * n + 3 * block,
                 |b, rows, scratch| {
-                    let (heads, weights) = scratch.split_at_mut(7 * n);
+                    let (heads, weights) = scratch.split_at_mut(9 * n);
                     let (q, rest) = heads.split_at_mut(n);
                     let (k, rest) = rest.split_at_mut(n);
                     let (v, rest) = rest.split_at_mut(n);
-                    let (dyb, grads) = rest.split_at_mut(n);
+                    let (dyb, rest) = rest.split_at_mut(n);
+                    let (kt, rest) = rest.split_at_mut(n);
+                    let (vt, grads) = rest.split_at_mut(n);
                     let (p, rest) = weights.split_at_mut(block);
                     let (dp, ds) = rest.split_at_mut(block);
                     l.gather(qkv, 3 * e, b, [&mut *q, &mut *k, &mut *v]);
                     l.gather(dy, e, b, [&mut *dyb]);
-                    self.weights(&l, scale, q, k, p);
+                    l.transpose_heads(k, kt);
+                    l.transpose_heads(v, vt);
+                    self.weights(&l, scale, q, kt, p);
                     for h in 0..l.heads {
                         let s = &mut dp[h * t * t..(h + 1) * t * t];
-                        let (dyh, vh) = (&dyb[h * t * d..], &v[h * t * d..]);
-                        S::gemm(t, t, d, s, t, dyh, d, 1, vh, 1, d, false, S::ONE, 1);
+                        l.scores(self.is_causal, s, &dyb[h * t * d..], &vt[h * t * d..]);
                     }
                     self.drop_in_place(mask.as_deref(), block, b, dp);
                     if t > 0 {
@@ -336,9 +379,10 @@ impl OpRules for QkvAttention {
                         let head = h * t * d..(h + 1) * t * d;
                         let (qh, kh, dyh) =
                             (&q[head.clone()], &k[head.clone()], &dyb[head.clone()]);
-                        l.weights_times(&mut dq[head.clone()], dsh, false, kh);
-                        l.weights_times(&mut dk[head.clone()], dsh, true, qh);
-                        l.weights_times(&mut dv[head], ph, true, dyh);
+                        let causal = self.is_causal;
+                        l.weights_times(causal, &mut dq[head.clone()], dsh, false, kh);
+                        l.weights_times(causal, &mut dk[head.clone()], dsh, true, qh);
+                        l.weights_times(causal, &mut dv[head], ph, true, dyh);
                     }
                     l.scatter([&*dq, &*dk, &*dv], 3 * e, rows);
                 },

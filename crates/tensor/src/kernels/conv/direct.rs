@@ -3,10 +3,10 @@
 //! reads a contiguous run of the copy, so the forward pass and the weight gradient are
 //! register-tiled loops of fused multiply-adds.
 
+use crate::kernels::lanes::{cast, cast_mut, load, Lanes};
 use crate::{Error, Result, Scalar};
 use pulp::bytemuck::{self, Pod};
 use pulp::Simd;
-use std::any::TypeId;
 
 /// Output channels and vectors of positions one forward tile computes at once: 12 accumulators,
 /// each tap's 2 input vectors and a broadcast weight fill the 16 vector registers of AVX2 (3
@@ -140,66 +140,17 @@ pub(super) fn taps_major<S: Scalar>(w: &[S], og: usize, taps: usize) -> Vec<S> {
     out
 }
 
-/// The element types the kernels have vector code for, through pulp's `Simd` (AVX2, AVX-512, or
-/// one element at a time).
-trait Lanes: Scalar + Pod {
-    type V<Sd: Simd>: Copy + Pod;
-    /// Partial sums of the weight gradient.
+/// The weight gradient's partial sums per (channel, tap) of each element type.
+trait WgradLanes: Lanes {
     const WGRAD_LANES: usize;
-    fn splat<Sd: Simd>(simd: Sd, v: Self) -> Self::V<Sd>;
-    /// `a * b + c`, one rounding.
-    fn fma<Sd: Simd>(simd: Sd, a: Self::V<Sd>, b: Self::V<Sd>, c: Self::V<Sd>) -> Self::V<Sd>;
 }
 
-impl Lanes for f32 {
-    type V<Sd: Simd> = Sd::f32s;
+impl WgradLanes for f32 {
     const WGRAD_LANES: usize = WGRAD_LANES_F32;
-    #[inline(always)]
-    fn splat<Sd: Simd>(simd: Sd, v: f32) -> Sd::f32s {
-        simd.splat_f32s(v)
-    }
-    #[inline(always)]
-    fn fma<Sd: Simd>(simd: Sd, a: Sd::f32s, b: Sd::f32s, c: Sd::f32s) -> Sd::f32s {
-        simd.mul_add_f32s(a, b, c)
-    }
 }
 
-impl Lanes for f64 {
-    type V<Sd: Simd> = Sd::f64s;
+impl WgradLanes for f64 {
     const WGRAD_LANES: usize = WGRAD_LANES_F64;
-    #[inline(always)]
-    fn splat<Sd: Simd>(simd: Sd, v: f64) -> Sd::f64s {
-        simd.splat_f64s(v)
-    }
-    #[inline(always)]
-    fn fma<Sd: Simd>(simd: Sd, a: Sd::f64s, b: Sd::f64s, c: Sd::f64s) -> Sd::f64s {
-        simd.mul_add_f64s(a, b, c)
-    }
-}
-
-/// `v` as a slice of `T` when `S` is `T`.
-fn cast<S: Scalar, T: Scalar>(v: &[S]) -> Option<&[T]> {
-    // SAFETY: S and T are the same type, so the pointer, length and lifetime stay valid.
-    (TypeId::of::<S>() == TypeId::of::<T>())
-        .then(|| unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<T>(), v.len()) })
-}
-
-/// [`cast`] for a mutable slice.
-fn cast_mut<S: Scalar, T: Scalar>(v: &mut [S]) -> Option<&mut [T]> {
-    // SAFETY: S and T are the same type; the borrow of `v` moves into the result.
-    (TypeId::of::<S>() == TypeId::of::<T>())
-        .then(|| unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<T>(), v.len()) })
-}
-
-/// The `N` vectors of `v` from `at` (unaligned).
-///
-/// # Safety
-/// `at + N * lanes <= v.len()`, where a vector `V` holds `lanes` elements `T`.
-#[inline(always)]
-unsafe fn load<T: Pod, V: Pod, const N: usize>(v: &[T], at: usize) -> [V; N] {
-    let lanes = std::mem::size_of::<V>() / std::mem::size_of::<T>();
-    // SAFETY: the caller's bound keeps every vector inside `v`; V is Pod, so any bits are valid.
-    std::array::from_fn(|i| unsafe { v.as_ptr().add(at + i * lanes).cast::<V>().read_unaligned() })
 }
 
 /// Checks what the unchecked loads of the tile loops rely on: every tap's run of `span` flat
@@ -464,7 +415,7 @@ fn weight_gradient_on<S: Scalar>(
     one_lane: bool,
 ) {
     flat.flatten_rows(dy, dy_flat);
-    fn run<S: Scalar, T: Lanes>(
+    fn run<S: Scalar, T: WgradLanes>(
         flat: &Flat,
         xp: &[S],
         dy_flat: &[S],
@@ -503,7 +454,7 @@ struct WgradTiles<'a, T> {
     dw: &'a mut [T],
 }
 
-impl<T: Lanes> pulp::WithSimd for WgradTiles<'_, T> {
+impl<T: WgradLanes> pulp::WithSimd for WgradTiles<'_, T> {
     type Output = ();
     // Inlined into pulp's `#[target_feature]` function, which is what lets the loops use it.
     #[inline(always)]
@@ -520,7 +471,7 @@ impl<T: Lanes> pulp::WithSimd for WgradTiles<'_, T> {
     }
 }
 
-impl<T: Lanes> WgradTiles<'_, T> {
+impl<T: WgradLanes> WgradTiles<'_, T> {
     /// Tiles of `R` output channels by `WGRAD_TAPS` taps, each partial-sum group `M` vectors.
     #[inline(always)]
     fn tiles<Sd: Simd, const M: usize, const R: usize>(self, simd: Sd) {
@@ -572,7 +523,7 @@ struct Tile<'a, T> {
     t0: usize,
 }
 
-impl<T: Lanes> Tile<'_, T> {
+impl<T: WgradLanes> Tile<'_, T> {
     #[inline(always)]
     fn run<U: Lanes, Sd: Simd, const M: usize, const R: usize, const K: usize>(
         self,
