@@ -15,6 +15,7 @@
 //! `b - (b - a) * (1 - w)`.
 
 use super::{s, Slots};
+use tapegrad_tensor::kernels::update::{self, Piece};
 use tapegrad_tensor::Scalar;
 
 const EXP_AVG: usize = 0;
@@ -39,47 +40,115 @@ pub(super) struct AdamRule {
     pub decoupled: bool,
 }
 
-pub(super) fn update<S: Scalar>(
+/// One step of every tensor: `tensors` holds each tensor's values, gradient (same length) and
+/// state. Each element is updated on its own, so the tensors' elements go together to the GEMM
+/// threads when long (`update::spread`), with the bits of one thread.
+pub(super) fn update_all<S: Scalar>(
     rule: &AdamRule,
     lr: f64,
     step: u64,
-    p: &mut [S],
-    grad: &[S],
-    mut state: Slots<'_, S>,
+    tensors: Vec<(&mut [S], &[S], Slots<'_, S>)>,
 ) {
-    let AdamRule {
-        beta1,
-        beta2,
-        eps,
-        weight_decay,
-        decoupled,
-    } = *rule;
-    if decoupled {
-        let factor = s::<S>(1.0 - lr * weight_decay);
-        for p in p.iter_mut() {
-            *p *= factor;
+    let pieces = tensors
+        .into_iter()
+        .map(|(p, grad, state)| {
+            // Callers pass equal lengths (the optimizer checks shapes).
+            let len = p.len().min(grad.len());
+            let (m, v) = state.into_two(EXP_AVG, EXP_AVG_SQ);
+            AdamPiece {
+                p: &mut p[..len],
+                grad: &grad[..len],
+                m: &mut m[..len],
+                v: &mut v[..len],
+            }
+        })
+        .collect();
+    let step = Step::new(rule, lr, step);
+    update::spread(pieces, |piece| step.apply(piece));
+}
+
+/// A run of one tensor's elements: values, gradient and both moments.
+struct AdamPiece<'a, S> {
+    p: &'a mut [S],
+    grad: &'a [S],
+    m: &'a mut [S],
+    v: &'a mut [S],
+}
+
+impl<S: Scalar> Piece for AdamPiece<'_, S> {
+    fn len(&self) -> usize {
+        self.p.len()
+    }
+
+    fn cut(self, at: usize) -> (Self, Self) {
+        let (p, p_rest) = self.p.split_at_mut(at);
+        let (grad, grad_rest) = self.grad.split_at(at);
+        let (m, m_rest) = self.m.split_at_mut(at);
+        let (v, v_rest) = self.v.split_at_mut(at);
+        (
+            AdamPiece { p, grad, m, v },
+            AdamPiece {
+                p: p_rest,
+                grad: grad_rest,
+                m: m_rest,
+                v: v_rest,
+            },
+        )
+    }
+}
+
+/// The step's constants, in the element type.
+struct Step<S> {
+    /// `1 - lr * weight_decay` when the decay is decoupled (AdamW).
+    decay_factor: Option<S>,
+    /// `weight_decay` when it is added to the gradient (Adam).
+    coupled_decay: Option<S>,
+    w1: (S, f64),
+    b2: S,
+    w2: S,
+    neg_step_size: S,
+    bc2_sqrt: S,
+    eps: S,
+}
+
+impl<S: Scalar> Step<S> {
+    fn new(rule: &AdamRule, lr: f64, step: u64) -> Step<S> {
+        let AdamRule {
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            decoupled,
+        } = *rule;
+        let t = step as f64;
+        let bias_correction1 = 1.0 - beta1.powf(t);
+        let bias_correction2 = 1.0 - beta2.powf(t);
+        Step {
+            decay_factor: decoupled.then(|| s::<S>(1.0 - lr * weight_decay)),
+            coupled_decay: (!decoupled && weight_decay != 0.0).then(|| s::<S>(weight_decay)),
+            w1: (s::<S>(1.0 - beta1), 1.0 - beta1),
+            b2: s::<S>(beta2),
+            w2: s::<S>(1.0 - beta2),
+            neg_step_size: s::<S>(-(lr / bias_correction1)),
+            bc2_sqrt: s::<S>(bias_correction2.sqrt()),
+            eps: s::<S>(eps),
         }
     }
-    let wd = s::<S>(weight_decay);
-    let coupled_decay = !decoupled && weight_decay != 0.0;
-    let w1 = 1.0 - beta1;
-    let (w1_s, b2, w2) = (s::<S>(w1), s::<S>(beta2), s::<S>(1.0 - beta2));
-    let t = step as f64;
-    let bias_correction1 = 1.0 - beta1.powf(t);
-    let bias_correction2 = 1.0 - beta2.powf(t);
-    let neg_step_size = s::<S>(-(lr / bias_correction1));
-    let bc2_sqrt = s::<S>(bias_correction2.sqrt());
-    let eps = s::<S>(eps);
-    let (m, v) = state.two(EXP_AVG, EXP_AVG_SQ);
-    for i in 0..p.len() {
-        let g = if coupled_decay {
-            grad[i] + wd * p[i]
-        } else {
-            grad[i]
-        };
-        m[i] = lerp(m[i], g, w1_s, w1);
-        v[i] = v[i] * b2 + w2 * g * g;
-        let denom = v[i].sqrt() / bc2_sqrt + eps;
-        p[i] += neg_step_size * m[i] / denom;
+
+    fn apply(&self, piece: AdamPiece<'_, S>) {
+        let AdamPiece { p, grad, m, v } = piece;
+        for (((p, &grad), m), v) in p.iter_mut().zip(grad).zip(m.iter_mut()).zip(v.iter_mut()) {
+            if let Some(factor) = self.decay_factor {
+                *p *= factor;
+            }
+            let g = match self.coupled_decay {
+                Some(wd) => grad + wd * *p,
+                None => grad,
+            };
+            *m = lerp(*m, g, self.w1.0, self.w1.1);
+            *v = *v * self.b2 + self.w2 * g * g;
+            let denom = v.sqrt() / self.bc2_sqrt + self.eps;
+            *p += self.neg_step_size * *m / denom;
+        }
     }
 }

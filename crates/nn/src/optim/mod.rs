@@ -96,8 +96,8 @@ impl<S: Scalar> Optimizer<S> {
                     };
                     (p.value.data_mut(), g.data(), state)
                 });
-        // SGD's element loops are spread over the threads as one job for the whole step; the
-        // others update tensor by tensor.
+        // SGD's and Adam's element loops are spread over the threads as one job for the whole
+        // step; the others update tensor by tensor.
         match self.config {
             OptimizerConfig::Sgd {
                 momentum,
@@ -135,9 +135,7 @@ impl<S: Scalar> Optimizer<S> {
                     weight_decay,
                     decoupled: matches!(self.config, OptimizerConfig::AdamW { .. }),
                 };
-                for (value, grad, state) in tensors {
-                    adam::update(&rule, lr, step, value, grad, state);
-                }
+                adam::update_all(&rule, lr, step, tensors.collect());
             }
             OptimizerConfig::RmsProp {
                 alpha,
@@ -339,6 +337,25 @@ impl<'a, S: Scalar> Slots<'a, S> {
             .data_mut()
     }
 
+    /// Slots `a` and `b` (distinct), each created as zeros on first use, for as long as the
+    /// slots are lent.
+    fn into_two(self, a: usize, b: usize) -> (&'a mut [S], &'a mut [S]) {
+        let Slots { slots, shape } = self;
+        for k in [a, b] {
+            slots[k].get_or_insert_with(|| Tensor::zeros(&shape));
+        }
+        let (lo, hi) = slots.split_at_mut(a.max(b));
+        let (first, second) = (
+            lo[a.min(b)].as_mut().expect("created above").data_mut(),
+            hi[0].as_mut().expect("created above").data_mut(),
+        );
+        if a < b {
+            (first, second)
+        } else {
+            (second, first)
+        }
+    }
+
     /// The slots flagged in `wanted`, each created as zeros on first use; unflagged slots are
     /// neither created nor lent (`None`).
     fn some<const N: usize>(&mut self, wanted: [bool; N]) -> [Option<&mut [S]>; N] {
@@ -350,21 +367,5 @@ impl<'a, S: Scalar> Slots<'a, S> {
             }
         }
         lent
-    }
-
-    /// Slots `a` and `b` (distinct), both created as zeros on first use.
-    fn two(&mut self, a: usize, b: usize) -> (&mut [S], &mut [S]) {
-        self.zeroed(a);
-        self.zeroed(b);
-        let (lo, hi) = self.slots.split_at_mut(a.max(b));
-        let (first, second) = (
-            lo[a.min(b)].as_mut().expect("created above").data_mut(),
-            hi[0].as_mut().expect("created above").data_mut(),
-        );
-        if a < b {
-            (first, second)
-        } else {
-            (second, first)
-        }
     }
 }

@@ -3,6 +3,8 @@
 //! Every path gives the values `linear` defines; the choice between them depends only on shapes.
 
 use super::matmul::{run_jobs_on_threads, worth_threads};
+use super::par_map::MIN_MAP_PER_THREAD;
+use super::workers::for_each_band_mut;
 use super::{
     batched_matmul, column_sums, matvec_rows, num_threads, outer_product, transpose, vecmat_rows,
 };
@@ -75,9 +77,12 @@ pub fn linear_rows<S: Scalar>(
         if out == 0 {
             return;
         }
-        for row in d.chunks_exact_mut(out) {
-            row.copy_from_slice(b.data());
-        }
+        // On the GEMM threads where long: a pass over cold memory as long as the output.
+        for_each_band_mut(d, out, MIN_MAP_PER_THREAD.div_ceil(out), |_, band| {
+            for row in band.chunks_exact_mut(out) {
+                row.copy_from_slice(b.data());
+            }
+        });
         S::gemm(
             rows,
             out,
