@@ -2,11 +2,13 @@
 //! GEMM threads, at sizes where they stay on one thread, where linear's two gradients run side
 //! by side (one single-threaded product each), where products are cut into bands and where many
 //! small products go to the threads whole: batched and broadcast matmuls, a shared matrix folded
-//! into rows, linear with and without bias, only one operand needing a gradient, and causal and
-//! full attention over (batch, head) products.
+//! into rows, linear with and without bias, only one operand needing a gradient, causal and full
+//! attention over (batch, head) products; and the norms whose groups go to the threads in bands
+//! (layer norm's rows, group norm with one group), with and without their affine arguments,
+//! beside one whose groups do not (group norm with several groups).
 
 use tapegrad_core::ops::linalg::{Linear, Matmul};
-use tapegrad_core::ops::nn::ScaledDotProductAttention;
+use tapegrad_core::ops::nn::{GroupNorm, LayerNorm, ScaledDotProductAttention};
 use tapegrad_core::ops::LinalgOp;
 use tapegrad_core::{Op, Tape, Tensor};
 use tapegrad_tensor::kernels::set_num_threads;
@@ -124,6 +126,52 @@ fn operand_gradients_are_bit_identical_on_every_thread_count() {
             vec![true, true, true],
         ),
     ];
+    let layer_norm = |affine: bool| -> Op {
+        LayerNorm {
+            normalized_shape: vec![224],
+            eps: 1e-5,
+            weight: affine,
+            bias: affine,
+        }
+        .into()
+    };
+    let group_norm = |num_groups: usize| -> Op {
+        GroupNorm {
+            num_groups,
+            eps: 1e-5,
+            weight: true,
+            bias: true,
+        }
+        .into()
+    };
+    let norms: Vec<Case> = vec![
+        // 301 rows of 224 (67k elements): bands of whole rows, the last one shorter, on 2 to 4
+        // threads.
+        (
+            layer_norm(true),
+            vec![&[7, 43, 224], &[224], &[224]],
+            vec![true, true, true],
+        ),
+        (layer_norm(false), vec![&[301, 224]], vec![true]),
+        (
+            layer_norm(true),
+            vec![&[301, 224], &[224], &[224]],
+            vec![false, true, false],
+        ),
+        // One group per sample: samples in bands, each band's channels those of the whole.
+        (
+            group_norm(1),
+            vec![&[9, 8, 1000], &[8], &[8]],
+            vec![true, true, true],
+        ),
+        // Groups within a sample: one walk on every thread count.
+        (
+            group_norm(4),
+            vec![&[9, 8, 1000], &[8], &[8]],
+            vec![true, true, true],
+        ),
+    ];
+    let cases = cases.into_iter().chain(norms);
     for (op, dims, needs) in cases {
         let one = value_and_grads(&op, &dims, &needs, 1);
         for threads in 2..=4 {

@@ -2,6 +2,8 @@
 //! statistics, left in `Aux` with a pure running-statistics update; evaluation: running statistics
 //! as arguments) and `group_norm`. All share one core: statistics per group, per-channel affine.
 
+mod bands;
+
 use super::{arity_with, check_eps, expect_shape, when};
 use crate::ops::{Arity, Aux, Forward, Grads, OpRules, Saves, VjpContext};
 use smallvec::smallvec;
@@ -159,9 +161,7 @@ impl Grouping {
         let (w, b) = (w.unwrap_or(&ones), b.unwrap_or(&zeros));
         let v = x.data();
         Tensor::from_writer(x.shape().clone(), |out| {
-            joint.map(out, v, v, [mean, rstd], [w, b], |x, _, [m, r], [w, b]| {
-                (x - m) * r * w + b
-            })
+            joint.map(out, v, v, [mean, rstd], [w, b], normalize_one)
         })
     }
 
@@ -185,15 +185,15 @@ impl Grouping {
         let w = w.unwrap_or(&ones);
         let (xs, stats) = (x.data(), [mean, rstd]);
         let (groups, params) = (self.groups, self.params);
-        // Per group: the sums of gh = g * w and of gh * xhat.
-        let by_group = |x: S, g: S, [m, r]: [S; 2], w: S| {
-            let gh = g * w;
-            [gh, gh * ((x - m) * r)]
-        };
-        let ([a, b], channel) = if channel_sums {
-            let (a_b, [dw, db]) = joint.sums(groups, params, xs, g, stats, w, by_group, {
-                |x: S, g: S, [m, r]: [S; 2], _| [g * ((x - m) * r), g]
+        if let Some(per_band) = self.groups_per_band(xs.len(), bands::VJP_BANDS_PER_THREAD) {
+            let mut channel = None;
+            let dx = Tensor::from_writer(x.shape().clone(), |dx| {
+                channel = bands::vjp(self, joint, per_band, xs, g, stats, w, channel_sums, dx)
             });
+            return (dx, channel);
+        }
+        let ([a, b], channel) = if channel_sums {
+            let (a_b, [dw, db]) = joint.sums(groups, params, xs, g, stats, w, by_group, by_channel);
             (a_b, Some([dw, db]))
         } else {
             let (a_b, []) = joint.sums(groups, params, xs, g, stats, w, by_group, |_, _, _, _| []);
@@ -201,17 +201,7 @@ impl Grouping {
         };
         let (a, b) = (self.divided(a), self.divided(b));
         let dx = Tensor::from_writer(x.shape().clone(), |out| {
-            joint.map(
-                out,
-                xs,
-                g,
-                [mean, rstd, &a, &b],
-                [w],
-                |x, g, [m, r, a, b], [w]| {
-                    let h = (x - m) * r;
-                    r * (g * w - a - h * b)
-                },
-            )
+            joint.map(out, xs, g, [mean, rstd, &a, &b], [w], input_gradient)
         });
         (dx, channel)
     }
@@ -258,6 +248,29 @@ impl Grouping {
     ) -> [Vec<S>; M] {
         group_sums(self.param, self.params, a, b, per_param, term)
     }
+}
+
+/// An element of the normalised output, `(x - mean) * rstd * w + b`.
+fn normalize_one<S: Scalar>(x: S, _: S, [m, r]: [S; 2], [w, b]: [S; 2]) -> S {
+    (x - m) * r * w + b
+}
+
+/// Per group, the terms of the input gradient's sums: `gh = g * w` and `gh * xhat`.
+fn by_group<S: Scalar>(x: S, g: S, [m, r]: [S; 2], w: S) -> [S; 2] {
+    let gh = g * w;
+    [gh, gh * ((x - m) * r)]
+}
+
+/// Per channel, the terms of the weight's and the bias's gradients: `g * xhat` and `g`.
+fn by_channel<S: Scalar>(x: S, g: S, [m, r]: [S; 2], _: S) -> [S; 2] {
+    [g * ((x - m) * r), g]
+}
+
+/// An element of the input gradient, `rstd * (g * w - mean(gh) - xhat * mean(gh * xhat))`, from
+/// the group means `a` and `b` of [`by_group`]'s terms.
+fn input_gradient<S: Scalar>(x: S, g: S, [m, r, a, b]: [S; 4], [w]: [S; 1]) -> S {
+    let h = (x - m) * r;
+    r * (g * w - a - h * b)
 }
 
 fn rstd_of<S: Scalar>(var: &[S], eps: f64) -> Vec<S> {
@@ -417,10 +430,25 @@ fn group_stats_forward<S: Scalar>(
     weight: bool,
     bias: bool,
 ) -> Result<Forward<S>> {
-    let (mean, var) = grouping.stats(x[0].data());
-    let rstd = rstd_of(&var, eps);
     let (w, b) = affine_args(x, 1, weight, bias);
-    let y = grouping.normalized(x[0], &mean, &rstd, w, b);
+    let (y, mean, rstd) = match grouping.groups_per_band(x[0].numel(), 1) {
+        Some(per_band) => {
+            let ones = grouping.filler(w, S::ONE);
+            let zeros = grouping.filler(b, -S::ZERO);
+            let affine = [w.unwrap_or(&ones), b.unwrap_or(&zeros)];
+            let (mut mean, mut rstd) = (Vec::new(), Vec::new());
+            let y = Tensor::from_writer(x[0].shape().clone(), |out| {
+                (mean, rstd) = bands::forward(grouping, per_band, eps, x[0].data(), affine, out)
+            });
+            (y, mean, rstd)
+        }
+        None => {
+            let (mean, var) = grouping.stats(x[0].data());
+            let rstd = rstd_of(&var, eps);
+            let y = grouping.normalized(x[0], &mean, &rstd, w, b);
+            (y, mean, rstd)
+        }
+    };
     let stats = Shape::new([grouping.groups])?;
     Ok(Forward {
         value: y,
