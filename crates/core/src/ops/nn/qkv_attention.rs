@@ -49,14 +49,16 @@ impl Layout {
     }
 
     /// Parts `0..N` of batch row `b` of `src` (rows of `width` elements, part `p`'s heads from
-    /// column `p * e`) copied out, part `p` as `[heads, t, d]` into `out[p]`. Row by row, every
-    /// part at once, so that the source (far larger than a cache) is read in order, once.
+    /// column `p * e`) copied out, part `p` as `[heads, t, d]` into `out[p]`, or as `[heads, d,
+    /// t]` (each head transposed) where `transposed[p]`. Row by row, every part at once, so that
+    /// the source (far larger than a cache) is read in order, once.
     fn gather<S: Copy, const N: usize>(
         &self,
         src: &[S],
         width: usize,
         b: usize,
         mut out: [&mut [S]; N],
+        transposed: [bool; N],
     ) {
         let (t, d) = (self.t, self.d);
         for i in 0..t {
@@ -64,10 +66,15 @@ impl Layout {
             for (part, out) in out.iter_mut().enumerate() {
                 for h in 0..self.heads {
                     let at = part * self.e + h * d;
-                    copy_head_row(
-                        &mut out[(h * t + i) * d..(h * t + i + 1) * d],
-                        &row[at..at + d],
-                    );
+                    let from = &row[at..at + d];
+                    if transposed[part] {
+                        let head = &mut out[h * t * d..(h + 1) * t * d];
+                        for (l, &v) in from.iter().enumerate() {
+                            head[l * t + i] = v;
+                        }
+                    } else {
+                        copy_head_row(&mut out[(h * t + i) * d..(h * t + i + 1) * d], from);
+                    }
                 }
             }
         }
@@ -299,14 +306,13 @@ impl OpRules for QkvAttention {
         let mask = self.dropout_mask(g.scores.numel());
         let out = Tensor::from_writer(self.output_shape(&[x[0].shape()])?, |out| {
             let work = 2 * block * d;
-            l.per_batch_row(out, t * e, work, 5 * n + block, |b, rows, scratch| {
-                let (heads, p) = scratch.split_at_mut(5 * n);
+            l.per_batch_row(out, t * e, work, 4 * n + block, |b, rows, scratch| {
+                let (heads, p) = scratch.split_at_mut(4 * n);
                 let (q, rest) = heads.split_at_mut(n);
-                let (k, rest) = rest.split_at_mut(n);
-                let (v, rest) = rest.split_at_mut(n);
-                let (kt, y) = rest.split_at_mut(n);
-                l.gather(qkv, 3 * e, b, [&mut *q, &mut *k, &mut *v]);
-                l.transpose_heads(k, kt);
+                let (kt, rest) = rest.split_at_mut(n);
+                let (v, y) = rest.split_at_mut(n);
+                let parts = [&mut *q, &mut *kt, &mut *v];
+                l.gather(qkv, 3 * e, b, parts, [false, true, false]);
                 self.weights(&l, scale, q, kt, p);
                 self.drop_in_place(mask.as_deref(), block, b, p);
                 for h in 0..l.heads {
@@ -346,21 +352,20 @@ impl OpRules for QkvAttention {
                 out,
                 3 * t * e,
                 work,
-                9 * n + 3 * block,
+                8 * n + 3 * block,
                 |b, rows, scratch| {
-                    let (heads, weights) = scratch.split_at_mut(9 * n);
+                    let (heads, weights) = scratch.split_at_mut(8 * n);
                     let (q, rest) = heads.split_at_mut(n);
                     let (k, rest) = rest.split_at_mut(n);
-                    let (v, rest) = rest.split_at_mut(n);
+                    let (vt, rest) = rest.split_at_mut(n);
                     let (dyb, rest) = rest.split_at_mut(n);
-                    let (kt, rest) = rest.split_at_mut(n);
-                    let (vt, grads) = rest.split_at_mut(n);
+                    let (kt, grads) = rest.split_at_mut(n);
                     let (p, rest) = weights.split_at_mut(block);
                     let (dp, ds) = rest.split_at_mut(block);
-                    l.gather(qkv, 3 * e, b, [&mut *q, &mut *k, &mut *v]);
-                    l.gather(dy, e, b, [&mut *dyb]);
+                    let parts = [&mut *q, &mut *k, &mut *vt];
+                    l.gather(qkv, 3 * e, b, parts, [false, false, true]);
+                    l.gather(dy, e, b, [&mut *dyb], [false]);
                     l.transpose_heads(k, kt);
-                    l.transpose_heads(v, vt);
                     self.weights(&l, scale, q, kt, p);
                     for h in 0..l.heads {
                         let s = &mut dp[h * t * t..(h + 1) * t * t];
@@ -416,7 +421,7 @@ fn split_heads<S: Scalar>(l: &Layout, shape: &Shape, qkv: &Tensor<S>) -> Result<
     let [q, k, v] = &mut parts;
     let blocks = q.chunks_mut(n).zip(k.chunks_mut(n)).zip(v.chunks_mut(n));
     for (b, ((q, k), v)) in blocks.enumerate() {
-        l.gather(qkv.data(), 3 * l.e, b, [q, k, v]);
+        l.gather(qkv.data(), 3 * l.e, b, [q, k, v], [false; 3]);
     }
     let [q, k, v] = parts.map(|data| Tensor::from_shape(shape.clone(), data));
     Ok([q?, k?, v?])
