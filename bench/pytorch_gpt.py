@@ -177,6 +177,7 @@ def main():
             "heads": a.heads, "ms_per_step": med * 1e3, "ms_min": lo * 1e3, "ms_max": hi * 1e3,
             "reps": n, "tokens_per_s": tokens / med, "gflops": flops / med / 1e9,
             "saved_bytes": saved_bytes(model, x, y),
+            "simd": str(getattr(torch.backends.cpu, "get_cpu_capability", lambda: "?")()).lower(),
         }
         if a.json:
             print(json.dumps(rec))
