@@ -23,7 +23,8 @@ case "$preset" in
   *) echo "bench/ranks.sh: unknown preset '$preset' (cnn, gpt or mlp)" >&2; exit 2 ;;
 esac
 T=target/release/tapegrad
-if ! "$T" train --help | grep -q -- --distributed || ! command -v mpiexec >/dev/null; then
+# A build without the feature still lists --distributed, and refuses it when asked to run.
+if ! command -v mpiexec >/dev/null || ! "$T" train --model mlp --steps 0 --distributed >/dev/null 2>&1; then
   echo "bench/ranks.sh: needs mpiexec and a build with MPI: cargo build --release --features mpi" >&2
   exit 2
 fi
