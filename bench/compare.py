@@ -65,6 +65,22 @@ def ratio_cell(runs, workload, size, threads, backend, target, higher_is_better=
     return shown, verdict
 
 
+def floor_cell(peak_gflops, flops, ours, torch_ms, digits=3):
+    """The peak, the share of it `ours` (a step's record) reaches, the floor (`flops` at the peak)
+    and, when PyTorch's median step is known, the best ratio to it that the floor allows."""
+    floor_ms = flops / (peak_gflops * 1e9) * 1e3
+    cell = "peak %.0f GFLOP/s, ours at %.0f%% of it (best rep %.0f%%), floor %.*f ms" % (
+        peak_gflops,
+        100 * floor_ms / ours["ms_per_step"],
+        100 * floor_ms / ours["ms_min"],
+        digits,
+        floor_ms,
+    )
+    if torch_ms:
+        cell += ", best ratio %.2f" % (floor_ms / torch_ms)
+    return cell
+
+
 def ceiling_cell(rows, batch, threads):
     """Peak GFLOP/s, our MLP step's share of it, the floor time and the best ratio it allows."""
     peak = find(rows, "peak", None, threads, "eager")
@@ -72,16 +88,7 @@ def ceiling_cell(rows, batch, threads):
     torch = figure(find(rows, "mlp", batch, threads, "pytorch"))
     if peak is None or ours is None or "gemm_flops" not in ours:
         return "-"
-    floor_ms = ours["gemm_flops"] / (peak["gflops"] * 1e9) * 1e3
-    cell = "peak %.0f GFLOP/s, ours at %.0f%% of it (best rep %.0f%%), floor %.3f ms" % (
-        peak["gflops"],
-        100 * floor_ms / ours["ms_per_step"],
-        100 * floor_ms / ours["ms_min"],
-        floor_ms,
-    )
-    if torch:
-        cell += ", best ratio %.2f" % (floor_ms / torch)
-    return cell
+    return floor_cell(peak["gflops"], ours["gemm_flops"], ours, torch)
 
 
 def main(paths):

@@ -10,6 +10,8 @@ one figure per run. Standard library only.
 import json
 import sys
 
+from compare import floor_cell
+
 # Issue #23, as ours / PyTorch's: eager against eager, compiled against torch.compile, and the
 # bytes the compiled backend keeps for its backward against the tensors autograd saves.
 EAGER_TARGET = 0.6
@@ -37,7 +39,8 @@ def load(path):
 
 def find(rows, workload, threads, backend):
     for r in rows:
-        if r.get("workload") == workload and r.get("threads") == threads and r.get("backend", "eager") == backend:
+        same_run = r.get("workload") == workload and r.get("threads") == threads
+        if same_run and r.get("backend", "eager") == backend:
             return r
     return None
 
@@ -101,7 +104,7 @@ def main(paths):
     print()
     print("The ceiling: this machine's f32 FMA peak (`tapegrad bench peak`) and what it allows, per run.")
     print("'floor' is the step's matrix products (attention's causal half skipped) at that peak with")
-    print("nothing else; 'best ratio' is floor / PyTorch eager's median: no code reaches a lower ratio.")
+    print("nothing else ('ours' is our eager step); 'best ratio' is floor / PyTorch eager's median.")
     for t in threads:
         cells = []
         for rows in runs:
@@ -111,16 +114,8 @@ def main(paths):
             if peak is None or ours is None:
                 cells.append("-")
                 continue
-            floor_ms = product_flops(ours) / (peak["gflops"] * 1e9) * 1e3
-            cell = "peak %.0f GFLOP/s, eager at %.0f%% of it (best rep %.0f%%), floor %.1f ms" % (
-                peak["gflops"],
-                100 * floor_ms / ours["ms_per_step"],
-                100 * floor_ms / ours["ms_min"],
-                floor_ms,
-            )
-            if torch:
-                cell += ", best ratio %.2f" % (floor_ms / torch["ms_per_step"])
-            cells.append(cell)
+            torch_ms = torch["ms_per_step"] if torch else None
+            cells.append(floor_cell(peak["gflops"], product_flops(ours), ours, torch_ms, digits=1))
         print(f"  threads {t}: {'; '.join(cells)}")
     print()
     print("Vector instruction sets (one per run, ours / PyTorch's):")
