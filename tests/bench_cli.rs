@@ -112,6 +112,65 @@ fn peak_and_mlp_report_gflops_against_the_machine() {
     assert!((reported - expected).abs() <= 1e-9 * expected, "{mlp}");
 }
 
+/// The fields `bench/gpt_compare.py` reads from `bench gpt --json`: the shape, the step's product
+/// flops (nanoGPT's count over the embedded text's 76-character vocabulary), the spread and the
+/// bytes kept, on both backends; the compiled step keeps less than the eager tape.
+#[test]
+fn gpt_reports_the_fields_gpt_compare_reads() {
+    let (batch, context, layers, embd, heads) = (2u64, 8u64, 1u64, 16u64, 2u64);
+    let shape = [
+        "gpt",
+        "--batch",
+        "2",
+        "--context",
+        "8",
+        "--layers",
+        "1",
+        "--embd",
+        "16",
+        "--heads",
+        "2",
+    ];
+    let mut kept = Vec::new();
+    for backend in ["eager", "compiled"] {
+        let mut args = shape.to_vec();
+        args.extend(["--backend", backend]);
+        let v = bench_json(&args);
+        common(&v, "gpt", 1, backend);
+        for (key, size) in [
+            ("batch", batch),
+            ("context", context),
+            ("layers", layers),
+            ("embd", embd),
+            ("heads", heads),
+        ] {
+            assert_eq!(v[key], size, "{v}");
+        }
+        let tokens = (batch * context) as f64;
+        let (e, l, vocab) = (embd as f64, layers as f64, 76.0);
+        let weights = 12.0 * l * e * e + vocab * e;
+        let flops = tokens * (6.0 * weights + 12.0 * l * context as f64 * e);
+        assert_eq!(v["flops"].as_f64(), Some(flops), "{v}");
+        let ms = spread(&v, "ms_per_step", "ms");
+        let gflops = v["gflops"].as_f64().unwrap();
+        assert!(
+            (gflops - flops / (ms * 1e-3) / 1e9).abs() <= 1e-9 * gflops,
+            "{v}"
+        );
+        kept.push(
+            v["kept_bytes"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no kept_bytes in {v}")),
+        );
+    }
+    assert!(
+        0 < kept[1] && kept[1] < kept[0],
+        "compiled keeps {} bytes, eager {}",
+        kept[1],
+        kept[0]
+    );
+}
+
 #[test]
 fn generate_reports_tokens_per_second_at_the_presets_sizes() {
     let v = bench_json(&["generate", "--tokens", "20"]);
