@@ -19,6 +19,6 @@ for t in ${threads[@]}; do
   $T bench peak --threads "$t" --json
   $T bench gpt --threads "$t" --reps "$reps" --json
   $T bench gpt --threads "$t" --reps "$reps" --backend compiled --json
-  python3 bench/pytorch_gpt.py --threads "$t" --reps "$reps" --compile --json 2>/dev/null
+  python3 bench/pytorch_gpt.py --threads "$t" --reps "$reps" --compile --json
 done
 echo "# $(date -u +%FT%TZ) $(uptime | sed 's/.*load/load/')" >&2
