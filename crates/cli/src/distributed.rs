@@ -270,7 +270,8 @@ mod mpi_exchange {
                 lens.iter().map(|&l| vec![T::default(); size * l]).collect();
             let worked;
             if self.overlap {
-                let mut send: Vec<Vec<T>> = lens.iter().map(|&l| vec![T::default(); l]).collect();
+                // Filled by the buckets handed over, which MPI then sends from.
+                let mut send: Vec<Vec<T>> = lens.iter().map(|_| Vec::new()).collect();
                 let world = &self.world;
                 worked = mpi::request::scope(|scope| {
                     let mut sends = send.iter_mut();
@@ -283,15 +284,15 @@ mod mpi_exchange {
                             fault.get_or_insert(format!("bucket {b} handed over after the last"));
                             return;
                         };
-                        if b != next || values.len() != s.len() {
+                        if b != next || values.len() != lens[next] {
                             fault.get_or_insert(format!(
                                 "bucket {b} of {} values handed over as bucket {next} of {}",
                                 values.len(),
-                                s.len()
+                                lens[next]
                             ));
                             return;
                         }
-                        s.copy_from_slice(values);
+                        *s = values;
                         let s: &[T] = s;
                         pending.push(world.immediate_all_gather_into(scope, s, &mut r[..]));
                         next += 1;

@@ -15,8 +15,9 @@ use serde::Serialize;
 use tapegrad_tensor::Scalar;
 
 /// A rank's part of an overlapped exchange (`Exchange::overlap_f32`): it runs the step and hands
-/// each bucket of its values to the sink, `(bucket, values)`, once and in bucket order.
-pub type Work<'a, T> = &'a mut dyn FnMut(&mut dyn FnMut(usize, &[T])) -> NnResult<()>;
+/// each bucket of its values to the sink, `(bucket, values)`, once and in bucket order. The sink
+/// keeps the values, so an exchange sends from them without copying them first.
+pub type Work<'a, T> = &'a mut dyn FnMut(&mut dyn FnMut(usize, Vec<T>)) -> NnResult<()>;
 
 /// The collective a data-parallel run needs: every rank's buffer, in rank order. Implemented over
 /// MPI by the CLI's `distributed` module; a fake one in tests.
@@ -70,7 +71,7 @@ pub fn gather_after<T: Copy>(
     let mut fault = None;
     work(&mut |b, values| {
         if b == kept.len() && lens.get(b) == Some(&values.len()) {
-            kept.push(values.to_vec());
+            kept.push(values);
         } else {
             fault.get_or_insert(format!(
                 "bucket {b} of {} values handed over as bucket {} of {:?}",

@@ -189,6 +189,14 @@ impl Buckets {
         b
     }
 
+    /// Where the flat buffer's values lie in the buckets, in the flat buffer's order: `(bucket,
+    /// offset there, length)` per trainable tensor, then the buffers' bucket.
+    fn in_flat_order(&self, layout: &Layout) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        let buffers = (self.lens.len() > self.grad_buckets)
+            .then(|| (self.grad_buckets, 0, layout.len - layout.grad_len()));
+        self.place.iter().copied().chain(buffers)
+    }
+
     /// Bucket `b`'s values, cut from flat buffer `flat`.
     fn cut<S: Copy>(&self, b: usize, flat: &[S]) -> Vec<S> {
         let mut out = Vec::with_capacity(self.lens[b]);
@@ -270,16 +278,24 @@ struct Fold<S> {
 }
 
 impl<S: Scalar> Fold<S> {
-    /// Adds micro-batch `meta`/`flat`; empty micro-batches are skipped.
-    fn add(&mut self, meta: &[f64], flat: &[S]) {
+    /// Counts micro-batch `meta`'s loss and correct predictions and returns its weight `c_k`;
+    /// `None` for an empty micro-batch, which contributes nothing.
+    fn weigh(&mut self, meta: &[f64]) -> Option<S> {
         let rows = meta[0];
         if rows == 0.0 {
-            return;
+            return None;
         }
         let c = self.k as f64 * rows / self.n as f64;
-        let cs = S::from_f64(c);
         self.loss += c * meta[1];
         self.correct += meta[2];
+        Some(S::from_f64(c))
+    }
+
+    /// Adds micro-batch `meta`/`flat`; empty micro-batches are skipped.
+    fn add(&mut self, meta: &[f64], flat: &[S]) {
+        let Some(cs) = self.weigh(meta) else {
+            return;
+        };
         match &mut self.acc {
             None => self.acc = Some(flat.iter().map(|&v| cs * v).collect()),
             Some(acc) => {
@@ -291,19 +307,74 @@ impl<S: Scalar> Fold<S> {
     }
 
     /// The scaled sum, the batch's loss and its correct count.
-    fn finish(self) -> NnResult<Micro<S>> {
-        let mut acc = self
-            .acc
-            .ok_or_else(|| NnError::Config("accumulation: the batch had no rows".into()))?;
+    fn finish(mut self) -> NnResult<Micro<S>> {
+        let mut acc = self.acc.take().ok_or_else(no_rows)?;
         let k = S::from_usize(self.k);
         for a in &mut acc {
             *a /= k;
         }
         Ok(Micro {
-            meta: [self.n as f64, self.loss / self.k as f64, self.correct],
+            meta: self.meta(),
             flat: acc,
         })
     }
+
+    /// The batch's size, mean loss and correct count.
+    fn meta(&self) -> [f64; 3] {
+        [self.n as f64, self.loss / self.k as f64, self.correct]
+    }
+
+    /// `add` of every rank's buffer in rank order, then `finish`, folded straight from the
+    /// exchanged buckets one tensor at a time: each tensor's sum stays in cache, and no rank's
+    /// whole buffer is put together. Each value meets the same operations in the same order (the
+    /// first non-empty rank's `c * v`, `+ c * v` for each later one, `/ K`), so the bits are
+    /// those of `add` and `finish`.
+    fn finish_gathered<W: Wire>(
+        mut self,
+        layout: &Layout,
+        gathered: &Gathered<W>,
+    ) -> NnResult<Micro<S>> {
+        let Gathered {
+            metas,
+            buckets,
+            values,
+        } = gathered;
+        let weights: Vec<(usize, S)> = metas
+            .chunks_exact(3)
+            .enumerate()
+            .filter_map(|(r, meta)| self.weigh(meta).map(|c| (r, c)))
+            .collect();
+        let Some((&(first, c_first), rest)) = weights.split_first() else {
+            return Err(no_rows());
+        };
+        let k = S::from_usize(self.k);
+        let mut acc: Vec<S> = Vec::with_capacity(layout.len);
+        for (b, at, len) in buckets.in_flat_order(layout) {
+            let rank_part = |r: usize| {
+                let start = r * buckets.lens[b] + at;
+                &values[b][start..start + len]
+            };
+            let start = acc.len();
+            acc.extend(rank_part(first).iter().map(|&v| c_first * v.to_scalar()));
+            let sum = &mut acc[start..];
+            for &(r, c) in rest {
+                for (a, &v) in sum.iter_mut().zip(rank_part(r)) {
+                    *a += c * v.to_scalar();
+                }
+            }
+            for a in sum {
+                *a /= k;
+            }
+        }
+        Ok(Micro {
+            meta: self.meta(),
+            flat: acc,
+        })
+    }
+}
+
+fn no_rows() -> NnError {
+    NnError::Config("accumulation: the batch had no rows".into())
 }
 
 /// Runs micro-batch `index` (its rows `rows` of the batch), telling the sink each gradient as
@@ -350,22 +421,10 @@ pub(crate) fn accumulate<S: Scalar>(
             }
             let rows = parts[i].clone();
             let mine: RunMine<'_, S> = &mut |on| run(i, rows.clone(), on);
-            let exchanged = match S::DTYPE {
-                DType::F32 => exchanged::<S, f32>(ex, layout, mine),
-                DType::F64 => exchanged::<S, f64>(ex, layout, mine),
+            return match S::DTYPE {
+                DType::F32 => exchange_and_fold::<S, f32>(ex, layout, fold, mine),
+                DType::F64 => exchange_and_fold::<S, f64>(ex, layout, fold, mine),
             };
-            match exchanged {
-                Err(e) => {
-                    ex.abort(&e);
-                    return Err(e);
-                }
-                Ok((metas, flats)) => {
-                    for r in 0..k {
-                        let flat = &flats[r * layout.len..(r + 1) * layout.len];
-                        fold.add(&metas[r * 3..r * 3 + 3], flat);
-                    }
-                }
-            }
         }
     }
     fold.finish()
@@ -373,25 +432,27 @@ pub(crate) fn accumulate<S: Scalar>(
 
 /// This rank's micro-batch run (`run`) while its gradients are exchanged: each bucket is handed
 /// to `ex` as soon as the backward has made all its gradients final and every bucket before it
-/// was handed over. Returns every rank's `Micro::meta` and flat buffer, concatenated in rank
-/// order.
+/// was handed over. Returns every rank's `Micro::meta` and buckets, in rank order.
 fn exchanged<S: Scalar, W: Wire>(
     ex: &mut dyn Exchange,
     layout: &Layout,
     run: RunMine<'_, S>,
-) -> NnResult<(Vec<f64>, Vec<S>)> {
+) -> NnResult<Gathered<W>> {
     let cap = (ex.bucket_bytes() / std::mem::size_of::<W>()).max(1);
     let buckets = Buckets::of(layout, cap);
     let mut meta = None;
     let gathered = W::overlap(ex, &buckets.lens, &mut |sink| {
-        let mut stage: Vec<Vec<S>> = buckets.lens.iter().map(|&l| vec![S::ZERO; l]).collect();
+        // Each bucket is put together in the type it travels in, then handed over whole.
+        let mut stage: Vec<Vec<W>> = buckets
+            .lens
+            .iter()
+            .map(|&l| vec![W::default(); l])
+            .collect();
         let mut left: Vec<usize> = buckets.pieces.iter().map(Vec::len).collect();
         let mut told = vec![false; buckets.place.len()];
+        // What the hook sent, kept in debug builds to check it against the step's result.
+        let mut sent: Vec<Vec<W>> = Vec::new();
         let mut next = 0;
-        let send = |b: usize, values: &[S], sink: &mut dyn FnMut(usize, &[W])| {
-            let wire: Vec<W> = values.iter().map(|&v| W::from_scalar(v)).collect();
-            sink(b, &wire);
-        };
         let m = run(Some(&mut |j: usize, g: &Tensor<S>| {
             let Some(&(b, off, len)) = buckets.place.get(j) else {
                 return;
@@ -401,21 +462,35 @@ fn exchanged<S: Scalar, W: Wire>(
                 return;
             }
             told[j] = true;
-            stage[b][off..off + len].copy_from_slice(g.data());
+            for (w, &v) in stage[b][off..off + len].iter_mut().zip(g.data()) {
+                *w = W::from_scalar(v);
+            }
             left[b] -= 1;
             while next < buckets.grad_buckets && left[next] == 0 {
-                send(next, &stage[next], sink);
+                let bucket = std::mem::take(&mut stage[next]);
+                if cfg!(debug_assertions) {
+                    sent.push(bucket.clone());
+                }
+                sink(next, bucket);
                 next += 1;
             }
         }))?;
         // Buckets the backward did not complete (a micro-batch without rows runs none), and
         // the buffers' bucket, from the step's result; the ones already sent held its bits.
-        debug_assert!((0..next).all(|b| {
-            let bits = |v: &[S]| v.iter().map(|x| x.to_f64().to_bits()).collect::<Vec<_>>();
-            bits(&stage[b]) == bits(&buckets.cut(b, &m.flat))
+        let wire = |b: usize| -> Vec<W> {
+            let values = buckets.cut(b, &m.flat);
+            values.iter().map(|&v| W::from_scalar(v)).collect()
+        };
+        debug_assert!(sent.iter().enumerate().all(|(b, values)| {
+            let bits = |v: &[W]| {
+                v.iter()
+                    .map(|x| x.to_scalar::<f64>().to_bits())
+                    .collect::<Vec<_>>()
+            };
+            bits(values) == bits(&wire(b))
         }));
         for b in next..buckets.lens.len() {
-            send(b, &buckets.cut(b, &m.flat), sink);
+            sink(b, wire(b));
         }
         meta = Some(m.meta);
         Ok(())
@@ -429,7 +504,6 @@ fn exchanged<S: Scalar, W: Wire>(
             metas.len()
         )));
     }
-    let mut flats = vec![S::ZERO; size * layout.len];
     for (b, all) in gathered.iter().enumerate() {
         let len = buckets.lens[b];
         if all.len() != size * len {
@@ -438,23 +512,115 @@ fn exchanged<S: Scalar, W: Wire>(
                 all.len()
             )));
         }
-        for (r, part) in all.chunks_exact(len.max(1)).enumerate().take(size) {
-            let flat = &mut flats[r * layout.len..(r + 1) * layout.len];
-            let mut at = 0;
-            for &(off, n) in &buckets.pieces[b] {
-                for (d, &v) in flat[off..off + n].iter_mut().zip(&part[at..at + n]) {
-                    *d = v.to_scalar();
-                }
-                at += n;
-            }
+    }
+    if gathered.len() != buckets.lens.len() {
+        return Err(NnError::Config(format!(
+            "exchange: {} buckets came back of {}",
+            gathered.len(),
+            buckets.lens.len()
+        )));
+    }
+    Ok(Gathered {
+        metas,
+        buckets,
+        values: gathered,
+    })
+}
+
+/// What an exchange brought back: every rank's `Micro::meta` (three values each) and every
+/// rank's values of each bucket, in rank order.
+struct Gathered<W> {
+    metas: Vec<f64>,
+    buckets: Buckets,
+    values: Vec<Vec<W>>,
+}
+
+/// This rank's micro-batch exchanged (`exchanged`), then every rank's folded in rank order. A
+/// failure of the run or of the exchange ends the job (`Exchange::abort`).
+fn exchange_and_fold<S: Scalar, W: Wire>(
+    ex: &mut dyn Exchange,
+    layout: &Layout,
+    fold: Fold<S>,
+    run: RunMine<'_, S>,
+) -> NnResult<Micro<S>> {
+    match exchanged::<S, W>(ex, layout, run) {
+        Ok(gathered) => fold.finish_gathered(layout, &gathered),
+        Err(e) => {
+            ex.abort(&e);
+            Err(e)
         }
     }
-    Ok((metas, flats))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::micro_batches;
+    use super::{micro_batches, Buckets, Fold, Gathered, Layout, Wire};
+    use tapegrad_tensor::Scalar;
+
+    fn fold<S: Scalar>(k: usize, n: usize) -> Fold<S> {
+        Fold {
+            k,
+            n,
+            acc: None,
+            loss: 0.0,
+            correct: 0.0,
+        }
+    }
+
+    /// Folding from the buckets gives the bits of folding whole buffers in rank order, for
+    /// unequal and empty micro-batches, several buckets and a buffers' bucket.
+    fn check_fold_from_buckets<S: Scalar, W: Wire>(cap: usize) {
+        let layout = Layout {
+            trainable: vec![(vec![3, 2], 0), (vec![0], 6), (vec![5], 6), (vec![1], 11)],
+            buffers: vec![(4, "bn.running_mean".into(), vec![2], 12)],
+            len: 14,
+        };
+        let buckets = Buckets::of(&layout, cap);
+        // 7 rows on 4 ranks, the last one empty as on a short last batch: 2, 2, 3, 0 rows.
+        let rows = [2.0, 2.0, 3.0, 0.0];
+        let value = |r: usize, i: usize| {
+            let x = ((r * 31 + i * 17) % 23) as f64 - 11.0;
+            S::from_f64(if i == 4 {
+                -0.0
+            } else {
+                x / 7.0 + 1e-3 * r as f64
+            })
+        };
+        let flats: Vec<Vec<S>> = (0..4)
+            .map(|r| (0..layout.len).map(|i| value(r, i)).collect())
+            .collect();
+        let metas: Vec<f64> = (0..4)
+            .flat_map(|r| [rows[r], 0.5 + r as f64, r as f64])
+            .collect();
+        let mut whole = fold::<S>(4, 7);
+        for (r, flat) in flats.iter().enumerate() {
+            whole.add(&metas[3 * r..3 * r + 3], flat);
+        }
+        let whole = whole.finish().unwrap();
+        let values = (0..buckets.lens.len())
+            .map(|b| {
+                let per_rank = flats.iter().flat_map(|flat| buckets.cut(b, flat));
+                per_rank.map(W::from_scalar).collect()
+            })
+            .collect();
+        let gathered = Gathered {
+            metas,
+            buckets,
+            values,
+        };
+        let from_buckets = fold::<S>(4, 7).finish_gathered(&layout, &gathered).unwrap();
+        let bits = |v: &[S]| v.iter().map(|x| x.to_f64().to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&from_buckets.flat), bits(&whole.flat), "cap {cap}");
+        assert_eq!(from_buckets.meta, whole.meta);
+    }
+
+    #[test]
+    fn folding_from_the_buckets_gives_the_bits_of_folding_whole_buffers() {
+        for cap in [1, 4, 6, 100] {
+            check_fold_from_buckets::<f32, f32>(cap);
+            check_fold_from_buckets::<f64, f64>(cap);
+        }
+    }
 
     #[test]
     fn micro_batches_cover_the_batch_with_the_extra_rows_first() {
