@@ -150,7 +150,9 @@ mod mpi_exchange {
     const OVERLAP_ENV: &str = "TAPEGRAD_DDP_OVERLAP";
     /// `TAPEGRAD_DDP_PROFILE=1` times each step's exchange and, on the same buckets, a blocking
     /// all-gather with the rank-order sum against a plain `MPI_Allreduce` (whose result is
-    /// dropped), and rank 0 prints the means at the end. For measurements only: it adds both.
+    /// dropped), and every rank prints its own means at the end: the slower rank's wait is the
+    /// exchange its step did not hide, the faster one's adds the time it waited for the other.
+    /// For measurements only: it adds both.
     const PROFILE_ENV: &str = "TAPEGRAD_DDP_PROFILE";
 
     /// MPI's world communicator, with the bucket size of the gradient exchange.
@@ -369,17 +371,18 @@ mod mpi_exchange {
             Ok(gathered)
         }
 
-        /// Prints the profile's means (rank 0, at the end of a profiled run).
+        /// Prints this rank's profile means (at the end of a profiled run).
         fn report(&self) {
             let Some(p) = &self.profile else { return };
-            if self.rank != 0 || p.steps == 0 {
+            if p.steps == 0 {
                 return;
             }
             let ms = |d: Duration| d.as_secs_f64() * 1e3 / f64::from(p.steps);
             println!(
-                "distributed profile (rank 0 of {}, {} steps, {} buckets, overlap {}): per step \
+                "distributed profile (rank {} of {}, {} steps, {} buckets, overlap {}): per step \
                  {:.3} ms step, {:.3} ms waiting for the exchange after it; the same buckets \
                  blocking: all-gather + rank-order sum {:.3} ms, MPI_Allreduce {:.3} ms",
+                self.rank,
                 self.size,
                 p.steps,
                 p.buckets,
