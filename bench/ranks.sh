@@ -7,8 +7,11 @@
 #   N ranks         `mpiexec -n N ... --distributed`, `--threads 1` per rank (rank 0's log);
 #   ceiling         N processes at once, each on batch/N and no communication: N ranks cannot be
 #                   faster than these, since they run the same work on the same cores.
-# Prints one line per round: the three medians and the ratios of one process to N ranks and to
-# the ceiling. Needs a release build with `--features mpi` and python3.
+#   lock-step       the same N processes' step times paired by step number, the slowest of each
+#                   step, then the median: what the ceiling becomes when every step waits for the
+#                   slowest rank, as a data-parallel step does (so per-step jitter counts).
+# Prints one line per round: the medians and the ratios of one process to N ranks, to the
+# ceiling and to the lock-step ceiling. Needs a release build with `--features mpi` and python3.
 # Usage: bench/ranks.sh cnn|gpt|mlp [RANKS] [ROUNDS] [STEPS]   (defaults: 2 ranks, 3 rounds,
 # 1000 steps for cnn and mlp, 40 for gpt)
 set -euo pipefail
@@ -38,6 +41,16 @@ ends = [json.loads(l)["seconds"] for l in open(sys.argv[1]) if '"split":"train"'
 print(f"{statistics.median(b - a for a, b in zip(ends, ends[1:])) * 1e3:.3f}")
 EOF
 }
+lockstep_median() {
+  python3 - "$@" <<'EOF'
+import json, statistics, sys
+def steps(path):
+    ends = [json.loads(l)["seconds"] for l in open(path) if '"split":"train"' in l]
+    return [b - a for a, b in zip(ends, ends[1:])]
+runs = [steps(p) for p in sys.argv[1:]]
+print(f"{statistics.median(max(s) for s in zip(*runs)) * 1e3:.3f}")
+EOF
+}
 echo "# $preset, $ranks ranks, global batch $batch, $steps steps; $(date -u +%FT%TZ) $(uptime | sed 's/.*load/load/')" >&2
 for r in $(seq "$rounds"); do
   "$T" "${run[@]}" "${common[@]}" --batch-size "$batch" --log "$logs/one.json" > /dev/null
@@ -51,7 +64,9 @@ for r in $(seq "$rounds"); do
   one=$(median "$logs/one.json")
   dist=$(median "$logs/ranks.json")
   parts=$(for k in $(seq "$ranks"); do median "$logs/part$k.json"; done | sort -n | tail -1)
+  lockstep=$(lockstep_median "$logs"/part*.json)
   python3 -c "print(f'round $r: one process $one ms, $ranks ranks $dist ms ({$one / $dist:.2f}x), \
-ceiling (slowest of $ranks processes at once on batch $((batch / ranks))) $parts ms ({$one / $parts:.2f}x)')"
+ceiling (slowest of $ranks processes at once on batch $((batch / ranks))) $parts ms ({$one / $parts:.2f}x), \
+lock-step ceiling $lockstep ms ({$one / $lockstep:.2f}x)')"
 done
 echo "# $(date -u +%FT%TZ) $(uptime | sed 's/.*load/load/')" >&2
