@@ -197,11 +197,11 @@ impl Buckets {
         self.place.iter().copied().chain(buffers)
     }
 
-    /// Bucket `b`'s values, cut from flat buffer `flat`.
-    fn cut<S: Copy>(&self, b: usize, flat: &[S]) -> Vec<S> {
+    /// Bucket `b`'s values, cut from flat buffer `flat` and converted to the wire type.
+    fn cut<S: Scalar, W: Wire>(&self, b: usize, flat: &[S]) -> Vec<W> {
         let mut out = Vec::with_capacity(self.lens[b]);
         for &(off, len) in &self.pieces[b] {
-            out.extend_from_slice(&flat[off..off + len]);
+            out.extend(flat[off..off + len].iter().map(|&v| W::from_scalar(v)));
         }
         out
     }
@@ -477,10 +477,7 @@ fn exchanged<S: Scalar, W: Wire>(
         }))?;
         // Buckets the backward did not complete (a micro-batch without rows runs none), and
         // the buffers' bucket, from the step's result; the ones already sent held its bits.
-        let wire = |b: usize| -> Vec<W> {
-            let values = buckets.cut(b, &m.flat);
-            values.iter().map(|&v| W::from_scalar(v)).collect()
-        };
+        let wire = |b: usize| -> Vec<W> { buckets.cut(b, &m.flat) };
         debug_assert!(sent.iter().enumerate().all(|(b, values)| {
             let bits = |v: &[W]| {
                 v.iter()
@@ -599,8 +596,10 @@ mod tests {
         let whole = whole.finish().unwrap();
         let values = (0..buckets.lens.len())
             .map(|b| {
-                let per_rank = flats.iter().flat_map(|flat| buckets.cut(b, flat));
-                per_rank.map(W::from_scalar).collect()
+                flats
+                    .iter()
+                    .flat_map(|flat| buckets.cut::<S, W>(b, flat))
+                    .collect()
             })
             .collect();
         let gathered = Gathered {
