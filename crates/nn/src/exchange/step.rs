@@ -16,12 +16,14 @@
 //! - Dropout: micro-batch `k` of step `t` draws from `dropout_micro_rng(seed, t, k)`.
 //! - The loss is `(sum of c_k L_k) / K` (the batch's mean loss), the accuracy the batch's.
 
+mod buckets;
+
 use super::Exchange;
-use super::Work;
 use crate::backend::OnGrad;
 use crate::error::{NnError, NnResult};
 use crate::grad::Grad;
 use crate::params::{ParamId, ParamKind, ParamSet};
+use buckets::{Buckets, Gathered, Wire};
 use std::ops::Range;
 use tapegrad_tensor::{DType, Scalar, Tensor};
 
@@ -142,112 +144,6 @@ impl Layout {
                 ))
             })
             .collect()
-    }
-}
-
-/// How a flat buffer is cut into the buckets of an overlapped exchange: the gradients in the
-/// backward's order (the last tensor first, as PyTorch's DDP), whole tensors per bucket, then one
-/// bucket for the buffers' values, which exist only once the step is done.
-struct Buckets {
-    /// Per bucket: its `(offset in the flat buffer, length)` pieces, in bucket order.
-    pieces: Vec<Vec<(usize, usize)>>,
-    /// Per trainable tensor: its bucket, its offset there and its length.
-    place: Vec<(usize, usize, usize)>,
-    lens: Vec<usize>,
-    /// How many buckets hold gradients (the buffers' one, if any, comes after them).
-    grad_buckets: usize,
-}
-
-impl Buckets {
-    /// Buckets of at least `cap` values (the last one may hold fewer).
-    fn of(layout: &Layout, cap: usize) -> Buckets {
-        let mut b = Buckets {
-            pieces: Vec::new(),
-            place: vec![(0, 0, 0); layout.trainable.len()],
-            lens: Vec::new(),
-            grad_buckets: 0,
-        };
-        let mut open = false;
-        for (j, (dims, off)) in layout.trainable.iter().enumerate().rev() {
-            let len: usize = dims.iter().product();
-            if !open {
-                b.pieces.push(Vec::new());
-                b.lens.push(0);
-            }
-            let last = b.lens.len() - 1;
-            b.place[j] = (last, b.lens[last], len);
-            b.pieces[last].push((*off, len));
-            b.lens[last] += len;
-            open = b.lens[last] < cap;
-        }
-        b.grad_buckets = b.lens.len();
-        let grad_len = layout.grad_len();
-        if layout.len > grad_len {
-            b.pieces.push(vec![(grad_len, layout.len - grad_len)]);
-            b.lens.push(layout.len - grad_len);
-        }
-        b
-    }
-
-    /// Where the flat buffer's values lie in the buckets, in the flat buffer's order: `(bucket,
-    /// offset there, length)` per trainable tensor, then the buffers' bucket.
-    fn in_flat_order(&self, layout: &Layout) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
-        let buffers = (self.lens.len() > self.grad_buckets)
-            .then(|| (self.grad_buckets, 0, layout.len - layout.grad_len()));
-        self.place.iter().copied().chain(buffers)
-    }
-
-    /// Bucket `b`'s values, cut from flat buffer `flat` and converted to the wire type.
-    fn cut<S: Scalar, W: Wire>(&self, b: usize, flat: &[S]) -> Vec<W> {
-        let mut out = Vec::with_capacity(self.lens[b]);
-        for &(off, len) in &self.pieces[b] {
-            out.extend(flat[off..off + len].iter().map(|&v| W::from_scalar(v)));
-        }
-        out
-    }
-}
-
-/// The element type a flat buffer travels in: the run's own (f32 values pass through f64 and
-/// back exactly, so the conversions are only copies).
-trait Wire: Copy + Default + 'static {
-    fn from_scalar<S: Scalar>(v: S) -> Self;
-    fn to_scalar<S: Scalar>(self) -> S;
-    fn overlap(
-        ex: &mut dyn Exchange,
-        lens: &[usize],
-        work: Work<'_, Self>,
-    ) -> NnResult<Vec<Vec<Self>>>;
-}
-
-impl Wire for f32 {
-    fn from_scalar<S: Scalar>(v: S) -> Self {
-        v.to_f64() as f32
-    }
-    fn to_scalar<S: Scalar>(self) -> S {
-        S::from_f64(f64::from(self))
-    }
-    fn overlap(
-        ex: &mut dyn Exchange,
-        lens: &[usize],
-        work: Work<'_, f32>,
-    ) -> NnResult<Vec<Vec<f32>>> {
-        ex.overlap_f32(lens, work)
-    }
-}
-
-impl Wire for f64 {
-    fn from_scalar<S: Scalar>(v: S) -> Self {
-        v.to_f64()
-    }
-    fn to_scalar<S: Scalar>(self) -> S {
-        S::from_f64(self)
-    }
-    fn overlap(
-        ex: &mut dyn Exchange,
-        lens: &[usize],
-        work: Work<'_, f64>,
-    ) -> NnResult<Vec<Vec<f64>>> {
-        ex.overlap_f64(lens, work)
     }
 }
 
@@ -430,9 +326,10 @@ pub(crate) fn accumulate<S: Scalar>(
     fold.finish()
 }
 
-/// This rank's micro-batch run (`run`) while its gradients are exchanged: each bucket is handed
-/// to `ex` as soon as the backward has made all its gradients final and every bucket before it
-/// was handed over. Returns every rank's `Micro::meta` and buckets, in rank order.
+/// This rank's micro-batch run (`run`) while its gradients are exchanged: each bucket but the
+/// last is handed to `ex` as soon as the backward has made all its gradients final and every
+/// bucket before it was handed over; the last one, with the buffers and the summary, once the
+/// run is done. Returns every rank's `Micro::meta` and buckets, in rank order.
 fn exchanged<S: Scalar, W: Wire>(
     ex: &mut dyn Exchange,
     layout: &Layout,
@@ -440,15 +337,14 @@ fn exchanged<S: Scalar, W: Wire>(
 ) -> NnResult<Gathered<W>> {
     let cap = (ex.bucket_bytes() / std::mem::size_of::<W>()).max(1);
     let buckets = Buckets::of(layout, cap);
-    let mut meta = None;
+    let early = buckets.early();
     let gathered = W::overlap(ex, &buckets.lens, &mut |sink| {
-        // Each bucket is put together in the type it travels in, then handed over whole.
-        let mut stage: Vec<Vec<W>> = buckets
-            .lens
+        // Each early bucket is put together in the type it travels in, then handed over whole.
+        let mut stage: Vec<Vec<W>> = buckets.lens[..early]
             .iter()
             .map(|&l| vec![W::default(); l])
             .collect();
-        let mut left: Vec<usize> = buckets.pieces.iter().map(Vec::len).collect();
+        let mut left: Vec<usize> = buckets.pieces[..early].iter().map(Vec::len).collect();
         let mut told = vec![false; buckets.place.len()];
         // What the hook sent, kept in debug builds to check it against the step's result.
         let mut sent: Vec<Vec<W>> = Vec::new();
@@ -458,7 +354,7 @@ fn exchanged<S: Scalar, W: Wire>(
                 return;
             };
             // Told twice, or of another size: left to the check of the step's result.
-            if told[j] || g.numel() != len {
+            if b >= early || told[j] || g.numel() != len {
                 return;
             }
             told[j] = true;
@@ -466,7 +362,7 @@ fn exchanged<S: Scalar, W: Wire>(
                 *w = W::from_scalar(v);
             }
             left[b] -= 1;
-            while next < buckets.grad_buckets && left[next] == 0 {
+            while next < early && left[next] == 0 {
                 let bucket = std::mem::take(&mut stage[next]);
                 if cfg!(debug_assertions) {
                     sent.push(bucket.clone());
@@ -476,8 +372,8 @@ fn exchanged<S: Scalar, W: Wire>(
             }
         }))?;
         // Buckets the backward did not complete (a micro-batch without rows runs none), and
-        // the buffers' bucket, from the step's result; the ones already sent held its bits.
-        let wire = |b: usize| -> Vec<W> { buckets.cut(b, &m.flat) };
+        // the last one, from the step's result; the ones already sent held its bits.
+        let wire = |b: usize| -> Vec<W> { buckets.cut(b, &m.flat, &m.meta) };
         debug_assert!(sent.iter().enumerate().all(|(b, values)| {
             let bits = |v: &[W]| {
                 v.iter()
@@ -489,47 +385,9 @@ fn exchanged<S: Scalar, W: Wire>(
         for b in next..buckets.lens.len() {
             sink(b, wire(b));
         }
-        meta = Some(m.meta);
         Ok(())
     })?;
-    let meta = meta.ok_or_else(|| NnError::Config("exchange: the step did not run".into()))?;
-    let size = ex.size();
-    let metas = ex.all_gather_f64(&meta)?;
-    if metas.len() != 3 * size {
-        return Err(NnError::Config(format!(
-            "exchange: {} step summaries came back for {size} ranks of 3",
-            metas.len()
-        )));
-    }
-    for (b, all) in gathered.iter().enumerate() {
-        let len = buckets.lens[b];
-        if all.len() != size * len {
-            return Err(NnError::Config(format!(
-                "exchange: bucket {b} came back with {} values for {size} ranks of {len}",
-                all.len()
-            )));
-        }
-    }
-    if gathered.len() != buckets.lens.len() {
-        return Err(NnError::Config(format!(
-            "exchange: {} buckets came back of {}",
-            gathered.len(),
-            buckets.lens.len()
-        )));
-    }
-    Ok(Gathered {
-        metas,
-        buckets,
-        values: gathered,
-    })
-}
-
-/// What an exchange brought back: every rank's `Micro::meta` (three values each) and every
-/// rank's values of each bucket, in rank order.
-struct Gathered<W> {
-    metas: Vec<f64>,
-    buckets: Buckets,
-    values: Vec<Vec<W>>,
+    Gathered::of(buckets, gathered, ex.size())
 }
 
 /// This rank's micro-batch exchanged (`exchanged`), then every rank's folded in rank order. A
@@ -564,14 +422,24 @@ mod tests {
         }
     }
 
-    /// Folding from the buckets gives the bits of folding whole buffers in rank order, for
-    /// unequal and empty micro-batches, several buckets and a buffers' bucket.
-    fn check_fold_from_buckets<S: Scalar, W: Wire>(cap: usize) {
-        let layout = Layout {
+    /// Four trainable tensors (one empty), then a buffer of two values when `buffers`.
+    fn layout(buffers: bool) -> Layout {
+        Layout {
             trainable: vec![(vec![3, 2], 0), (vec![0], 6), (vec![5], 6), (vec![1], 11)],
-            buffers: vec![(4, "bn.running_mean".into(), vec![2], 12)],
-            len: 14,
-        };
+            buffers: if buffers {
+                vec![(4, "bn.running_mean".into(), vec![2], 12)]
+            } else {
+                Vec::new()
+            },
+            len: if buffers { 14 } else { 12 },
+        }
+    }
+
+    /// Folding from the buckets gives the bits of folding whole buffers in rank order, for
+    /// unequal and empty micro-batches, several buckets, with and without buffers, and the
+    /// step summaries come back exactly.
+    fn check_fold_from_buckets<S: Scalar, W: Wire>(cap: usize, buffers: bool) {
+        let layout = layout(buffers);
         let buckets = Buckets::of(&layout, cap);
         // 7 rows on 4 ranks, the last one empty as on a short last batch: 2, 2, 3, 0 rows.
         let rows = [2.0, 2.0, 3.0, 0.0];
@@ -587,7 +455,7 @@ mod tests {
             .map(|r| (0..layout.len).map(|i| value(r, i)).collect())
             .collect();
         let metas: Vec<f64> = (0..4)
-            .flat_map(|r| [rows[r], 0.5 + r as f64, r as f64])
+            .flat_map(|r| [rows[r], 1.0 / 3.0 + 1e-9 * r as f64, r as f64])
             .collect();
         let mut whole = fold::<S>(4, 7);
         for (r, flat) in flats.iter().enumerate() {
@@ -596,17 +464,19 @@ mod tests {
         let whole = whole.finish().unwrap();
         let values = (0..buckets.lens.len())
             .map(|b| {
-                flats
-                    .iter()
-                    .flat_map(|flat| buckets.cut::<S, W>(b, flat))
+                (0..4)
+                    .flat_map(|r| {
+                        let meta = [metas[3 * r], metas[3 * r + 1], metas[3 * r + 2]];
+                        buckets.cut::<S, W>(b, &flats[r], &meta)
+                    })
                     .collect()
             })
             .collect();
-        let gathered = Gathered {
-            metas,
-            buckets,
-            values,
-        };
+        let gathered = Gathered::of(buckets, values, 4).unwrap();
+        assert_eq!(
+            gathered.metas, metas,
+            "cap {cap}: the summaries travel exactly"
+        );
         let from_buckets = fold::<S>(4, 7).finish_gathered(&layout, &gathered).unwrap();
         let bits = |v: &[S]| v.iter().map(|x| x.to_f64().to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&from_buckets.flat), bits(&whole.flat), "cap {cap}");
@@ -616,9 +486,57 @@ mod tests {
     #[test]
     fn folding_from_the_buckets_gives_the_bits_of_folding_whole_buffers() {
         for cap in [1, 4, 6, 100] {
-            check_fold_from_buckets::<f32, f32>(cap);
-            check_fold_from_buckets::<f64, f64>(cap);
+            for buffers in [true, false] {
+                check_fold_from_buckets::<f32, f32>(cap, buffers);
+                check_fold_from_buckets::<f64, f64>(cap, buffers);
+            }
         }
+    }
+
+    #[test]
+    fn the_last_bucket_carries_the_first_tensors_the_buffers_and_the_summary() {
+        let layout = layout(true);
+        // One tensor per bucket, last tensor first; the empty tensor closes no bucket.
+        let b = Buckets::of(&layout, 1);
+        assert_eq!(
+            b.pieces,
+            [vec![(11, 1)], vec![(6, 5)], vec![(6, 0), (0, 6), (12, 2)]]
+        );
+        assert_eq!(b.lens, [1, 5, 6 + 2 + 12]);
+        assert_eq!(b.early(), 2);
+        // Everything in one bucket: nothing leaves before the step is done.
+        let one = Buckets::of(&layout, 100);
+        assert_eq!(one.lens, [12 + 2 + 12]);
+        assert_eq!(one.early(), 0);
+        let flat: Vec<f32> = (0..14).map(|i| i as f32).collect();
+        let wire = one.cut::<f32, f32>(0, &flat, &[2.0, 0.25, 1.0]);
+        let expected: Vec<f32> = [11, 6, 7, 8, 9, 10, 0, 1, 2, 3, 4, 5, 12, 13]
+            .map(|i| i as f32)
+            .to_vec();
+        assert_eq!(wire[..14], expected[..]);
+        // No trainable tensors at all: one bucket, for the summary.
+        let empty = Layout {
+            trainable: Vec::new(),
+            buffers: Vec::new(),
+            len: 0,
+        };
+        assert_eq!(Buckets::of(&empty, 1).lens, [12]);
+    }
+
+    #[test]
+    fn a_garbled_summary_is_an_error() {
+        let layout = layout(false);
+        let buckets = Buckets::of(&layout, 100);
+        let mut values = buckets.cut::<f32, f32>(0, &[0.0; 12], &[2.0, 0.5, 1.0]);
+        let last = values.len() - 1;
+        values[last] = 0.5;
+        let error = Gathered::of(buckets, vec![values], 1).err().unwrap();
+        assert!(
+            error
+                .to_string()
+                .contains("rank 0's step summary came back garbled (0.5)"),
+            "{error}"
+        );
     }
 
     #[test]
