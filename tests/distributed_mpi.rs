@@ -2,8 +2,8 @@
 //! checkpoint bytes of a run without the flag. With the `mpi` feature (`cargo test --features
 //! mpi --test distributed_mpi`, MPICH's `mpiexec` on the PATH): law 10 of `docs/design.md`, N
 //! ranks give the checkpoint bytes of `--accumulate N` in one process, for N = 2 and 3, the MLP
-//! and the CNN, eager and compiled, with gradient buckets exchanged during the backward or after
-//! it (`TAPEGRAD_DDP_OVERLAP=0`); resuming on N ranks; ranks that disagree on the data stop
+//! and the CNN, eager and compiled, with gradient buckets through the shared window, all-gathered
+//! during the backward (`TAPEGRAD_DDP_SHARED=0`) or after it (`TAPEGRAD_DDP_OVERLAP=0`); resuming on N ranks; ranks that disagree on the data stop
 //! with an error on every rank; a killed rank ends the job in bounded time. The same for a tiny
 //! `train gpt`: law 10 on 2 and 3 ranks, eager and compiled, f32 and f64; resume on 2 ranks; a
 //! rank given another `--text` is an error on every rank.
@@ -155,7 +155,7 @@ mod mpi {
     }
 
     #[test]
-    fn buckets_exchanged_during_or_after_the_backward_change_nothing() {
+    fn buckets_through_the_window_or_all_gathered_during_or_after_the_backward_change_nothing() {
         let dir = tempdir("dist-overlap");
         for backend in ["eager", "compiled"] {
             let common = [
@@ -173,13 +173,19 @@ mod mpi {
                 &[&common[..], &["--accumulate", "3", "--save", &one]].concat(),
                 &dir,
             );
-            // 1 KiB buckets: three of gradients, then the batch norms' running statistics.
-            for overlap in ["1", "0"] {
-                let dist = format!("{backend}-{overlap}.st");
+            // 1 KiB buckets: three, the last also carrying the batch norms' running statistics;
+            // through the shared window (the default on one host), all-gathered during the
+            // backward (as on several hosts), or all-gathered after it.
+            let paths: [(&str, &[(&str, &str)]); 3] = [
+                ("window", &[]),
+                ("during", &[("TAPEGRAD_DDP_SHARED", "0")]),
+                ("after", &[("TAPEGRAD_DDP_OVERLAP", "0")]),
+            ];
+            for (path, env) in paths {
+                let dist = format!("{backend}-{path}.st");
                 let flags = ["--distributed", "--bucket-mb", "0.001", "--save", &dist];
-                let env = [("TAPEGRAD_DDP_OVERLAP", overlap)];
-                mpi_ok_env(3, &[&common[..], &flags[..]].concat(), &dir, &env);
-                let what = format!("{backend}, small buckets, overlap {overlap}");
+                mpi_ok_env(3, &[&common[..], &flags[..]].concat(), &dir, env);
+                let what = format!("{backend}, small buckets, exchanged {path}");
                 same_bytes(&dir, &one, &dist, &what);
             }
         }
@@ -282,6 +288,33 @@ mod mpi {
         assert!(!out.status.success(), "{err}");
         assert_eq!(
             err.matches("rank 1's data differ from rank 0's").count(),
+            2,
+            "{err}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn ranks_with_different_bucket_sizes_stop_with_an_error_on_every_rank() {
+        let dir = tempdir("dist-buckets");
+        let run = ["train", "--model", "cnn", "--steps", "2", "--distributed"];
+        let bin = env!("CARGO_BIN_EXE_tapegrad");
+        let out = Command::new("mpiexec")
+            .args(["-n", "1", bin])
+            .args(run)
+            .args([":", "-n", "1", bin])
+            .args(run)
+            .args(["--bucket-mb", "0.001"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert_eq!(
+            err.matches(
+                "rank 1's configuration differs from rank 0's (other flags, such as --bucket-mb"
+            )
+            .count(),
             2,
             "{err}"
         );

@@ -133,7 +133,12 @@ fn join(args: &TrainOptions, run: &mut impl Rank) -> Result<bool, CliError> {
 }
 
 #[cfg(feature = "mpi")]
+#[allow(unsafe_code)]
+mod node_window;
+
+#[cfg(feature = "mpi")]
 mod mpi_exchange {
+    use super::node_window::NodeWindow;
     use crate::error::CliError;
     use mpi::collective::SystemOperation;
     use mpi::environment::Universe;
@@ -154,6 +159,9 @@ mod mpi_exchange {
     /// exchange its step did not hide, the faster one's adds the time it waited for the other.
     /// For measurements only: it adds both.
     const PROFILE_ENV: &str = "TAPEGRAD_DDP_PROFILE";
+    /// `TAPEGRAD_DDP_SHARED=0` keeps the all-gather on one host too, where the buckets otherwise
+    /// go through a shared-memory window (`NodeWindow`; the bits are the same).
+    const SHARED_ENV: &str = "TAPEGRAD_DDP_SHARED";
 
     /// MPI's world communicator, with the bucket size of the gradient exchange.
     pub(super) struct MpiExchange {
@@ -162,6 +170,10 @@ mod mpi_exchange {
         pub(super) size: usize,
         bucket_bytes: usize,
         overlap: bool,
+        /// The ranks' host communicator when they all share one host (and `TAPEGRAD_DDP_SHARED`
+        /// is not 0), with the window the buckets go through once the first step made it.
+        node: Option<mpi::topology::SimpleCommunicator>,
+        window: Option<NodeWindow>,
         profile: Option<Profile>,
         /// Set by `finish` on every rank at the end of a good run: only then is MPI finalised
         /// (a collective). A rank that stops on an error exits without it, and `mpiexec` then
@@ -216,6 +228,33 @@ mod mpi_exchange {
         acc
     }
 
+    /// What is wrong with bucket `b` of `len` values handed over where bucket `next` was due.
+    fn handed_over(b: usize, len: usize, next: usize, lens: &[usize]) -> String {
+        format!(
+            "bucket {b} of {len} values handed over as bucket {next} of {:?}",
+            lens.get(next)
+        )
+    }
+
+    /// Why a rank's part of an exchange cannot go on: its step failed, or it handed over its
+    /// buckets wrongly or not all of them.
+    fn problem(
+        result: &NnResult<()>,
+        fault: Option<String>,
+        next: usize,
+        lens: &[usize],
+    ) -> Option<String> {
+        match (result, fault) {
+            (Err(e), _) => Some(e.to_string()),
+            (Ok(()), Some(f)) => Some(format!("exchange: {f}")),
+            (Ok(()), None) if next != lens.len() => Some(format!(
+                "exchange: {next} of {} buckets were handed over",
+                lens.len()
+            )),
+            _ => None,
+        }
+    }
+
     impl MpiExchange {
         pub(super) fn start(bucket_mb: f64) -> Result<Self, CliError> {
             // Funneled: the kernels' threads never call MPI, only the main thread does.
@@ -225,12 +264,19 @@ mod mpi_exchange {
             let rank = usize::try_from(world.rank()).unwrap_or(0);
             let size = usize::try_from(world.size()).unwrap_or(1);
             let env = |name: &str| std::env::var(name).ok();
+            let overlap = env(OVERLAP_ENV).is_none_or(|v| v != "0");
+            // Collective: every rank reads the same environment from `mpiexec`.
+            let node = (size > 1 && overlap && env(SHARED_ENV).is_none_or(|v| v != "0"))
+                .then(|| NodeWindow::node_of(&world))
+                .flatten();
             Ok(MpiExchange {
                 world,
                 rank,
                 size,
                 bucket_bytes: ((bucket_mb * 1024.0 * 1024.0) as usize).max(8),
-                overlap: env(OVERLAP_ENV).is_none_or(|v| v != "0"),
+                overlap,
+                node,
+                window: None,
                 profile: env(PROFILE_ENV)
                     .is_some_and(|v| v == "1")
                     .then(Profile::default),
@@ -258,20 +304,41 @@ mod mpi_exchange {
             out
         }
 
-        /// `Exchange::overlap_f32`: each bucket's all-gather starts (non-blocking) as soon as
-        /// `work` hands it over, and all are waited for once `work` is done. Buckets start in
-        /// bucket order on every rank, as MPI's collectives must. A failed `work`, or buckets
-        /// handed over out of order, end the job: requests in flight cannot be dropped.
+        /// `Exchange::overlap_f32`: on one host each bucket is written into the shared window as
+        /// `work` hands it over and read back after one barrier (`NodeWindow`); otherwise each
+        /// bucket's all-gather starts (non-blocking) then, and all are waited for once `work` is
+        /// done. Buckets start in bucket order on every rank, as MPI's collectives must. A failed
+        /// `work`, or buckets handed over out of order, end the job: requests in flight cannot
+        /// be dropped and the other ranks would wait at the barrier.
         fn overlap<T>(&mut self, lens: &[usize], work: Work<'_, T>) -> NnResult<Vec<Vec<T>>>
         where
             T: Equivalence + Copy + Default + Add<Output = T> + Mul<Output = T>,
         {
             let started = Instant::now();
             let (size, rank) = (self.size, self.rank);
-            let mut gathered: Vec<Vec<T>> =
-                lens.iter().map(|&l| vec![T::default(); size * l]).collect();
+            let mut gathered: Vec<Vec<T>>;
             let worked;
-            if self.overlap {
+            let shared = self.window_for::<T>(lens);
+            if let (true, Some(window), Some(node)) =
+                (shared, self.window.as_mut(), self.node.as_ref())
+            {
+                let mut next = 0;
+                let mut fault = None;
+                let result = work(&mut |b, values| {
+                    if b != next || lens.get(b) != Some(&values.len()) {
+                        fault.get_or_insert(handed_over(b, values.len(), next, lens));
+                        return;
+                    }
+                    window.put(rank, b, &values);
+                    next += 1;
+                });
+                if let Some(problem) = problem(&result, fault, next, lens) {
+                    end_job(&self.world, rank, size, &problem);
+                }
+                worked = started.elapsed();
+                gathered = window.gather(node);
+            } else if self.overlap {
+                gathered = lens.iter().map(|&l| vec![T::default(); size * l]).collect();
                 // Filled by the buckets handed over, which MPI then sends from.
                 let mut send: Vec<Vec<T>> = lens.iter().map(|_| Vec::new()).collect();
                 let world = &self.world;
@@ -287,11 +354,7 @@ mod mpi_exchange {
                             return;
                         };
                         if b != next || values.len() != lens[next] {
-                            fault.get_or_insert(format!(
-                                "bucket {b} of {} values handed over as bucket {next} of {}",
-                                values.len(),
-                                lens[next]
-                            ));
+                            fault.get_or_insert(handed_over(b, values.len(), next, lens));
                             return;
                         }
                         *s = values;
@@ -305,16 +368,7 @@ mod mpi_exchange {
                             .filter_map(|q| q.test().err())
                             .collect();
                     });
-                    let problem = match (&result, fault) {
-                        (Err(e), _) => Some(e.to_string()),
-                        (Ok(()), Some(f)) => Some(format!("exchange: {f}")),
-                        (Ok(()), None) if next != lens.len() => Some(format!(
-                            "exchange: {next} of {} buckets were handed over",
-                            lens.len()
-                        )),
-                        _ => None,
-                    };
-                    if let Some(problem) = problem {
+                    if let Some(problem) = problem(&result, fault, next, lens) {
                         end_job(world, rank, size, &problem);
                     }
                     let worked = started.elapsed();
@@ -325,7 +379,7 @@ mod mpi_exchange {
                 });
             } else {
                 let mut done = Duration::ZERO;
-                let all = gather_after(
+                gathered = gather_after(
                     lens,
                     &mut |sink| {
                         let r = work(sink);
@@ -335,7 +389,6 @@ mod mpi_exchange {
                     &mut |v| Ok(self.gather(v)),
                 )?;
                 worked = done;
-                gathered = all;
             }
             if let Some(mut p) = self.profile.take() {
                 p.steps += 1;
@@ -371,6 +424,27 @@ mod mpi_exchange {
             Ok(gathered)
         }
 
+        /// Whether this step's buckets go through the shared window, making it for `lens` of
+        /// `T` when the last one was made for others. Collective (every rank has the same
+        /// buckets); when MPI cannot make one the run keeps the all-gather from then on.
+        fn window_for<T>(&mut self, lens: &[usize]) -> bool {
+            let Some(node) = &self.node else {
+                return false;
+            };
+            let elem = std::mem::size_of::<T>();
+            if self.window.as_ref().is_some_and(|w| w.fits(lens, elem)) {
+                return true;
+            }
+            if let Some(old) = self.window.take() {
+                old.free();
+            }
+            self.window = NodeWindow::open(node, lens, elem);
+            if self.window.is_none() {
+                self.node = None;
+            }
+            self.window.is_some()
+        }
+
         /// Prints this rank's profile means (at the end of a profiled run).
         fn report(&self) {
             let Some(p) = &self.profile else { return };
@@ -379,14 +453,18 @@ mod mpi_exchange {
             }
             let ms = |d: Duration| d.as_secs_f64() * 1e3 / f64::from(p.steps);
             println!(
-                "distributed profile (rank {} of {}, {} steps, {} buckets, overlap {}): per step \
+                "distributed profile (rank {} of {}, {} steps, {} buckets, {}): per step \
                  {:.3} ms step, {:.3} ms waiting for the exchange after it; the same buckets \
                  blocking: all-gather + rank-order sum {:.3} ms, MPI_Allreduce {:.3} ms",
                 self.rank,
                 self.size,
                 p.steps,
                 p.buckets,
-                if self.overlap { "on" } else { "off" },
+                match (&self.window, self.overlap) {
+                    (Some(_), _) => "through the shared window",
+                    (None, true) => "all-gathers during the backward",
+                    (None, false) => "all-gathers after the backward",
+                },
                 ms(p.work),
                 ms(p.wait),
                 ms(p.gather_sum),
@@ -429,6 +507,9 @@ mod mpi_exchange {
         }
         fn finish(&mut self) {
             self.report();
+            if let Some(window) = self.window.take() {
+                window.free();
+            }
             self.done = true;
         }
     }

@@ -166,8 +166,15 @@ pub(crate) fn join(
     accumulate: usize,
 ) -> NnResult<Box<dyn Exchange>> {
     let (rank, size) = (exchange.rank(), exchange.size());
+    // The ranks' buckets must match too (`--bucket-mb`): they are the collectives' sizes.
+    let config = {
+        let mut h = Fnv::new();
+        h.bytes(&mine.config.to_le_bytes());
+        h.bytes(&(exchange.bucket_bytes() as u64).to_le_bytes());
+        h.value()
+    };
     // Each hash in two exact halves: an f64 holds 32 bits without rounding.
-    let words: Vec<f64> = [mine.data, mine.config, mine.params]
+    let words: Vec<f64> = [mine.data, config, mine.params]
         .iter()
         .flat_map(|h| [(h >> 32) as f64, (h & 0xffff_ffff) as f64])
         .collect();
@@ -184,7 +191,7 @@ pub(crate) fn join(
         data,
         (
             "configuration differs",
-            " (other flags, or another checkpoint?)",
+            " (other flags, such as --bucket-mb, or another checkpoint?)",
         ),
         (
             "parameters differ",

@@ -1,0 +1,159 @@
+//! The gradient exchange for ranks on one host: every rank writes its buckets into an MPI-3
+//! shared-memory window and, after one barrier, reads the others' straight from it, instead of an
+//! all-gather that copies each bucket through MPI's own buffers with a handshake per bucket.
+
+use mpi::ffi;
+use mpi::raw::AsRaw;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::{Communicator, CommunicatorCollectives};
+use std::os::raw::{c_int, c_void};
+
+/// Each rank's segment of the window holds two halves of one step's buckets: a step writes one
+/// half while a rank that is behind may still read the other, the previous step's. A rank writes a
+/// half again only two steps later, after the next step's barrier, which every rank reaches only
+/// once it has read that half: one barrier per step is enough.
+pub(super) struct NodeWindow {
+    win: ffi::MPI_Win,
+    /// Every rank's segment, in rank order.
+    segments: Vec<*mut u8>,
+    /// The buckets' lengths and element size the window was made for.
+    lens: Vec<usize>,
+    elem: usize,
+    /// Bytes per half (the buckets, each aligned to 64 bytes).
+    half: usize,
+    /// Which half this step writes.
+    parity: usize,
+}
+
+impl NodeWindow {
+    /// The communicator of the ranks on this host, when every rank of `world` is on it (the
+    /// window's memory is only shared on one host); `None` on several hosts. Collective.
+    pub(super) fn node_of(world: &SimpleCommunicator) -> Option<SimpleCommunicator> {
+        let node = world.split_shared(world.rank());
+        (node.size() == world.size()).then_some(node)
+    }
+
+    /// A window for buckets of `lens` elements of `elem` bytes on the ranks of `node`.
+    /// Collective; `None` if MPI cannot make one with every segment aligned to 64 bytes (the
+    /// caller then keeps the all-gather).
+    pub(super) fn open(node: &SimpleCommunicator, lens: &[usize], elem: usize) -> Option<Self> {
+        let half: usize = lens.iter().map(|&l| (l * elem).next_multiple_of(64)).sum();
+        let bytes = ffi::MPI_Aint::try_from(2 * half.max(64)).ok()?;
+        let mut base: *mut u8 = std::ptr::null_mut();
+        // SAFETY: `MPI_Win` is a C handle (an integer or a pointer), valid when zeroed; MPI
+        // overwrites it below.
+        let mut win = unsafe { std::mem::zeroed::<ffi::MPI_Win>() };
+        // SAFETY: MPI writes the window's handle and this rank's base address; the size and the
+        // displacement unit are valid, and every rank of `node` makes the same call.
+        let made = unsafe {
+            ffi::MPI_Win_allocate_shared(
+                bytes,
+                1,
+                ffi::RSMPI_INFO_NULL,
+                node.as_raw(),
+                (&mut base as *mut *mut u8).cast::<c_void>(),
+                &mut win,
+            )
+        };
+        if made != ffi::MPI_SUCCESS as c_int {
+            return None;
+        }
+        // SAFETY: the window is valid; a passive-target epoch on every rank for its lifetime
+        // is what makes `MPI_Win_sync` order this rank's stores and loads.
+        unsafe { ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, win) };
+        let mut window = NodeWindow {
+            win,
+            segments: Vec::with_capacity(node.size() as usize),
+            lens: lens.to_vec(),
+            elem,
+            half,
+            parity: 0,
+        };
+        for r in 0..node.size() {
+            let (mut size, mut unit, mut at) = (0, 0, std::ptr::null_mut::<u8>());
+            // SAFETY: `r` is a rank of the window's group; MPI writes the three outputs.
+            let found = unsafe {
+                ffi::MPI_Win_shared_query(
+                    win,
+                    r,
+                    &mut size,
+                    &mut unit,
+                    (&mut at as *mut *mut u8).cast::<c_void>(),
+                )
+            };
+            window.segments.push(at);
+            // The same on every rank: the segments lie at the same offsets of one mapping.
+            if found != ffi::MPI_SUCCESS as c_int || size < bytes || at.align_offset(64) != 0 {
+                window.free();
+                return None;
+            }
+        }
+        Some(window)
+    }
+
+    /// Whether this window was made for buckets of `lens` elements of `elem` bytes.
+    pub(super) fn fits(&self, lens: &[usize], elem: usize) -> bool {
+        self.lens == lens && self.elem == elem
+    }
+
+    /// Where bucket `b` starts in a half, in bytes.
+    fn offset(&self, b: usize) -> usize {
+        self.lens[..b]
+            .iter()
+            .map(|&l| (l * self.elem).next_multiple_of(64))
+            .sum()
+    }
+
+    /// Writes rank `rank`'s bucket `b` (of `lens[b]` elements of `elem` bytes, as `fits`
+    /// checked) into this step's half.
+    pub(super) fn put<T: Copy>(&mut self, rank: usize, b: usize, values: &[T]) {
+        debug_assert!(std::mem::size_of::<T>() == self.elem && values.len() == self.lens[b]);
+        let at = self.parity * self.half + self.offset(b);
+        // SAFETY: the bucket's bytes lie inside this rank's segment (`half` counts every bucket
+        // at its aligned offset, and the segment holds two halves); the window's memory is
+        // aligned for any element type and no other rank writes this segment.
+        unsafe {
+            let dst = self.segments[rank].add(at).cast::<T>();
+            std::ptr::copy_nonoverlapping(values.as_ptr(), dst, values.len());
+        }
+    }
+
+    /// Waits until every rank has put this step's buckets and returns each bucket's values of
+    /// every rank, in rank order (as an all-gather would). Collective.
+    pub(super) fn gather<T: Copy>(&mut self, node: &SimpleCommunicator) -> Vec<Vec<T>> {
+        debug_assert!(std::mem::size_of::<T>() == self.elem);
+        // SAFETY: the window is valid and locked; sync, barrier, sync is MPI's pattern for
+        // making one rank's stores to shared memory visible to another's loads.
+        unsafe { ffi::MPI_Win_sync(self.win) };
+        node.barrier();
+        unsafe { ffi::MPI_Win_sync(self.win) };
+        let size = self.segments.len();
+        let gathered = (0..self.lens.len())
+            .map(|b| {
+                let len = self.lens[b];
+                let at = self.parity * self.half + self.offset(b);
+                let mut all = Vec::with_capacity(size * len);
+                for segment in &self.segments {
+                    // SAFETY: the bucket lies inside each segment as in `put`, and its writer
+                    // finished it before the barrier; no rank writes this half until after the
+                    // next step's barrier.
+                    let part =
+                        unsafe { std::slice::from_raw_parts(segment.add(at).cast::<T>(), len) };
+                    all.extend_from_slice(part);
+                }
+                all
+            })
+            .collect();
+        self.parity ^= 1;
+        gathered
+    }
+
+    /// Frees the window. Collective: only at the end of a run that every rank reaches.
+    pub(super) fn free(mut self) {
+        // SAFETY: the window is valid and locked by `open`; every rank frees it together.
+        unsafe {
+            ffi::MPI_Win_unlock_all(self.win);
+            ffi::MPI_Win_free(&mut self.win);
+        }
+    }
+}
