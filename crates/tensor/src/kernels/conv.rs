@@ -817,21 +817,21 @@ impl Conv2dGeometry {
     }
 
     /// The weight (O, C/g, kH, kW) as (C, O/g, kH, kW), spatially flipped, group by group.
+    /// Flipping both spatial axes reverses each (o, c) block of kH x kW taps.
     fn flipped_weight<S: Scalar>(&self, weight: &Tensor<S>) -> Result<Tensor<S>> {
         let (cg, og, [kh, kw]) = (self.group_in(), self.group_out(), self.kernel);
+        let k2 = kh * kw;
         let wd = weight.data();
         let mut flipped = vec![S::ZERO; wd.len()];
-        for g in 0..self.groups {
-            for o in 0..og {
-                for c in 0..cg {
-                    for i in 0..kh {
-                        for j in 0..kw {
-                            let src = (((g * og + o) * cg + c) * kh + i) * kw + j;
-                            let dst =
-                                (((g * cg + c) * og + o) * kh + (kh - 1 - i)) * kw + (kw - 1 - j);
-                            flipped[dst] = wd[src];
-                        }
-                    }
+        if k2 > 0 {
+            // Source block (g, o, c) is block g*og*cg + o*cg + c; it lands at g*cg*og + c*og + o.
+            for (src_index, src) in wd.chunks_exact(k2).enumerate() {
+                let (g, rest) = (src_index / (og * cg), src_index % (og * cg));
+                let (o, c) = (rest / cg, rest % cg);
+                let dst_index = (g * cg + c) * og + o;
+                let dst = &mut flipped[dst_index * k2..][..k2];
+                for (d, &v) in dst.iter_mut().zip(src.iter().rev()) {
+                    *d = v;
                 }
             }
         }
