@@ -13,7 +13,7 @@
 # Prints one line per round: the medians and the ratios of one process to N ranks, to the
 # ceiling and to the lock-step ceiling. Needs a release build with `--features mpi` and python3.
 # Usage: bench/ranks.sh cnn|gpt|mlp [RANKS] [ROUNDS] [STEPS]   (defaults: 2 ranks, 3 rounds,
-# 1000 steps for cnn and mlp, 40 for gpt)
+# 1000 steps for cnn and mlp, 40 for gpt). TAPEGRAD=path/to/binary measures another build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset=${1:?usage: bench/ranks.sh cnn|gpt|mlp [RANKS] [ROUNDS] [STEPS]}
@@ -25,7 +25,7 @@ case "$preset" in
   gpt) run=(train gpt) batch=32 steps=${4:-40} ;;
   *) echo "bench/ranks.sh: unknown preset '$preset' (cnn, gpt or mlp)" >&2; exit 2 ;;
 esac
-T=target/release/tapegrad
+T=${TAPEGRAD:-target/release/tapegrad}
 # A build without the feature still lists --distributed, and refuses it when asked to run.
 if ! command -v mpiexec >/dev/null || ! "$T" train --model mlp --steps 0 --distributed >/dev/null 2>&1; then
   echo "bench/ranks.sh: needs mpiexec and a build with MPI: cargo build --release --features mpi" >&2
