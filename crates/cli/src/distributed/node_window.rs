@@ -25,6 +25,12 @@ pub(super) struct NodeWindow {
     parity: usize,
 }
 
+/// The most shared memory a window takes, over all ranks: a container's `/dev/shm` may be as small
+/// as 64 MiB (Docker's default), and a full one would fail a step, not the window's creation.
+/// The window saves a collective's latency, which matters for small buckets; above this the
+/// all-gather's bandwidth dominates either way.
+const MAX_WINDOW_BYTES: usize = 32 << 20;
+
 impl NodeWindow {
     /// The communicator of the ranks on this host, when every rank of `world` is on it (the
     /// window's memory is only shared on one host); `None` on several hosts. Collective.
@@ -34,11 +40,16 @@ impl NodeWindow {
     }
 
     /// A window for buckets of `lens` elements of `elem` bytes on the ranks of `node`.
-    /// Collective; `None` if MPI cannot make one with every segment aligned to 64 bytes (the
-    /// caller then keeps the all-gather).
+    /// Collective; `None` (the same on every rank) when it would take more than
+    /// `MAX_WINDOW_BYTES` or MPI cannot make one with every segment aligned to 64 bytes: the
+    /// caller then keeps the all-gather.
     pub(super) fn open(node: &SimpleCommunicator, lens: &[usize], elem: usize) -> Option<Self> {
         let half: usize = lens.iter().map(|&l| (l * elem).next_multiple_of(64)).sum();
-        let bytes = ffi::MPI_Aint::try_from(2 * half.max(64)).ok()?;
+        let per_rank = 2 * half.max(64);
+        if per_rank.saturating_mul(node.size() as usize) > MAX_WINDOW_BYTES {
+            return None;
+        }
+        let bytes = ffi::MPI_Aint::try_from(per_rank).ok()?;
         let mut base: *mut u8 = std::ptr::null_mut();
         // SAFETY: `MPI_Win` is a C handle (an integer or a pointer), valid when zeroed; MPI
         // overwrites it below.
