@@ -147,7 +147,7 @@ mod mpi_exchange {
     use mpi::Threading;
     use std::ops::{Add, Mul};
     use std::time::{Duration, Instant};
-    use tapegrad_nn::exchange::{gather_after, Exchange, Work};
+    use tapegrad_nn::exchange::{gather_after, Concatenated, Exchange, Gathered, Work};
     use tapegrad_nn::{NnError, NnResult};
 
     /// `TAPEGRAD_DDP_OVERLAP=0` exchanges every bucket after the backward instead of during it
@@ -310,13 +310,22 @@ mod mpi_exchange {
         /// done. Buckets start in bucket order on every rank, as MPI's collectives must. A failed
         /// `work`, or buckets handed over out of order, end the job: requests in flight cannot
         /// be dropped and the other ranks would wait at the barrier.
-        fn overlap<T>(&mut self, lens: &[usize], work: Work<'_, T>) -> NnResult<Vec<Vec<T>>>
+        fn overlap<T>(&mut self, lens: &[usize], work: Work<'_, T>) -> NnResult<Gathered<'_, T>>
         where
-            T: Equivalence + Copy + Default + Add<Output = T> + Mul<Output = T>,
+            T: Equivalence + Copy + Default + Add<Output = T> + Mul<Output = T> + 'static,
         {
             let started = Instant::now();
             let (size, rank) = (self.size, self.rank);
-            let mut gathered: Vec<Vec<T>>;
+            // This rank's buckets, kept for the profile's blocking runs of the same exchange.
+            let mut kept: Option<Vec<Vec<T>>> = self.profile.is_some().then(Vec::new);
+            let mut keep = |values: &Vec<T>| {
+                if let Some(kept) = kept.as_mut() {
+                    kept.push(values.clone());
+                }
+            };
+            // Every rank's buckets: in the window's half, or all-gathered into vectors.
+            let mut half = None;
+            let mut gathered: Vec<Vec<T>> = Vec::new();
             let worked;
             let shared = self.window_for::<T>(lens);
             if let (true, Some(window), Some(node)) =
@@ -325,6 +334,7 @@ mod mpi_exchange {
                 let mut next = 0;
                 let mut fault = None;
                 let result = work(&mut |b, values| {
+                    keep(&values);
                     if b != next || lens.get(b) != Some(&values.len()) {
                         fault.get_or_insert(handed_over(b, values.len(), next, lens));
                         return;
@@ -336,7 +346,7 @@ mod mpi_exchange {
                     end_job(&self.world, rank, size, &problem);
                 }
                 worked = started.elapsed();
-                gathered = window.gather(node);
+                half = Some(window.arrive(node));
             } else if self.overlap {
                 gathered = lens.iter().map(|&l| vec![T::default(); size * l]).collect();
                 // Filled by the buckets handed over, which MPI then sends from.
@@ -349,6 +359,7 @@ mod mpi_exchange {
                     let mut next = 0;
                     let mut fault = None;
                     let result = work(&mut |b, values| {
+                        keep(&values);
                         let (Some(s), Some(r)) = (sends.next(), recvs.next()) else {
                             fault.get_or_insert(format!("bucket {b} handed over after the last"));
                             return;
@@ -382,7 +393,10 @@ mod mpi_exchange {
                 gathered = gather_after(
                     lens,
                     &mut |sink| {
-                        let r = work(sink);
+                        let r = work(&mut |b, values| {
+                            keep(&values);
+                            sink(b, values);
+                        });
                         done = started.elapsed();
                         r
                     },
@@ -397,11 +411,7 @@ mod mpi_exchange {
                 p.wait += started.elapsed().saturating_sub(worked);
                 // The same buckets, blocking, each way after a barrier (so that neither
                 // measures the other ranks arriving late).
-                let mine: Vec<Vec<T>> = gathered
-                    .iter()
-                    .zip(lens)
-                    .map(|(all, &l)| all[rank * l..(rank + 1) * l].to_vec())
-                    .collect();
+                let mine = kept.unwrap_or_default();
                 self.world.barrier();
                 let t = Instant::now();
                 for (local, &l) in mine.iter().zip(lens) {
@@ -421,7 +431,10 @@ mod mpi_exchange {
                 p.all_reduce += t.elapsed();
                 self.profile = Some(p);
             }
-            Ok(gathered)
+            match (half, self.window.as_ref()) {
+                (Some(half), Some(window)) => Ok(Box::new(window.parts::<T>(half))),
+                _ => Ok(Box::new(Concatenated::new(lens, size, gathered)?)),
+            }
         }
 
         /// Whether this step's buckets go through the shared window, making it for `lens` of
@@ -489,10 +502,18 @@ mod mpi_exchange {
         fn bucket_bytes(&self) -> usize {
             self.bucket_bytes
         }
-        fn overlap_f32(&mut self, lens: &[usize], work: Work<'_, f32>) -> NnResult<Vec<Vec<f32>>> {
+        fn overlap_f32(
+            &mut self,
+            lens: &[usize],
+            work: Work<'_, f32>,
+        ) -> NnResult<Gathered<'_, f32>> {
             self.overlap(lens, work)
         }
-        fn overlap_f64(&mut self, lens: &[usize], work: Work<'_, f64>) -> NnResult<Vec<Vec<f64>>> {
+        fn overlap_f64(
+            &mut self,
+            lens: &[usize],
+            work: Work<'_, f64>,
+        ) -> NnResult<Gathered<'_, f64>> {
             self.overlap(lens, work)
         }
         fn abort(&mut self, error: &NnError) {

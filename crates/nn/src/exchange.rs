@@ -19,6 +19,56 @@ use tapegrad_tensor::Scalar;
 /// keeps the values, so an exchange sends from them without copying them first.
 pub type Work<'a, T> = &'a mut dyn FnMut(&mut dyn FnMut(usize, Vec<T>)) -> NnResult<()>;
 
+/// What an overlapped exchange brought back: each rank's values of each bucket. It may borrow the
+/// exchange's own memory (a shared-memory window), so it lives until the exchange is used again.
+pub trait Received<T> {
+    /// Rank `rank`'s values of bucket `bucket`: as many as the bucket's length, for every
+    /// `rank < size()` and bucket of the exchange.
+    fn part(&self, bucket: usize, rank: usize) -> &[T];
+}
+
+/// An overlapped exchange's result, borrowing the exchange.
+pub type Gathered<'a, T> = Box<dyn Received<T> + 'a>;
+
+/// Buckets gathered into vectors, each holding every rank's values in rank order: what an
+/// all-gather returns.
+pub struct Concatenated<T> {
+    lens: Vec<usize>,
+    values: Vec<Vec<T>>,
+}
+
+impl<T> Concatenated<T> {
+    /// `values[b]`, every one of `size` ranks' `lens[b]` values of bucket `b` in rank order.
+    pub fn new(lens: &[usize], size: usize, values: Vec<Vec<T>>) -> NnResult<Self> {
+        if values.len() != lens.len() {
+            return Err(NnError::Config(format!(
+                "exchange: {} buckets came back of {}",
+                values.len(),
+                lens.len()
+            )));
+        }
+        for (b, (all, &len)) in values.iter().zip(lens).enumerate() {
+            if all.len() != size * len {
+                return Err(NnError::Config(format!(
+                    "exchange: bucket {b} came back with {} values for {size} ranks of {len}",
+                    all.len()
+                )));
+            }
+        }
+        Ok(Concatenated {
+            lens: lens.to_vec(),
+            values,
+        })
+    }
+}
+
+impl<T> Received<T> for Concatenated<T> {
+    fn part(&self, bucket: usize, rank: usize) -> &[T] {
+        let len = self.lens[bucket];
+        &self.values[bucket][rank * len..(rank + 1) * len]
+    }
+}
+
 /// The collective a data-parallel run needs: every rank's buffer, in rank order. Implemented over
 /// MPI by the CLI's `distributed` module; a fake one in tests.
 pub trait Exchange {
@@ -37,16 +87,18 @@ pub trait Exchange {
         usize::MAX
     }
     /// Runs `work`, which hands each bucket `b` in `0..lens.len()` (of `lens[b]` values) to its
-    /// sink once, in bucket order, and returns every rank's values of each bucket, in rank
-    /// order. An exchange may start sending a bucket as soon as it gets it, so communication
-    /// overlaps the rest of `work` (the backward pass); when `work` fails it may end the job
-    /// (`abort`). The default gathers each bucket with `all_gather_f32` after `work`.
-    fn overlap_f32(&mut self, lens: &[usize], work: Work<'_, f32>) -> NnResult<Vec<Vec<f32>>> {
-        gather_after(lens, work, &mut |v| self.all_gather_f32(v))
+    /// sink once, in bucket order, and returns every rank's values of each bucket. An exchange
+    /// may start sending a bucket as soon as it gets it, so communication overlaps the rest of
+    /// `work` (the backward pass); when `work` fails it may end the job (`abort`). The default
+    /// gathers each bucket with `all_gather_f32` after `work`.
+    fn overlap_f32(&mut self, lens: &[usize], work: Work<'_, f32>) -> NnResult<Gathered<'_, f32>> {
+        let all = gather_after(lens, work, &mut |v| self.all_gather_f32(v))?;
+        Ok(Box::new(Concatenated::new(lens, self.size(), all)?))
     }
     /// As `overlap_f32`, for f64 values.
-    fn overlap_f64(&mut self, lens: &[usize], work: Work<'_, f64>) -> NnResult<Vec<Vec<f64>>> {
-        gather_after(lens, work, &mut |v| self.all_gather_f64(v))
+    fn overlap_f64(&mut self, lens: &[usize], work: Work<'_, f64>) -> NnResult<Gathered<'_, f64>> {
+        let all = gather_after(lens, work, &mut |v| self.all_gather_f64(v))?;
+        Ok(Box::new(Concatenated::new(lens, self.size(), all)?))
     }
     /// This rank failed on its own (its micro-batch's step) while the others may be waiting in
     /// a collective: end the whole job now, naming the error, rather than leave them hanging.

@@ -20,7 +20,9 @@ use serde::{Deserialize, Serialize};
 use tapegrad_tensor::{Scalar, Tensor};
 
 mod accumulate;
-pub use crate::exchange::{gather_after, micro_batches, Exchange, Fingerprint, Work};
+pub use crate::exchange::{
+    gather_after, micro_batches, Concatenated, Exchange, Fingerprint, Gathered, Received, Work,
+};
 
 /// Everything that defines a training run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -6,7 +6,9 @@ use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives};
+use std::marker::PhantomData;
 use std::os::raw::{c_int, c_void};
+use tapegrad_nn::exchange::Received;
 
 /// Each rank's segment of the window holds two halves of one step's buckets: a step writes one
 /// half while a rank that is behind may still read the other, the previous step's. A rank writes a
@@ -16,8 +18,10 @@ pub(super) struct NodeWindow {
     win: ffi::MPI_Win,
     /// Every rank's segment, in rank order.
     segments: Vec<*mut u8>,
-    /// The buckets' lengths and element size the window was made for.
+    /// The buckets' lengths and element size the window was made for, and where each bucket
+    /// starts in a half, in bytes.
     lens: Vec<usize>,
+    offsets: Vec<usize>,
     elem: usize,
     /// Bytes per half (the buckets, each aligned to 64 bytes).
     half: usize,
@@ -44,6 +48,14 @@ impl NodeWindow {
     /// `MAX_WINDOW_BYTES` or MPI cannot make one with every segment aligned to 64 bytes: the
     /// caller then keeps the all-gather.
     pub(super) fn open(node: &SimpleCommunicator, lens: &[usize], elem: usize) -> Option<Self> {
+        let offsets: Vec<usize> = lens
+            .iter()
+            .scan(0, |at, &l| {
+                let start = *at;
+                *at += (l * elem).next_multiple_of(64);
+                Some(start)
+            })
+            .collect();
         let half: usize = lens.iter().map(|&l| (l * elem).next_multiple_of(64)).sum();
         let per_rank = 2 * half.max(64);
         if per_rank.saturating_mul(node.size() as usize) > MAX_WINDOW_BYTES {
@@ -76,6 +88,7 @@ impl NodeWindow {
             win,
             segments: Vec::with_capacity(node.size() as usize),
             lens: lens.to_vec(),
+            offsets,
             elem,
             half,
             parity: 0,
@@ -107,19 +120,11 @@ impl NodeWindow {
         self.lens == lens && self.elem == elem
     }
 
-    /// Where bucket `b` starts in a half, in bytes.
-    fn offset(&self, b: usize) -> usize {
-        self.lens[..b]
-            .iter()
-            .map(|&l| (l * self.elem).next_multiple_of(64))
-            .sum()
-    }
-
     /// Writes rank `rank`'s bucket `b` (of `lens[b]` elements of `elem` bytes, as `fits`
     /// checked) into this step's half.
     pub(super) fn put<T: Copy>(&mut self, rank: usize, b: usize, values: &[T]) {
         debug_assert!(std::mem::size_of::<T>() == self.elem && values.len() == self.lens[b]);
-        let at = self.parity * self.half + self.offset(b);
+        let at = self.parity * self.half + self.offsets[b];
         // SAFETY: the bucket's bytes lie inside this rank's segment (`half` counts every bucket
         // at its aligned offset, and the segment holds two halves); the window's memory is
         // aligned for any element type and no other rank writes this segment.
@@ -129,34 +134,27 @@ impl NodeWindow {
         }
     }
 
-    /// Waits until every rank has put this step's buckets and returns each bucket's values of
-    /// every rank, in rank order (as an all-gather would). Collective.
-    pub(super) fn gather<T: Copy>(&mut self, node: &SimpleCommunicator) -> Vec<Vec<T>> {
-        debug_assert!(std::mem::size_of::<T>() == self.elem);
+    /// Waits until every rank has put this step's buckets and returns the half that holds them,
+    /// to read with `parts` until the next step. Collective.
+    pub(super) fn arrive(&mut self, node: &SimpleCommunicator) -> usize {
         // SAFETY: the window is valid and locked; sync, barrier, sync is MPI's pattern for
         // making one rank's stores to shared memory visible to another's loads.
         unsafe { ffi::MPI_Win_sync(self.win) };
         node.barrier();
         unsafe { ffi::MPI_Win_sync(self.win) };
-        let size = self.segments.len();
-        let gathered = (0..self.lens.len())
-            .map(|b| {
-                let len = self.lens[b];
-                let at = self.parity * self.half + self.offset(b);
-                let mut all = Vec::with_capacity(size * len);
-                for segment in &self.segments {
-                    // SAFETY: the bucket lies inside each segment as in `put`, and its writer
-                    // finished it before the barrier; no rank writes this half until after the
-                    // next step's barrier.
-                    let part =
-                        unsafe { std::slice::from_raw_parts(segment.add(at).cast::<T>(), len) };
-                    all.extend_from_slice(part);
-                }
-                all
-            })
-            .collect();
+        let half = self.parity;
         self.parity ^= 1;
-        gathered
+        half
+    }
+
+    /// Every rank's buckets of `half` (from `arrive`), read in place.
+    pub(super) fn parts<T: Copy>(&self, half: usize) -> WindowParts<'_, T> {
+        debug_assert!(std::mem::size_of::<T>() == self.elem);
+        WindowParts {
+            window: self,
+            half,
+            element: PhantomData,
+        }
     }
 
     /// Frees the window. Collective: only at the end of a run that every rank reaches.
@@ -166,5 +164,25 @@ impl NodeWindow {
             ffi::MPI_Win_unlock_all(self.win);
             ffi::MPI_Win_free(&mut self.win);
         }
+    }
+}
+
+/// One step's buckets of every rank, read from the window without copying them out.
+pub(super) struct WindowParts<'a, T> {
+    window: &'a NodeWindow,
+    half: usize,
+    element: PhantomData<T>,
+}
+
+impl<T: Copy> Received<T> for WindowParts<'_, T> {
+    fn part(&self, bucket: usize, rank: usize) -> &[T] {
+        let w = self.window;
+        let at = self.half * w.half + w.offsets[bucket];
+        // SAFETY: the bucket lies inside the rank's segment as in `put`, aligned for `T` (the
+        // window was made for `T`'s size and the segments are 64-byte aligned), and its writer
+        // finished it before `arrive`'s barrier. No rank writes this half again before the next
+        // step's barrier, which this rank reaches only after the borrow of the exchange that
+        // this view holds has ended.
+        unsafe { std::slice::from_raw_parts(w.segments[rank].add(at).cast::<T>(), w.lens[bucket]) }
     }
 }

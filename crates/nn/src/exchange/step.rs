@@ -23,7 +23,7 @@ use crate::backend::OnGrad;
 use crate::error::{NnError, NnResult};
 use crate::grad::Grad;
 use crate::params::{ParamId, ParamKind, ParamSet};
-use buckets::{Buckets, Gathered, Wire};
+use buckets::{Buckets, Summarised, Wire};
 use std::ops::Range;
 use tapegrad_tensor::{DType, Scalar, Tensor};
 
@@ -228,12 +228,12 @@ impl<S: Scalar> Fold<S> {
     fn finish_gathered<W: Wire>(
         mut self,
         layout: &Layout,
-        gathered: &Gathered<W>,
+        gathered: &Summarised<'_, W>,
     ) -> NnResult<Micro<S>> {
-        let Gathered {
+        let Summarised {
             metas,
             buckets,
-            values,
+            parts,
         } = gathered;
         let weights: Vec<(usize, S)> = metas
             .chunks_exact(3)
@@ -246,10 +246,7 @@ impl<S: Scalar> Fold<S> {
         let k = S::from_usize(self.k);
         let mut acc: Vec<S> = Vec::with_capacity(layout.len);
         for (b, at, len) in buckets.in_flat_order(layout) {
-            let rank_part = |r: usize| {
-                let start = r * buckets.lens[b] + at;
-                &values[b][start..start + len]
-            };
+            let rank_part = |r: usize| &parts.part(b, r)[at..at + len];
             let start = acc.len();
             acc.extend(rank_part(first).iter().map(|&v| c_first * v.to_scalar()));
             let sum = &mut acc[start..];
@@ -330,11 +327,12 @@ pub(crate) fn accumulate<S: Scalar>(
 /// last is handed to `ex` as soon as the backward has made all its gradients final and every
 /// bucket before it was handed over; the last one, with the buffers and the summary, once the
 /// run is done. Returns every rank's `Micro::meta` and buckets, in rank order.
-fn exchanged<S: Scalar, W: Wire>(
-    ex: &mut dyn Exchange,
+fn exchanged<'a, S: Scalar, W: Wire>(
+    ex: &'a mut dyn Exchange,
     layout: &Layout,
     run: RunMine<'_, S>,
-) -> NnResult<Gathered<W>> {
+) -> NnResult<Summarised<'a, W>> {
+    let size = ex.size();
     let cap = (ex.bucket_bytes() / std::mem::size_of::<W>()).max(1);
     let buckets = Buckets::of(layout, cap);
     let early = buckets.early();
@@ -387,7 +385,7 @@ fn exchanged<S: Scalar, W: Wire>(
         }
         Ok(())
     })?;
-    Gathered::of(buckets, gathered, ex.size())
+    Summarised::of(buckets, gathered, size)
 }
 
 /// This rank's micro-batch exchanged (`exchanged`), then every rank's folded in rank order. A
@@ -398,8 +396,10 @@ fn exchange_and_fold<S: Scalar, W: Wire>(
     fold: Fold<S>,
     run: RunMine<'_, S>,
 ) -> NnResult<Micro<S>> {
-    match exchanged::<S, W>(ex, layout, run) {
-        Ok(gathered) => fold.finish_gathered(layout, &gathered),
+    // The fold ends the borrow of `ex` that its result holds, so an error can still abort.
+    match exchanged::<S, W>(ex, layout, run).map(|gathered| fold.finish_gathered(layout, &gathered))
+    {
+        Ok(folded) => folded,
         Err(e) => {
             ex.abort(&e);
             Err(e)
@@ -409,7 +409,9 @@ fn exchange_and_fold<S: Scalar, W: Wire>(
 
 #[cfg(test)]
 mod tests {
-    use super::{micro_batches, Buckets, Fold, Gathered, Layout, Wire};
+    use super::buckets::boxed;
+    use super::{micro_batches, Buckets, Fold, Layout, Summarised, Wire};
+    use crate::exchange::Concatenated;
     use tapegrad_tensor::Scalar;
 
     fn fold<S: Scalar>(k: usize, n: usize) -> Fold<S> {
@@ -472,7 +474,9 @@ mod tests {
                     .collect()
             })
             .collect();
-        let gathered = Gathered::of(buckets, values, 4).unwrap();
+        let lens = buckets.lens.clone();
+        let parts = boxed(Concatenated::new(&lens, 4, values).unwrap());
+        let gathered = Summarised::of(buckets, parts, 4).unwrap();
         assert_eq!(
             gathered.metas, metas,
             "cap {cap}: the summaries travel exactly"
@@ -530,7 +534,9 @@ mod tests {
         let mut values = buckets.cut::<f32, f32>(0, &[0.0; 12], &[2.0, 0.5, 1.0]);
         let last = values.len() - 1;
         values[last] = 0.5;
-        let error = Gathered::of(buckets, vec![values], 1).err().unwrap();
+        let lens = buckets.lens.clone();
+        let parts = boxed(Concatenated::new(&lens, 1, vec![values]).unwrap());
+        let error = Summarised::of(buckets, parts, 1).err().unwrap();
         assert!(
             error
                 .to_string()

@@ -4,7 +4,7 @@
 
 use super::Layout;
 use crate::error::{NnError, NnResult};
-use crate::exchange::{Exchange, Work};
+use crate::exchange::{Exchange, Gathered, Work};
 use tapegrad_tensor::Scalar;
 
 /// A step's summary (`Micro::meta`: rows, mean loss, correct count) in wire values: each f64's
@@ -101,11 +101,11 @@ impl Buckets {
 pub(super) trait Wire: Copy + Default + 'static {
     fn from_scalar<S: Scalar>(v: S) -> Self;
     fn to_scalar<S: Scalar>(self) -> S;
-    fn overlap(
-        ex: &mut dyn Exchange,
+    fn overlap<'a>(
+        ex: &'a mut dyn Exchange,
         lens: &[usize],
         work: Work<'_, Self>,
-    ) -> NnResult<Vec<Vec<Self>>>;
+    ) -> NnResult<Gathered<'a, Self>>;
 }
 
 impl Wire for f32 {
@@ -115,11 +115,11 @@ impl Wire for f32 {
     fn to_scalar<S: Scalar>(self) -> S {
         S::from_f64(f64::from(self))
     }
-    fn overlap(
-        ex: &mut dyn Exchange,
+    fn overlap<'a>(
+        ex: &'a mut dyn Exchange,
         lens: &[usize],
         work: Work<'_, f32>,
-    ) -> NnResult<Vec<Vec<f32>>> {
+    ) -> NnResult<Gathered<'a, f32>> {
         ex.overlap_f32(lens, work)
     }
 }
@@ -131,46 +131,42 @@ impl Wire for f64 {
     fn to_scalar<S: Scalar>(self) -> S {
         S::from_f64(self)
     }
-    fn overlap(
-        ex: &mut dyn Exchange,
+    fn overlap<'a>(
+        ex: &'a mut dyn Exchange,
         lens: &[usize],
         work: Work<'_, f64>,
-    ) -> NnResult<Vec<Vec<f64>>> {
+    ) -> NnResult<Gathered<'a, f64>> {
         ex.overlap_f64(lens, work)
     }
 }
 
 /// What an exchange brought back: every rank's `Micro::meta` (three values each) and every
-/// rank's values of each bucket, in rank order.
-pub(super) struct Gathered<W> {
+/// rank's values of each bucket.
+pub(super) struct Summarised<'a, W> {
     pub(super) metas: Vec<f64>,
     pub(super) buckets: Buckets,
-    pub(super) values: Vec<Vec<W>>,
+    pub(super) parts: Gathered<'a, W>,
 }
 
-impl<W: Wire> Gathered<W> {
-    /// Checks that `values` holds every one of `size` ranks' buckets and reads their summaries.
-    pub(super) fn of(buckets: Buckets, values: Vec<Vec<W>>, size: usize) -> NnResult<Self> {
-        if values.len() != buckets.lens.len() {
-            return Err(NnError::Config(format!(
-                "exchange: {} buckets came back of {}",
-                values.len(),
-                buckets.lens.len()
-            )));
-        }
-        for (b, (all, &len)) in values.iter().zip(&buckets.lens).enumerate() {
-            if all.len() != size * len {
-                return Err(NnError::Config(format!(
-                    "exchange: bucket {b} came back with {} values for {size} ranks of {len}",
-                    all.len()
-                )));
+impl<'a, W: Wire> Summarised<'a, W> {
+    /// Checks that `parts` holds each of `size` ranks' buckets at their lengths and reads their
+    /// summaries.
+    pub(super) fn of(buckets: Buckets, parts: Gathered<'a, W>, size: usize) -> NnResult<Self> {
+        for (b, &len) in buckets.lens.iter().enumerate() {
+            for r in 0..size {
+                let got = parts.part(b, r).len();
+                if got != len {
+                    return Err(NnError::Config(format!(
+                        "exchange: rank {r}'s bucket {b} came back with {got} values of {len}"
+                    )));
+                }
             }
         }
         let last = buckets.early();
         let len = buckets.lens[last];
         let mut metas = Vec::with_capacity(3 * size);
         for r in 0..size {
-            let words = &values[last][(r + 1) * len - SUMMARY_WORDS..(r + 1) * len];
+            let words = &parts.part(last, r)[len - SUMMARY_WORDS..];
             for value in words.chunks_exact(4) {
                 let mut bits = 0u64;
                 for (i, w) in value.iter().enumerate() {
@@ -185,10 +181,16 @@ impl<W: Wire> Gathered<W> {
                 metas.push(f64::from_bits(bits));
             }
         }
-        Ok(Gathered {
+        Ok(Summarised {
             metas,
             buckets,
-            values,
+            parts,
         })
     }
+}
+
+/// Lets the tests hand `Summarised::of` a `Received` they built.
+#[cfg(test)]
+pub(super) fn boxed<'a, W: 'a>(r: impl crate::exchange::Received<W> + 'a) -> Gathered<'a, W> {
+    Box::new(r)
 }
