@@ -335,11 +335,10 @@ mod mpi_exchange {
                 let mut fault = None;
                 let result = work(&mut |b, values| {
                     keep(&values);
-                    if b != next || lens.get(b) != Some(&values.len()) {
+                    if b != next || !window.put(rank, b, &values) {
                         fault.get_or_insert(handed_over(b, values.len(), next, lens));
                         return;
                     }
-                    window.put(rank, b, &values);
                     next += 1;
                 });
                 if let Some(problem) = problem(&result, fault, next, lens) {
@@ -431,9 +430,9 @@ mod mpi_exchange {
                 p.all_reduce += t.elapsed();
                 self.profile = Some(p);
             }
-            match (half, self.window.as_ref()) {
-                (Some(half), Some(window)) => Ok(Box::new(window.parts::<T>(half))),
-                _ => Ok(Box::new(Concatenated::new(lens, size, gathered)?)),
+            match half.and_then(|h| self.window.as_ref()?.parts::<T>(h)) {
+                Some(parts) => Ok(Box::new(parts)),
+                None => Ok(Box::new(Concatenated::new(lens, size, gathered)?)),
             }
         }
 

@@ -120,18 +120,25 @@ impl NodeWindow {
         self.lens == lens && self.elem == elem
     }
 
-    /// Writes rank `rank`'s bucket `b` (of `lens[b]` elements of `elem` bytes, as `fits`
-    /// checked) into this step's half.
-    pub(super) fn put<T: Copy>(&mut self, rank: usize, b: usize, values: &[T]) {
-        debug_assert!(std::mem::size_of::<T>() == self.elem && values.len() == self.lens[b]);
+    /// Writes rank `rank`'s bucket `b` into this step's half; false, writing nothing, unless
+    /// `values` are the bucket's `lens[b]` elements of `elem` bytes.
+    pub(super) fn put<T: Copy>(&mut self, rank: usize, b: usize, values: &[T]) -> bool {
+        let fits = std::mem::size_of::<T>() == self.elem
+            && self.lens.get(b) == Some(&values.len())
+            && rank < self.segments.len();
+        if !fits {
+            return false;
+        }
         let at = self.parity * self.half + self.offsets[b];
         // SAFETY: the bucket's bytes lie inside this rank's segment (`half` counts every bucket
-        // at its aligned offset, and the segment holds two halves); the window's memory is
-        // aligned for any element type and no other rank writes this segment.
+        // at its 64-byte aligned offset, the segment holds two halves, and `values` has the
+        // bucket's length and element size); the segment is 64-byte aligned, and no other
+        // rank writes it.
         unsafe {
             let dst = self.segments[rank].add(at).cast::<T>();
             std::ptr::copy_nonoverlapping(values.as_ptr(), dst, values.len());
         }
+        true
     }
 
     /// Waits until every rank has put this step's buckets and returns the half that holds them,
@@ -147,14 +154,14 @@ impl NodeWindow {
         half
     }
 
-    /// Every rank's buckets of `half` (from `arrive`), read in place.
-    pub(super) fn parts<T: Copy>(&self, half: usize) -> WindowParts<'_, T> {
-        debug_assert!(std::mem::size_of::<T>() == self.elem);
-        WindowParts {
+    /// Every rank's buckets of `half` (from `arrive`), read in place; `None` unless the window
+    /// was made for elements of `T`'s size.
+    pub(super) fn parts<T: Copy>(&self, half: usize) -> Option<WindowParts<'_, T>> {
+        (std::mem::size_of::<T>() == self.elem).then_some(WindowParts {
             window: self,
-            half,
+            half: half & 1,
             element: PhantomData,
-        }
+        })
     }
 
     /// Frees the window. Collective: only at the end of a run that every rank reaches.
