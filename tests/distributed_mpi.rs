@@ -275,22 +275,11 @@ mod mpi {
             "2",
             "--distributed",
         ];
-        let bin = env!("CARGO_BIN_EXE_tapegrad");
-        let out = Command::new("mpiexec")
-            .args(["-n", "1", "-wdir", "a", bin])
-            .args(run)
-            .args([":", "-n", "1", "-wdir", "b", bin])
-            .args(run)
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{err}");
-        assert_eq!(
-            err.matches("rank 1's data differ from rank 0's").count(),
-            2,
-            "{err}"
-        );
+        let ranks = [
+            (&["-wdir", "a"][..], &run[..]),
+            (&["-wdir", "b"][..], &run[..]),
+        ];
+        fails_on_both_ranks(&dir, ranks, "rank 1's data differ from rank 0's");
         std::fs::remove_dir_all(dir).unwrap();
     }
 
@@ -298,27 +287,33 @@ mod mpi {
     fn ranks_with_different_bucket_sizes_stop_with_an_error_on_every_rank() {
         let dir = tempdir("dist-buckets");
         let run = ["train", "--model", "cnn", "--steps", "2", "--distributed"];
+        let small = [&run[..], &["--bucket-mb", "0.001"]].concat();
+        let ranks = [(&[][..], &run[..]), (&[][..], &small[..])];
+        let what = "rank 1's configuration differs from rank 0's (other flags, such as --bucket-mb";
+        fails_on_both_ranks(&dir, ranks, what);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Runs two ranks in `dir`, each with its `mpiexec` options and its arguments, and checks
+    /// that the job fails with `what` on both.
+    fn fails_on_both_ranks(dir: &Path, ranks: [(&[&str], &[&str]); 2], what: &str) {
         let bin = env!("CARGO_BIN_EXE_tapegrad");
+        let [(options0, args0), (options1, args1)] = ranks;
         let out = Command::new("mpiexec")
-            .args(["-n", "1", bin])
-            .args(run)
-            .args([":", "-n", "1", bin])
-            .args(run)
-            .args(["--bucket-mb", "0.001"])
-            .current_dir(&dir)
+            .args(["-n", "1"])
+            .args(options0)
+            .arg(bin)
+            .args(args0)
+            .args([":", "-n", "1"])
+            .args(options1)
+            .arg(bin)
+            .args(args1)
+            .current_dir(dir)
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{err}");
-        assert_eq!(
-            err.matches(
-                "rank 1's configuration differs from rank 0's (other flags, such as --bucket-mb"
-            )
-            .count(),
-            2,
-            "{err}"
-        );
-        std::fs::remove_dir_all(dir).unwrap();
+        assert_eq!(err.matches(what).count(), 2, "{err}");
     }
 
     /// The process of `rank` running in `dir` (MPICH gives each rank `PMI_RANK` in its
@@ -474,22 +469,11 @@ mod mpi {
             &["--text", "t.txt", "--steps", "2", "--distributed"],
         ]
         .concat();
-        let bin = env!("CARGO_BIN_EXE_tapegrad");
-        let out = Command::new("mpiexec")
-            .args(["-n", "1", "-wdir", "a", bin])
-            .args(&run)
-            .args([":", "-n", "1", "-wdir", "b", bin])
-            .args(&run)
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{err}");
-        assert_eq!(
-            err.matches("rank 1's text differs from rank 0's").count(),
-            2,
-            "{err}"
-        );
+        let ranks = [
+            (&["-wdir", "a"][..], &run[..]),
+            (&["-wdir", "b"][..], &run[..]),
+        ];
+        fails_on_both_ranks(&dir, ranks, "rank 1's text differs from rank 0's");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
