@@ -1,7 +1,8 @@
 //! `train --distributed` and `train gpt --distributed`: makes the process one rank of a
 //! data-parallel job started by `mpiexec` (a build with the `mpi` cargo feature). Owns the MPI
-//! side only: the two flags, starting MPI, the bucketed all-gather behind
-//! `tapegrad_nn::exchange::Exchange`, and which rank writes files; the step itself (rank k runs
+//! side only: the two flags, starting MPI, the bucketed exchange behind
+//! `tapegrad_nn::exchange::Exchange` (a shared-memory window on one host, `node_window`, else
+//! all-gathers), and which rank writes files; the step itself (rank k runs
 //! micro-batch k, the sum in rank order) is `tapegrad_nn::exchange`'s, for both runs.
 
 use crate::error::CliError;
