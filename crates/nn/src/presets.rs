@@ -1,6 +1,6 @@
 //! The defaults of `tapegrad train`'s table and image presets (digits, Auto MPG, a user's CSV
 //! file): widths, optimizer, learning rate, schedule, batch size and length, as named values that
-//! the command line only overrides. The GPT preset's defaults are [`crate::gpt::GptRunConfig::preset`].
+//! the command line only overrides. The GPT preset's defaults are [`crate::gpt::GptConfig::preset`].
 
 use crate::data::DataSource;
 use crate::layers::Activation;

@@ -124,7 +124,7 @@ pub trait Scalar:
     /// `-lr` times a linear layer's weight gradient straight into the weight.
     ///
     /// Callers guarantee every index `r * rs + c * cs` addressed by the shapes lies inside its slice;
-    /// [`crate::kernels::matmul`] checks this before calling. `threads` caps the threads the
+    /// [`crate::kernels::matmul::matmul`] checks this before calling. `threads` caps the threads the
     /// product may use (1 = this thread only, as a caller that already runs in parallel wants);
     /// the result is bit-identical for every thread count.
     #[allow(clippy::too_many_arguments)]

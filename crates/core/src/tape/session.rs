@@ -642,8 +642,8 @@ impl<S: Scalar> Session<S> {
     }
 
     /// binary_cross_entropy_with_logits with PyTorch's `reduction` and `pos_weight` (its shape
-    /// must broadcast into the logits': [C] per class along the last axis, [C, 1, 1] along the
-    /// third-to-last, [1] for all).
+    /// must broadcast into the logits': `[C]` per class along the last axis, `[C, 1, 1]` along the
+    /// third-to-last, `[1]` for all).
     pub fn binary_cross_entropy_with_logits_with(
         &mut self,
         logits: Var,

@@ -448,7 +448,7 @@ impl<S: Scalar, const M: usize> RowCascade<S, M> {
 }
 
 /// `sums[m][g] += term(a[i], b[i], [p[g] for p in per_group])[m]` with `g = map.at(i)` for i in
-/// 0..a.len(), pairwise per group in [`CascadeSum`]'s order, each group in flat order
+/// 0..a.len(), pairwise per group in `CascadeSum`'s order, each group in flat order
 /// (`groups` is the map's `modulo`; `b` and `per_group` as for [`map_groups`]). M sums taken
 /// in one walk are each exactly what a walk of its own gives.
 pub fn group_sums<S: Scalar, const K: usize, const M: usize>(

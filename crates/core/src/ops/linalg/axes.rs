@@ -104,7 +104,7 @@ fn resolve_dim(op: &'static str, what: &str, d: isize, shape: &Shape) -> Result<
     Ok(a as usize)
 }
 
-/// Output axis i is input axis dims[i].
+/// Output axis `i` is input axis `dims[i]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Permute {
     pub dims: Vec<isize>,

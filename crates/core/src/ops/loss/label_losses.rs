@@ -264,7 +264,7 @@ impl std::fmt::Display for CrossEntropy {
 }
 
 /// Log-probabilities (C), (N, C) or (N, C, d1, ..., dk) and one class label per position, as
-/// cross_entropy: -weight[t] input[n, t, ...] with t the position's label, `weight` and
+/// cross_entropy: `-weight[t] input[n, t, ...]` with `t` the position's label, `weight` and
 /// `ignore_index` as in cross_entropy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NllLoss {

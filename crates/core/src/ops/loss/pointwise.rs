@@ -175,8 +175,8 @@ impl std::fmt::Display for MseLoss {
 
 /// Logits and targets of one shape, both differentiable; `pos_weight` (PyTorch's) weighs the
 /// positive term, broadcast to the input, whose shape it must broadcast into (no more axes,
-/// trailing axes equal or 1), as PyTorch requires: [C] per class along the last axis,
-/// [C, 1, 1] along the third-to-last, [1] or 0-d one for all. `weight` (PyTorch's) multiplies
+/// trailing axes equal or 1), as PyTorch requires: `[C]` per class along the last axis,
+/// `[C, 1, 1]` along the third-to-last, `[1]` or 0-d one for all. `weight` (PyTorch's) multiplies
 /// every element's loss (and its partials), broadcast to the input likewise; `mean` still
 /// divides by the element count. Both are constant attributes, not arguments: PyTorch does not
 /// differentiate them either.
