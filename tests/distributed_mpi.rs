@@ -284,13 +284,19 @@ mod mpi {
     }
 
     #[test]
-    fn ranks_with_different_bucket_sizes_stop_with_an_error_on_every_rank() {
+    fn ranks_with_different_bucket_sizes_or_exchange_modes_stop_with_an_error_on_every_rank() {
         let dir = tempdir("dist-buckets");
         let run = ["train", "--model", "cnn", "--steps", "2", "--distributed"];
         let small = [&run[..], &["--bucket-mb", "0.001"]].concat();
-        let ranks = [(&[][..], &run[..]), (&[][..], &small[..])];
-        let what = "rank 1's configuration differs from rank 0's (other flags, such as --bucket-mb";
-        fails_on_both_ranks(&dir, ranks, what);
+        let what = "rank 1's configuration differs from rank 0's (other flags such as --bucket-mb";
+        fails_on_both_ranks(&dir, [(&[][..], &run[..]), (&[][..], &small[..])], what);
+        // The same flags, but rank 1 told to exchange by all-gathers instead of the window.
+        let all_gathers = ["-env", "TAPEGRAD_DDP_SHARED", "0"];
+        fails_on_both_ranks(
+            &dir,
+            [(&[][..], &run[..]), (&all_gathers[..], &run[..])],
+            what,
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 

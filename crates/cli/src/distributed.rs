@@ -266,10 +266,10 @@ mod mpi_exchange {
             let size = usize::try_from(world.size()).unwrap_or(1);
             let env = |name: &str| std::env::var(name).ok();
             let overlap = env(OVERLAP_ENV).is_none_or(|v| v != "0");
-            // Collective: every rank reads the same environment from `mpiexec`.
-            let node = (size > 1 && overlap && env(SHARED_ENV).is_none_or(|v| v != "0"))
-                .then(|| NodeWindow::node_of(&world))
-                .flatten();
+            // Collective, so every rank takes part whatever its environment says; ranks whose
+            // settings differ are told at the start-of-run check (`mode`).
+            let host = (size > 1).then(|| NodeWindow::node_of(&world)).flatten();
+            let node = host.filter(|_| overlap && env(SHARED_ENV).is_none_or(|v| v != "0"));
             Ok(MpiExchange {
                 world,
                 rank,
@@ -501,6 +501,11 @@ mod mpi_exchange {
         }
         fn bucket_bytes(&self) -> usize {
             self.bucket_bytes
+        }
+        fn mode(&self) -> u64 {
+            u64::from(self.overlap)
+                | u64::from(self.node.is_some()) << 1
+                | u64::from(self.profile.is_some()) << 2
         }
         fn overlap_f32(
             &mut self,

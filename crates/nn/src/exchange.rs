@@ -86,6 +86,12 @@ pub trait Exchange {
     fn bucket_bytes(&self) -> usize {
         usize::MAX
     }
+    /// How this exchange runs its collectives, when the environment may choose (overlapped or
+    /// not, through shared memory or not, profiled or not): ranks that differ would wait in
+    /// collectives that never match, so the start-of-run check compares it. 0 by default.
+    fn mode(&self) -> u64 {
+        0
+    }
     /// Runs `work`, which hands each bucket `b` in `0..lens.len()` (of `lens[b]` values) to its
     /// sink once, in bucket order, and returns every rank's values of each bucket. An exchange
     /// may start sending a bucket as soon as it gets it, so communication overlaps the rest of
@@ -218,11 +224,13 @@ pub(crate) fn join(
     accumulate: usize,
 ) -> NnResult<Box<dyn Exchange>> {
     let (rank, size) = (exchange.rank(), exchange.size());
-    // The ranks' buckets must match too (`--bucket-mb`): they are the collectives' sizes.
+    // The ranks' buckets (`--bucket-mb`) and exchange modes must match too: they make the
+    // collectives.
     let config = {
         let mut h = Fnv::new();
         h.bytes(&mine.config.to_le_bytes());
         h.bytes(&(exchange.bucket_bytes() as u64).to_le_bytes());
+        h.bytes(&exchange.mode().to_le_bytes());
         h.value()
     };
     // Each hash in two exact halves: an f64 holds 32 bits without rounding.
@@ -243,7 +251,8 @@ pub(crate) fn join(
         data,
         (
             "configuration differs",
-            " (other flags, such as --bucket-mb, or another checkpoint?)",
+            " (other flags such as --bucket-mb, other TAPEGRAD_DDP_* settings, or another \
+             checkpoint?)",
         ),
         (
             "parameters differ",
