@@ -48,15 +48,13 @@ impl NodeWindow {
     /// `MAX_WINDOW_BYTES` or MPI cannot make one with every segment aligned to 64 bytes: the
     /// caller then keeps the all-gather.
     pub(super) fn open(node: &SimpleCommunicator, lens: &[usize], elem: usize) -> Option<Self> {
-        let offsets: Vec<usize> = lens
-            .iter()
-            .scan(0, |at, &l| {
-                let start = *at;
-                *at += (l * elem).next_multiple_of(64);
-                Some(start)
-            })
-            .collect();
-        let half: usize = lens.iter().map(|&l| (l * elem).next_multiple_of(64)).sum();
+        // Each bucket starts 64-byte aligned; a half is every bucket one after the other.
+        let mut offsets = Vec::with_capacity(lens.len());
+        let mut half = 0;
+        for &l in lens {
+            offsets.push(half);
+            half += (l * elem).next_multiple_of(64);
+        }
         let per_rank = 2 * half.max(64);
         if per_rank.saturating_mul(node.size() as usize) > MAX_WINDOW_BYTES {
             return None;
